@@ -1,0 +1,192 @@
+"""`GraphBuilder` and `Tensor` handles: the Python front end that records nodes.
+
+Every op application goes through `GraphBuilder.emit`, which validates arity, attributes
+and types eagerly, so a mistake is reported at the line that made it. Python operators
+on `Tensor` map to ops of the table (``+`` is ``add``, ``x[1:3]`` is ``slice``...).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dpt_ir.errors import ContractError
+from dpt_ir.graph import Graph, Input, Node, Output, check_name
+from dpt_ir.ops.registry import get_op
+from dpt_ir.types import Scalar, TensorType, make_type
+
+
+class Tensor:
+    """A handle on a value of the graph being built. Supports NumPy-style operators."""
+
+    __array_priority__ = 1000  # numpy scalars on the left defer to our operators
+
+    def __init__(self, builder: GraphBuilder, name: str, type: TensorType) -> None:
+        self.builder = builder
+        self.name = name
+        self.type = type
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.type.ndim
+
+    @property
+    def size(self) -> int:
+        return self.type.size
+
+    def __repr__(self) -> str:
+        return f"Tensor(%{self.name}: {self.type})"
+
+    def __bool__(self) -> bool:
+        raise ContractError(
+            f"tensor %{self.name}: a graph tensor has no truth value "
+            "(use dp.where, dp.logical_and/or or comparisons inside the graph)"
+        )
+
+    __hash__ = object.__hash__
+
+    # Operators are bound in dpt_ir.functions, which owns the dp.* function set.
+
+
+class GraphBuilder:
+    """Records a graph: declare inputs, build values with operators and ``dp.*``
+    functions, declare outputs, then ``build()`` a validated `Graph`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = check_name(name, "graph")
+        self._inputs: list[Input] = []
+        self._nodes: list[Node] = []
+        self._outputs: list[Output] = []
+        self._names: set[str] = set()
+        self._counter = itertools.count()
+
+    # -- declarations --
+    def input(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: object = "float32",
+        requires_grad: bool = True,
+    ) -> Tensor:
+        check_name(name, "input")
+        where = f"input {name!r}"
+        self._claim(name, where)
+        ttype = make_type(shape, dtype, where)
+        self._inputs.append(Input(name=name, type=ttype, requires_grad=bool(requires_grad)))
+        return Tensor(self, name, ttype)
+
+    def output(self, name: str, value: Tensor) -> None:
+        check_name(name, "output")
+        if any(o.name == name for o in self._outputs):
+            raise ContractError(f"output {name!r}: duplicate output name")
+        self.own(value, f"output {name!r}")
+        self._outputs.append(Output(name=name, value=value.name))
+
+    def build(self) -> Graph:
+        if not self._outputs:
+            raise ContractError(
+                f"graph {self.name!r}: has no output (call builder.output(name, tensor) first)"
+            )
+        return Graph(
+            name=self.name,
+            inputs=tuple(self._inputs),
+            nodes=tuple(self._nodes),
+            outputs=tuple(self._outputs),
+        )
+
+    # -- node emission --
+    def emit(
+        self,
+        op_name: str,
+        inputs: Sequence[Tensor],
+        attrs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Tensor:
+        """Append one node applying ``op_name``; validates everything before appending."""
+        op = get_op(op_name, f"op {op_name!r}")
+        where = f"op {op_name!r}"
+        for t in inputs:
+            self.own(t, where)
+        op.check_arity(len(inputs), where)
+        parsed = op.parse_attrs(attrs or {}, where)
+        out_type = op.infer(tuple(t.type for t in inputs), parsed, where)
+        node_name = name if name is not None else self.fresh(op_name)
+        self._claim(node_name, f"node {node_name!r}")
+        node = Node(
+            name=node_name,
+            op=op_name,
+            inputs=tuple(t.name for t in inputs),
+            attrs=parsed.model_dump(mode="json"),
+            type=out_type,
+            meta=dict(meta or {}),
+        )
+        self._nodes.append(node)
+        return Tensor(self, node_name, out_type)
+
+    def constant(self, value: Scalar, dtype: str, shape: Sequence[int] = ()) -> Tensor:
+        """A constant tensor (a scalar unless ``shape`` is given)."""
+        return self.emit("constant", [], {"value": value, "dtype": dtype, "shape": list(shape)})
+
+    def fresh(self, prefix: str) -> str:
+        """A name not used yet in this builder, ``<prefix>_<n>``."""
+        while True:
+            candidate = f"{prefix}_{next(self._counter)}"
+            if candidate not in self._names:
+                return candidate
+
+    def own(self, t: object, where: str) -> Tensor:
+        """Check ``t`` is a Tensor of this builder."""
+        if not isinstance(t, Tensor):
+            raise ContractError(f"{where}: expected a dp tensor, found {type(t).__name__}")
+        if t.builder is not self:
+            raise ContractError(
+                f"{where}: tensor %{t.name} belongs to graph builder {t.builder.name!r}, "
+                f"not to {self.name!r} (tensors cannot cross builders)"
+            )
+        return t
+
+    def _claim(self, name: str, where: str) -> None:
+        if name in self._names:
+            raise ContractError(f"{where}: duplicate name {name!r}")
+        self._names.add(name)
+
+    # -- reopening a graph (autodiff and passes extend existing graphs) --
+    @classmethod
+    def from_graph(cls, graph: Graph) -> tuple[GraphBuilder, dict[str, Tensor]]:
+        """A builder holding ``graph``'s inputs and nodes (not its outputs), and a handle
+        for every value by name."""
+        b = cls(graph.name)
+        b._inputs = list(graph.inputs)
+        b._nodes = list(graph.nodes)
+        b._names = set(graph.types)
+        handles = {name: Tensor(b, name, t) for name, t in graph.types.items()}
+        return b, handles
+
+    def tag_since(self, start: int, meta: Mapping[str, Any]) -> None:
+        """Merge ``meta`` into the meta of every node appended since position ``start``."""
+        for k in range(start, len(self._nodes)):
+            node = self._nodes[k]
+            self._nodes[k] = node.model_copy(update={"meta": {**node.meta, **meta}})
+
+    def add_input(self, name: str, type: TensorType, requires_grad: bool = False) -> Tensor:
+        """Declare an input of an already-checked type (used by passes)."""
+        self._claim(name, f"input {name!r}")
+        self._inputs.append(Input(name=name, type=type, requires_grad=requires_grad))
+        return Tensor(self, name, type)
+
+    def set_outputs(self, outputs: Sequence[Output]) -> None:
+        self._outputs = list(outputs)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return tuple(self._nodes)

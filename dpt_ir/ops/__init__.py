@@ -1,0 +1,27 @@
+"""The op table. Importing this package registers every built-in op family and proves
+the table complete (each `register_op` call checks its op's derivative entry)."""
+
+from dpt_ir.ops import elementwise, reduction, shape  # noqa: F401  (registration)
+from dpt_ir.ops.registry import (
+    ALL_INPUTS,
+    Derivative,
+    GradContext,
+    NoAttrs,
+    OpDef,
+    Signature,
+    all_ops,
+    get_op,
+    register_op,
+)
+
+__all__ = [
+    "ALL_INPUTS",
+    "Derivative",
+    "GradContext",
+    "NoAttrs",
+    "OpDef",
+    "Signature",
+    "all_ops",
+    "get_op",
+    "register_op",
+]

@@ -1,0 +1,392 @@
+"""Elementwise ops: unary math, binary arithmetic, comparisons, logic, where, clamp, cast,
+and the source ops constant and iota. Gradients of broadcast inputs are summed back to
+the input's shape by autodiff, so formulas here work at the output's shape."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dpt_ir import functions as F
+from dpt_ir.errors import ContractError
+from dpt_ir.ops.registry import Derivative, GradContext, OpDef, register_op
+from dpt_ir.ops.rules import Attrs, DTypeRule, check_axes, elementwise_rule
+from dpt_ir.types import DType, TensorType
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def _unary(
+    name: str,
+    rule: DTypeRule,
+    ref: Any,
+    warp: str,
+    formula: Any = None,
+    saved_inputs: tuple[int, ...] = (),
+    saved_output: bool = False,
+    doc: str = "",
+) -> OpDef:
+    deriv = None
+    if formula is not None:
+        deriv = Derivative({0: formula}, saved_inputs=saved_inputs, saved_output=saved_output)
+    return register_op(
+        OpDef(
+            name=name,
+            kind="elementwise",
+            arity=1,
+            infer=elementwise_rule(rule),
+            reference=lambda attrs, x: ref(x),
+            derivative=deriv,
+            warp=warp,
+            doc=doc,
+        )
+    )
+
+
+def _x(c: GradContext) -> Any:
+    return c.input(0)
+
+
+_unary("neg", "numeric", np.negative, "(-{0})", lambda c: -c.gy, doc="-x")
+_unary(
+    "abs",
+    "numeric",
+    np.abs,
+    "wp.abs({0})",
+    lambda c: c.gy * F.sign(_x(c)),
+    (0,),
+    doc="|x|; gradient sign(x), 0 at 0",
+)
+_unary("exp", "float", np.exp, "wp.exp({0})", lambda c: c.gy * c.out, saved_output=True)
+_unary("log", "float", np.log, "wp.log({0})", lambda c: c.gy / _x(c), (0,))
+_unary("log1p", "float", np.log1p, "dp_log1p({0})", lambda c: c.gy / (1.0 + _x(c)), (0,))
+_unary("expm1", "float", np.expm1, "dp_expm1({0})", lambda c: c.gy * (c.out + 1.0), saved_output=True)
+_unary("sqrt", "float", np.sqrt, "wp.sqrt({0})", lambda c: c.gy * 0.5 / c.out, saved_output=True)
+_unary(
+    "rsqrt",
+    "float",
+    lambda x: 1.0 / np.sqrt(x),
+    "({T}(1.0) / wp.sqrt({0}))",
+    lambda c: c.gy * -0.5 * c.out * c.out * c.out,
+    saved_output=True,
+)
+_unary("square", "numeric", np.square, "({0} * {0})", lambda c: c.gy * 2.0 * _x(c), (0,))
+_unary(
+    "reciprocal",
+    "float",
+    np.reciprocal,
+    "({T}(1.0) / {0})",
+    lambda c: -c.gy * c.out * c.out,
+    saved_output=True,
+)
+_unary("sin", "float", np.sin, "wp.sin({0})", lambda c: c.gy * F.cos(_x(c)), (0,))
+_unary("cos", "float", np.cos, "wp.cos({0})", lambda c: -c.gy * F.sin(_x(c)), (0,))
+_unary("tanh", "float", np.tanh, "wp.tanh({0})", lambda c: c.gy * (1.0 - c.out * c.out), saved_output=True)
+_unary(
+    "sigmoid", "float", _sigmoid, "dp_sigmoid({0})", lambda c: c.gy * c.out * (1.0 - c.out), saved_output=True
+)
+_unary(
+    "relu",
+    "numeric",
+    lambda x: np.maximum(x, 0).astype(x.dtype),
+    "dp_relu({0})",
+    lambda c: F.where(_x(c) > 0, c.gy, 0),
+    (0,),
+    doc="max(x, 0); gradient 0 at 0",
+)
+_unary("softplus", "float", _softplus, "dp_softplus({0})", lambda c: c.gy * F.sigmoid(_x(c)), (0,))
+_unary(
+    "erf",
+    "float",
+    lambda x: _erf(x).astype(x.dtype),
+    "wp.erf({0})",
+    lambda c: c.gy * (2.0 / math.sqrt(math.pi)) * F.exp(-F.square(_x(c))),
+    (0,),
+)
+_unary("sign", "numeric", np.sign, "wp.sign({0})", doc="not differentiable")
+_unary("floor", "float", np.floor, "wp.floor({0})", doc="not differentiable")
+_unary("ceil", "float", np.ceil, "wp.ceil({0})", doc="not differentiable")
+_unary("logical_not", "logical", np.logical_not, "(not {0})")
+
+
+def _binary(
+    name: str,
+    rule: DTypeRule,
+    ref: Any,
+    warp: str,
+    formulas: dict[int, Any] | None = None,
+    saved_inputs: tuple[int, ...] = (),
+    saved_output: bool = False,
+    doc: str = "",
+) -> OpDef:
+    deriv = None
+    if formulas is not None:
+        deriv = Derivative(formulas, saved_inputs=saved_inputs, saved_output=saved_output)
+    return register_op(
+        OpDef(
+            name=name,
+            kind="elementwise",
+            arity=2,
+            infer=elementwise_rule(rule),
+            reference=lambda attrs, a, b: ref(a, b),
+            derivative=deriv,
+            warp=warp,
+            doc=doc,
+        )
+    )
+
+
+def _a(c: GradContext) -> Any:
+    return c.input(0)
+
+
+def _b(c: GradContext) -> Any:
+    return c.input(1)
+
+
+def _pow_wrt_exponent(c: GradContext) -> Any:
+    # d/db a**b = a**b * log(a). A zero base contributes 0 (its power is 0 for b > 0);
+    # reading log(1) there keeps log's domain check quiet. A negative base stays NaN.
+    base = F.where(_a(c) == 0, 1.0, _a(c))
+    return c.gy * c.out * F.log(base)
+
+
+def _atan2_scale(c: GradContext) -> Any:
+    return c.gy / (F.square(_a(c)) + F.square(_b(c)))
+
+
+_binary("add", "numeric", np.add, "({0} + {1})", {0: lambda c: c.gy, 1: lambda c: c.gy})
+_binary("sub", "numeric", np.subtract, "({0} - {1})", {0: lambda c: c.gy, 1: lambda c: -c.gy})
+_binary(
+    "mul",
+    "numeric",
+    np.multiply,
+    "({0} * {1})",
+    {0: lambda c: c.gy * _b(c), 1: lambda c: c.gy * _a(c)},
+    (0, 1),
+)
+_binary(
+    "div",
+    "float",
+    np.divide,
+    "({0} / {1})",
+    {0: lambda c: c.gy / _b(c), 1: lambda c: -c.gy * c.out / _b(c)},
+    (1,),
+    True,
+)
+_binary(
+    "pow",
+    "float",
+    np.power,
+    "wp.pow({0}, {1})",
+    {0: lambda c: c.gy * _b(c) * F.power(_a(c), _b(c) - 1.0), 1: _pow_wrt_exponent},
+    (0, 1),
+    True,
+    doc="a ** b; gradient wrt b is 0 where a == 0",
+)
+_binary(
+    "maximum",
+    "numeric",
+    np.maximum,
+    "wp.max({0}, {1})",
+    {0: lambda c: F.where(_a(c) >= _b(c), c.gy, 0), 1: lambda c: F.where(_a(c) >= _b(c), 0, c.gy)},
+    (0, 1),
+    doc="a tie sends the gradient to a",
+)
+_binary(
+    "minimum",
+    "numeric",
+    np.minimum,
+    "wp.min({0}, {1})",
+    {0: lambda c: F.where(_a(c) <= _b(c), c.gy, 0), 1: lambda c: F.where(_a(c) <= _b(c), 0, c.gy)},
+    (0, 1),
+    doc="a tie sends the gradient to a",
+)
+_binary(
+    "atan2",
+    "float",
+    np.arctan2,
+    "wp.atan2({0}, {1})",
+    {0: lambda c: _atan2_scale(c) * _b(c), 1: lambda c: -_atan2_scale(c) * _a(c)},
+    (0, 1),
+)
+for _name, _ref, _sym in [
+    ("lt", np.less, "<"),
+    ("le", np.less_equal, "<="),
+    ("gt", np.greater, ">"),
+    ("ge", np.greater_equal, ">="),
+    ("eq", np.equal, "=="),
+    ("ne", np.not_equal, "!="),
+]:
+    _binary(_name, "compare", _ref, f"({{0}} {_sym} {{1}})", doc="not differentiable")
+_binary("logical_and", "logical", np.logical_and, "({0} and {1})")
+_binary("logical_or", "logical", np.logical_or, "({0} or {1})")
+
+
+def _infer_where(inputs: tuple[TensorType, ...], attrs: Any, where: str) -> TensorType:
+    cond, a, b = inputs
+    if cond.dtype != "bool":
+        raise ContractError(f"{where}: condition must be bool, found {cond.dtype}")
+    branch = elementwise_rule("any")((a, b), attrs, where)
+    shape = elementwise_rule("any")((cond, TensorType(shape=branch.shape, dtype="bool")), attrs, where)
+    return TensorType(shape=shape.shape, dtype=branch.dtype)
+
+
+register_op(
+    OpDef(
+        name="where",
+        kind="elementwise",
+        arity=3,
+        infer=_infer_where,
+        reference=lambda attrs, c, a, b: np.where(c, a, b),
+        derivative=Derivative(
+            {1: lambda c: F.where(c.input(0), c.gy, 0), 2: lambda c: F.where(c.input(0), 0, c.gy)},
+            saved_inputs=(0,),
+            nondifferentiable=(0,),
+        ),
+        warp="wp.where({0}, {1}, {2})",
+        doc="x where condition else y; the condition gets no gradient",
+    )
+)
+
+
+class ClampAttrs(Attrs):
+    lo: float | None = None
+    hi: float | None = None
+
+
+def _clamp_ref(attrs: ClampAttrs, x: np.ndarray) -> np.ndarray:
+    out = x
+    if attrs.lo is not None:
+        out = np.maximum(out, np.asarray(attrs.lo, x.dtype))
+    if attrs.hi is not None:
+        out = np.minimum(out, np.asarray(attrs.hi, x.dtype))
+    return out
+
+
+def _clamp_grad(c: GradContext) -> Any:
+    x, inside = c.input(0), None
+    if c.attrs.lo is not None:
+        inside = x >= c.attrs.lo
+    if c.attrs.hi is not None:
+        upper = x <= c.attrs.hi
+        inside = upper if inside is None else inside & upper
+    return F.where(inside, c.gy, 0)
+
+
+def _infer_clamp(inputs: tuple[TensorType, ...], attrs: ClampAttrs, where: str) -> TensorType:
+    if attrs.lo is None and attrs.hi is None:
+        raise ContractError(f"{where}: clamp needs lo or hi, found neither")
+    if attrs.lo is not None and attrs.hi is not None and attrs.lo > attrs.hi:
+        raise ContractError(f"{where}: clamp expects lo <= hi, found lo={attrs.lo} > hi={attrs.hi}")
+    return elementwise_rule("float")(inputs, attrs, where)
+
+
+register_op(
+    OpDef(
+        name="clamp",
+        kind="elementwise",
+        arity=1,
+        attrs=ClampAttrs,
+        infer=_infer_clamp,
+        reference=_clamp_ref,
+        derivative=Derivative({0: _clamp_grad}, saved_inputs=(0,)),
+        doc="x limited to [lo, hi]; the gradient passes where lo <= x <= hi",
+    )
+)
+
+
+class CastAttrs(Attrs):
+    dtype: DType
+
+
+register_op(
+    OpDef(
+        name="cast",
+        kind="elementwise",
+        arity=1,
+        attrs=CastAttrs,
+        infer=lambda inputs, attrs, where: TensorType(shape=inputs[0].shape, dtype=attrs.dtype),
+        reference=lambda attrs, x: x.astype(attrs.dtype),
+        derivative=Derivative({0: lambda c: F.cast(c.gy, c.input_type(0).dtype)}),
+        doc="dtype conversion; only floating values carry gradients",
+    )
+)
+
+
+class ConstantAttrs(Attrs):
+    value: bool | int | float
+    dtype: DType
+    shape: tuple[int, ...] = ()
+
+
+def _infer_constant(inputs: tuple[TensorType, ...], attrs: ConstantAttrs, where: str) -> TensorType:
+    if any(d < 0 for d in attrs.shape):
+        raise ContractError(f"{where}: negative dimension in constant shape {list(attrs.shape)}")
+    v = attrs.value
+    ok = {
+        "bool": isinstance(v, bool),
+        "uint8": isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 256,
+        "int32": isinstance(v, int) and not isinstance(v, bool) and -(2**31) <= v < 2**31,
+        "float32": isinstance(v, float),
+        "float64": isinstance(v, float),
+    }
+    if not ok[attrs.dtype]:
+        raise ContractError(f"{where}: constant value {v!r} does not fit dtype {attrs.dtype}")
+    return TensorType(shape=attrs.shape, dtype=attrs.dtype)
+
+
+register_op(
+    OpDef(
+        name="constant",
+        kind="elementwise",
+        arity=0,
+        attrs=ConstantAttrs,
+        infer=_infer_constant,
+        reference=lambda attrs: np.full(attrs.shape, attrs.value, dtype=attrs.dtype),
+        doc="a tensor filled with one value (Python scalars in expressions become these)",
+    )
+)
+
+
+class IotaAttrs(Attrs):
+    shape: tuple[int, ...]
+    axes: tuple[int, ...]
+
+
+def _infer_iota(inputs: tuple[TensorType, ...], attrs: IotaAttrs, where: str) -> TensorType:
+    check_axes(attrs.axes, len(attrs.shape), where)
+    return TensorType(shape=attrs.shape, dtype="int32")
+
+
+def _iota_ref(attrs: IotaAttrs) -> np.ndarray:
+    sub = tuple(attrs.shape[a] for a in attrs.axes)
+    grids = np.indices(attrs.shape, dtype=np.int64)
+    flat = np.zeros(attrs.shape, dtype=np.int64)
+    for a, _ in zip(attrs.axes, sub, strict=True):
+        flat = flat * attrs.shape[a] + grids[a]
+    return flat.astype(np.int32)
+
+
+register_op(
+    OpDef(
+        name="iota",
+        kind="elementwise",
+        arity=0,
+        attrs=IotaAttrs,
+        infer=_infer_iota,
+        reference=_iota_ref,
+        doc="each element's row-major index within the sub-array spanned by axes (int32)",
+    )
+)

@@ -1,0 +1,156 @@
+"""Reductions over any set of axes, with keepdims: sum, mean, max, min, logsumexp, and
+the non-differentiable argmax/argmin (row-major flat index within the reduced axes, the
+first extremum on ties, int32). Sums of integers and bools accumulate in int32."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dpt_ir import functions as F
+from dpt_ir.errors import ContractError
+from dpt_ir.ops.registry import Derivative, GradContext, OpDef, Signature, register_op
+from dpt_ir.ops.rules import Attrs, check_axes, reduced_shape
+from dpt_ir.types import TensorType
+
+
+class ReduceAttrs(Attrs):
+    axes: tuple[int, ...]
+    keepdims: bool = False
+
+
+def _rule(dtypes: str, out_dtype: str | None = None) -> Any:
+    def infer(inputs: tuple[TensorType, ...], attrs: ReduceAttrs, where: str) -> TensorType:
+        (x,) = inputs
+        check_axes(attrs.axes, x.ndim, where)
+        if dtypes == "float" and x.dtype not in ("float32", "float64"):
+            raise ContractError(f"{where}: expected a float32 or float64 input, found {x.dtype}")
+        if dtypes == "numeric" and x.dtype == "bool":
+            raise ContractError(f"{where}: expected a numeric input, found bool")
+        if out_dtype is None and x.dtype in ("bool", "uint8", "int32"):
+            dtype = "int32" if dtypes == "sum" else x.dtype
+        else:
+            dtype = out_dtype or x.dtype
+        if out_dtype == "int32" and any(x.shape[a] == 0 for a in attrs.axes):
+            raise ContractError(f"{where}: arg-reduction over an empty axis of shape {list(x.shape)}")
+        return TensorType(shape=reduced_shape(x.shape, attrs.axes, attrs.keepdims), dtype=dtype)
+
+    return infer
+
+
+def _count(sig: Signature) -> int:
+    return math.prod(sig.inputs[0].shape[a] for a in sig.attrs.axes)
+
+
+def _unreduce(c: GradContext, g: Any) -> Any:
+    return F.unreduce(g, c.input_type(0).shape, c.attrs.axes, c.attrs.keepdims)
+
+
+def _extremum_grad(arg_op: str) -> Any:
+    def formula(c: GradContext) -> Any:
+        x, axes = c.input(0), c.attrs.axes
+        idx = x.builder.emit(arg_op, [x], {"axes": list(axes), "keepdims": True})
+        first = F.iota(x.builder, x.shape, axes) == idx
+        return F.where(first, _unreduce(c, c.gy), 0)
+
+    return formula
+
+
+def _move_last(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    keep = [i for i in range(x.ndim) if i not in axes]
+    moved = np.transpose(x, keep + list(axes))
+    return moved.reshape(moved.shape[: len(keep)] + (-1,))
+
+
+def _arg_ref(fn: Any) -> Any:
+    def ref(attrs: ReduceAttrs, x: np.ndarray) -> np.ndarray:
+        flat = fn(_move_last(x, attrs.axes), axis=-1).astype(np.int32)
+        if attrs.keepdims:
+            flat = flat.reshape(reduced_shape(x.shape, attrs.axes, True))
+        return flat
+
+    return ref
+
+
+def _logsumexp_ref(attrs: ReduceAttrs, x: np.ndarray) -> np.ndarray:
+    m = np.max(x, axis=attrs.axes, keepdims=True) if x.size else np.zeros((), x.dtype)
+    m = np.where(np.isfinite(m), m, 0)
+    out = np.log(np.sum(np.exp(x - m), axis=attrs.axes, keepdims=True)) + m
+    return out if attrs.keepdims else np.squeeze(out, axis=attrs.axes)
+
+
+def _sum_ref(attrs: ReduceAttrs, x: np.ndarray) -> np.ndarray:
+    dtype = "int32" if x.dtype.kind in "biu" else x.dtype
+    return np.sum(x, axis=attrs.axes, keepdims=attrs.keepdims, dtype=dtype)
+
+
+def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str) -> None:
+    register_op(
+        OpDef(
+            name=name,
+            kind="reduction",
+            arity=1,
+            attrs=ReduceAttrs,
+            infer=infer,
+            reference=ref,
+            derivative=derivative,
+            doc=doc,
+        )
+    )
+
+
+_reduction(
+    "sum",
+    _rule("sum"),
+    _sum_ref,
+    Derivative({0: lambda c: _unreduce(c, c.gy)}),
+    "sum over axes (integers accumulate in int32)",
+)
+_reduction(
+    "mean",
+    _rule("float"),
+    lambda attrs, x: np.mean(x, axis=attrs.axes, keepdims=attrs.keepdims),
+    Derivative({0: lambda c: _unreduce(c, c.gy / float(c.derived("count")))}, derived={"count": _count}),
+    "mean over axes; the backward saves only the element count",
+)
+_reduction(
+    "max",
+    _rule("numeric"),
+    lambda attrs, x: np.max(x, axis=attrs.axes, keepdims=attrs.keepdims),
+    Derivative({0: _extremum_grad("argmax")}, saved_inputs=(0,)),
+    "maximum over axes; the gradient goes to the first maximal element",
+)
+_reduction(
+    "min",
+    _rule("numeric"),
+    lambda attrs, x: np.min(x, axis=attrs.axes, keepdims=attrs.keepdims),
+    Derivative({0: _extremum_grad("argmin")}, saved_inputs=(0,)),
+    "minimum over axes; the gradient goes to the first minimal element",
+)
+_reduction(
+    "logsumexp",
+    _rule("float"),
+    _logsumexp_ref,
+    Derivative(
+        {0: lambda c: _unreduce(c, c.gy) * F.exp(c.input(0) - _unreduce(c, c.out))},
+        saved_inputs=(0,),
+        saved_output=True,
+    ),
+    "log(sum(exp(x))) over axes, computed stably",
+)
+_reduction(
+    "argmax",
+    _rule("numeric", "int32"),
+    _arg_ref(np.argmax),
+    None,
+    "flat index of the first maximum within the reduced axes (not differentiable)",
+)
+_reduction(
+    "argmin",
+    _rule("numeric", "int32"),
+    _arg_ref(np.argmin),
+    None,
+    "flat index of the first minimum within the reduced axes (not differentiable)",
+)

@@ -1,0 +1,235 @@
+"""The op table: every op is one `OpDef`, data that passes and backends query by trait.
+
+An `OpDef` holds everything about an op: its kind, arity, attribute model, type rule,
+NumPy reference, Warp expression and derivative entry. Passes never test an op's name;
+they ask ``kind``, ``cost``, ``derivative`` and the other fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dpt_ir.errors import ContractError
+from dpt_ir.types import TensorType
+
+if TYPE_CHECKING:
+    from dpt_ir.builder import Tensor
+
+OpKind = Literal["elementwise", "reduction", "shape", "stencil", "composite"]
+Cost = Literal["cheap", "expensive"]
+AttrValue = Any
+
+
+class NoAttrs(BaseModel):
+    """Attribute model of ops that take no attributes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a type rule, a derived attribute or a formula may know statically about a node."""
+
+    inputs: tuple[TensorType, ...]
+    output: TensorType
+    attrs: Any
+
+
+class GradContext:
+    """What a derivative formula sees: the output cotangent and the *declared* saved values.
+
+    Reading an input or the output that the derivative entry does not declare raises,
+    so the declared saved set is exactly what formulas read.
+    """
+
+    def __init__(
+        self,
+        op: OpDef,
+        sig: Signature,
+        gy: Tensor,
+        inputs: tuple[Tensor, ...],
+        output: Tensor,
+        index: int = 0,
+    ) -> None:
+        self.op = op
+        self.index = index  # the input whose gradient is being built
+        self.sig = sig
+        self.gy = gy
+        self.attrs = sig.attrs
+        self._inputs = inputs
+        self._output = output
+
+    def input(self, i: int) -> Tensor:
+        d = self.op.derivative
+        assert d is not None
+        if not d.saves_input(i):
+            raise AssertionError(f"op {self.op.name!r}: formula reads input {i}, not declared saved")
+        return self._inputs[i]
+
+    @property
+    def out(self) -> Tensor:
+        d = self.op.derivative
+        assert d is not None
+        if not d.saved_output:
+            raise AssertionError(f"op {self.op.name!r}: formula reads its output, not declared saved")
+        return self._output
+
+    def input_type(self, i: int) -> TensorType:
+        return self.sig.inputs[i]
+
+    @property
+    def out_type(self) -> TensorType:
+        return self.sig.output
+
+    def derived(self, name: str) -> Any:
+        d = self.op.derivative
+        assert d is not None
+        if name not in d.derived:
+            raise AssertionError(f"op {self.op.name!r}: formula reads undeclared attribute {name!r}")
+        return d.derived[name](self.sig)
+
+
+Formula = Callable[[GradContext], "Tensor"]
+ALL_INPUTS = "*"
+
+
+@dataclass(frozen=True)
+class Derivative:
+    """An op's entry in the table of derivative formulas (cf. PyTorch's derivatives.yaml).
+
+    - ``formulas``: per differentiable input index (or ``"*"`` for every input of a
+      variadic op), a function building the input's gradient as IR. A formula may return
+      a gradient of the output's shape; autodiff then sums it over the broadcast axes.
+    - ``saved_inputs`` / ``saved_output``: the tensors the formulas read.
+    - ``derived``: static attributes the formulas read instead of a tensor (a shape, an
+      element count), each computed from the node's signature.
+    - ``nondifferentiable``: input indices that get no gradient (masks, conditions).
+    """
+
+    formulas: Mapping[int | str, Formula]
+    saved_inputs: tuple[int, ...] | str = ()
+    saved_output: bool = False
+    derived: Mapping[str, Callable[[Signature], Any]] = field(default_factory=dict)
+    nondifferentiable: tuple[int, ...] = ()
+
+    def saves_input(self, i: int) -> bool:
+        return self.saved_inputs == ALL_INPUTS or i in self.saved_inputs  # type: ignore[operator]
+
+    def formula_for(self, i: int) -> Formula | None:
+        if i in self.nondifferentiable:
+            return None
+        return self.formulas.get(i) or self.formulas.get(ALL_INPUTS)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op, declared once as data.
+
+    ``infer(sig_inputs, attrs, where)`` returns the output type or raises ContractError;
+    ``reference(attrs, *arrays)`` is the NumPy semantics; ``warp`` is the Warp expression
+    template of an elementwise op (``{0}``, ``{1}`` … are the operands, ``{T}`` the
+    output's Warp scalar type); ``derivative`` is None when the output is not
+    differentiable.
+    """
+
+    name: str
+    kind: OpKind
+    arity: int | None  # None: variadic, at least one input
+    infer: Callable[[tuple[TensorType, ...], Any, str], TensorType]
+    reference: Callable[..., np.ndarray]
+    attrs: type[BaseModel] = NoAttrs
+    derivative: Derivative | None = None
+    warp: str | None = None
+    cost: Cost = "cheap"
+    doc: str = ""
+
+    @property
+    def differentiable(self) -> bool:
+        return self.derivative is not None
+
+    def differentiable_inputs(self, n_inputs: int) -> tuple[int, ...]:
+        if self.derivative is None:
+            return ()
+        return tuple(i for i in range(n_inputs) if self.derivative.formula_for(i) is not None)
+
+    def parse_attrs(self, attrs: Mapping[str, Any], where: str) -> BaseModel:
+        """Validate ``attrs`` against the op's attribute model; ContractError on failure."""
+        try:
+            return self.attrs.model_validate(dict(attrs))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"attribute {'.'.join(str(p) for p in e['loc']) or '?'}: {e['msg']}"
+                f" (found {e.get('input')!r})"
+                for e in exc.errors()
+            )
+            raise ContractError(f"{where}: bad attributes for op {self.name!r}: {problems}") from None
+
+    def canonical_attrs(self, attrs: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """The attributes as stored in the IR: validated, defaults filled, JSON-shaped."""
+        return self.parse_attrs(attrs, where).model_dump(mode="json")
+
+    def check_arity(self, n: int, where: str) -> None:
+        if self.arity is None:
+            if n < 1:
+                raise ContractError(f"{where}: op {self.name!r} takes at least 1 input, found {n}")
+        elif n != self.arity:
+            raise ContractError(f"{where}: op {self.name!r} takes {self.arity} input(s), found {n}")
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register_op(op: OpDef, *, replace: bool = False) -> OpDef:
+    """Add ``op`` to the table after checking its derivative entry is complete."""
+    if op.name in _REGISTRY and not replace:
+        raise ContractError(f"op {op.name!r} is already registered (pass replace=True to override)")
+    check_complete(op)
+    _REGISTRY[op.name] = op
+    return op
+
+
+def get_op(name: str, where: str = "graph") -> OpDef:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ContractError(f"{where}: unknown op {name!r} (see `dpt-ir ops` for the op table)") from None
+
+
+def has_op(name: str) -> bool:
+    return name in _REGISTRY
+
+
+def all_ops() -> tuple[OpDef, ...]:
+    return tuple(_REGISTRY[k] for k in sorted(_REGISTRY))
+
+
+def check_complete(op: OpDef) -> None:
+    """Prove an op's derivative entry complete: formulas cover every input that is not
+    declared non-differentiable, and every saved name refers to something that exists."""
+    d = op.derivative
+    if d is None:
+        return
+    if op.arity is None:
+        if ALL_INPUTS not in d.formulas and not d.nondifferentiable:
+            raise ContractError(f"op {op.name!r}: variadic op needs a '*' formula")
+        if d.saved_inputs not in (ALL_INPUTS, ()):
+            raise ContractError(f"op {op.name!r}: a variadic op saves all inputs ('*') or none")
+        return
+    for i in range(op.arity):
+        has = i in d.formulas or ALL_INPUTS in d.formulas
+        if not has and i not in d.nondifferentiable:
+            raise ContractError(
+                f"op {op.name!r}: input {i} has no derivative formula and is not declared non-differentiable"
+            )
+    saved = range(op.arity) if d.saved_inputs == ALL_INPUTS else d.saved_inputs
+    for i in saved:
+        if not 0 <= i < op.arity:  # type: ignore[operator]
+            raise ContractError(f"op {op.name!r}: saved input {i} does not exist")
+    for key in d.formulas:
+        if key != ALL_INPUTS and not 0 <= key < op.arity:  # type: ignore[operator]
+            raise ContractError(f"op {op.name!r}: formula for input {key} that does not exist")
