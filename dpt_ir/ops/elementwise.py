@@ -36,6 +36,7 @@ def _unary(
     saved_inputs: tuple[int, ...] = (),
     saved_output: bool = False,
     doc: str = "",
+    **traits: Any,
 ) -> OpDef:
     deriv = None
     if formula is not None:
@@ -50,6 +51,7 @@ def _unary(
             derivative=deriv,
             warp=warp,
             doc=doc,
+            **traits,
         )
     )
 
@@ -58,7 +60,7 @@ def _x(c: GradContext) -> Any:
     return c.input(0)
 
 
-_unary("neg", "numeric", np.negative, "(-{0})", lambda c: -c.gy, doc="-x")
+_unary("neg", "numeric", np.negative, "(-{0})", lambda c: -c.gy, doc="-x", involution=True)
 _unary(
     "abs",
     "numeric",
@@ -117,7 +119,7 @@ _unary(
 _unary("sign", "numeric", np.sign, "wp.sign({0})", doc="not differentiable")
 _unary("floor", "float", np.floor, "wp.floor({0})", doc="not differentiable")
 _unary("ceil", "float", np.ceil, "wp.ceil({0})", doc="not differentiable")
-_unary("logical_not", "logical", np.logical_not, "(not {0})")
+_unary("logical_not", "logical", np.logical_not, "(not {0})", involution=True)
 
 
 def _binary(
@@ -129,6 +131,7 @@ def _binary(
     saved_inputs: tuple[int, ...] = (),
     saved_output: bool = False,
     doc: str = "",
+    **traits: Any,
 ) -> OpDef:
     deriv = None
     if formulas is not None:
@@ -143,6 +146,7 @@ def _binary(
             derivative=deriv,
             warp=warp,
             doc=doc,
+            **traits,
         )
     )
 
@@ -166,8 +170,16 @@ def _atan2_scale(c: GradContext) -> Any:
     return c.gy / (F.square(_a(c)) + F.square(_b(c)))
 
 
-_binary("add", "numeric", np.add, "({0} + {1})", {0: lambda c: c.gy, 1: lambda c: c.gy})
-_binary("sub", "numeric", np.subtract, "({0} - {1})", {0: lambda c: c.gy, 1: lambda c: -c.gy})
+_binary(
+    "add",
+    "numeric",
+    np.add,
+    "({0} + {1})",
+    {0: lambda c: c.gy, 1: lambda c: c.gy},
+    identity=0.0,
+    commutative=True,
+)
+_binary("sub", "numeric", np.subtract, "({0} - {1})", {0: lambda c: c.gy, 1: lambda c: -c.gy}, identity=0.0)
 _binary(
     "mul",
     "numeric",
@@ -175,6 +187,8 @@ _binary(
     "({0} * {1})",
     {0: lambda c: c.gy * _b(c), 1: lambda c: c.gy * _a(c)},
     (0, 1),
+    identity=1.0,
+    commutative=True,
 )
 _binary(
     "div",
@@ -184,6 +198,7 @@ _binary(
     {0: lambda c: c.gy / _b(c), 1: lambda c: -c.gy * c.out / _b(c)},
     (1,),
     True,
+    identity=1.0,
 )
 _binary(
     "pow",
@@ -194,6 +209,7 @@ _binary(
     (0, 1),
     True,
     doc="a ** b; gradient wrt b is 0 where a == 0",
+    identity=1.0,
 )
 _binary(
     "maximum",
@@ -355,6 +371,7 @@ register_op(
         attrs=ConstantAttrs,
         infer=_infer_constant,
         reference=lambda attrs: np.full(attrs.shape, attrs.value, dtype=attrs.dtype),
+        constant_value=lambda attrs: attrs.value,
         doc="a tensor filled with one value (Python scalars in expressions become these)",
     )
 )

@@ -147,6 +147,11 @@ class OpDef:
     warp: str | None = None
     cost: Cost = "cheap"
     doc: str = ""
+    # Algebraic traits read by canonicalize (never the op's name):
+    identity: float | None = None  # x op identity == x (right identity; both sides if commutative)
+    commutative: bool = False
+    involution: bool = False  # op(op(x)) == x
+    constant_value: Callable[[Any], Any] | None = None  # the fill value of a constant op
 
     @property
     def differentiable(self) -> bool:
