@@ -1,0 +1,1 @@
+"""Compiler passes, one per file; `manager` runs them as a pipeline."""

@@ -1,0 +1,63 @@
+"""autodiff: extend the forward graph with its backward, from the derivative table.
+
+Assumes: a valid forward graph; ``options.wrt`` names differentiable float inputs.
+Guarantees: the joint graph of `dpt_ir.autodiff.joint_graph`: every original node and
+output unchanged; one cotangent input ``ct.<output>`` per seeded output (or, when the
+options fix a seed value, a constant in its place); one output ``grad.<input>`` per wrt
+input; backward nodes tagged ``phase=backward``. With no ``wrt`` the graph is returned
+unchanged.
+"""
+
+from __future__ import annotations
+
+from dpt_ir.autodiff import joint_graph
+from dpt_ir.graph import Graph, Node
+from dpt_ir.ops.registry import CONSTANT_OP
+from dpt_ir.passes.options import CompileOptions
+from dpt_ir.passes.util import substitute
+
+NAME = "autodiff"
+
+
+def run(graph: Graph, options: CompileOptions) -> Graph:
+    if not options.wrt:
+        return graph
+    joint = joint_graph(graph, options.wrt, options.seed_outputs(graph))
+    if options.seed_values:
+        joint = _fix_seeds(joint, options.seed_values)
+    return joint
+
+
+def _fix_seeds(joint: Graph, values: dict[str, float]) -> Graph:
+    """Replace cotangent inputs whose value is known at compile time by constants."""
+    cts: dict[str, str] = joint.meta["cotangents"]
+    taken = set(joint.types)
+    seed_nodes: list[Node] = []
+    subst: dict[str, str] = {}
+    for out, ct in cts.items():
+        if out not in values:
+            continue
+        t = joint.types[ct]
+        name = _unique(f"seed_{out}", taken)
+        attrs = {"value": float(values[out]), "dtype": t.dtype, "shape": list(t.shape)}
+        meta = {"phase": "backward", "grad_of": "seed"}
+        seed_nodes.append(Node(name=name, op=CONSTANT_OP, attrs=attrs, type=t, meta=meta))
+        subst[ct] = name
+    inputs = tuple(i for i in joint.inputs if i.name not in subst)
+    meta = {
+        **joint.meta,
+        "cotangents": {o: c for o, c in cts.items() if o not in values},
+        "fixed_seeds": {o: float(v) for o, v in values.items()},
+    }
+    # The input list shrinks before the uses are rewritten: validate only the final graph.
+    unvalidated = joint.model_copy(update={"inputs": inputs})
+    return substitute(unvalidated, subst, [*seed_nodes, *joint.nodes]).replace(meta=meta)
+
+
+def _unique(base: str, taken: set[str]) -> str:
+    candidate, k = base, 0
+    while candidate in taken:
+        k += 1
+        candidate = f"{base}_{k}"
+    taken.add(candidate)
+    return candidate

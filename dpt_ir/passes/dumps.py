@@ -1,0 +1,168 @@
+"""Dump writers: textual IR and Graphviz per pass, the saved-set and fusion tables, and
+the JSON report. All of them read only the graph and its ``meta``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dpt_ir.graph import Graph
+from dpt_ir.passes.util import phase_of
+
+if TYPE_CHECKING:
+    from dpt_ir.passes.manager import PipelineResult
+
+NL = "\n"
+PHASE_COLOURS = {"forward": "#dbe9f6", "backward": "#fde5d2"}
+
+
+def write_all(result: PipelineResult, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for rec, g in zip(result.records, result.stages, strict=True):
+        stem = f"{rec.index:02d}-{rec.name}"
+        (out_dir / f"{stem}.ir").write_text(g.to_text())
+        (out_dir / f"{stem}.dot").write_text(to_dot(g))
+    (out_dir / "saved.txt").write_text(saved_table(result.graph))
+    (out_dir / "fusion.txt").write_text(fusion_table(result.graph))
+    (out_dir / "report.json").write_text(json.dumps(report(result), indent=2, sort_keys=True))
+
+
+def _quote(s: str) -> str:
+    return json.dumps(s)
+
+
+def to_dot(graph: Graph) -> str:
+    """Graphviz source: values as boxes, fusion groups as coloured clusters, saved values
+    highlighted in red, program inputs as ellipses."""
+    saved = {r["value"] for r in graph.meta.get("saved", [])}
+    lines = [f"digraph {_quote(graph.name)} {{", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
+    for i in graph.inputs:
+        label = _quote(f"{i.name}{NL}{i.type}")
+        lines.append(f"  {_quote(i.name)} [shape=ellipse, label={label}];")
+    members: dict[str, list[str]] = {}
+    for n in graph.nodes:
+        members.setdefault(n.meta.get("group", ""), []).append(n.name)
+    groups = {g["id"]: g for g in graph.meta.get("groups", [])}
+    for gid, names in members.items():
+        indent = "  "
+        if gid:
+            g = groups.get(gid, {})
+            colour = PHASE_COLOURS.get(g.get("phase", "forward"), "#eeeeee")
+            label = f"{gid}: {g.get('kind', '')} {g.get('space', '')}"
+            lines += [
+                f"  subgraph {_quote('cluster_' + gid)} {{",
+                f"    label={_quote(label)};",
+                "    style=filled;",
+                f"    fillcolor={_quote(colour)};",
+            ]
+            indent = "    "
+        for name in names:
+            n = graph.node_map[name]
+            attrs = ["label=" + _quote(f"{n.name}{NL}{n.op} : {n.type}")]
+            if name in saved:
+                attrs += ['color="red"', "penwidth=3"]
+            elif phase_of(n) == "backward" and not gid:
+                attrs.append(f"style=filled, fillcolor={_quote(PHASE_COLOURS['backward'])}")
+            lines.append(f"{indent}{_quote(name)} [{', '.join(attrs)}];")
+        if gid:
+            lines.append("  }")
+    for n in graph.nodes:
+        for i in dict.fromkeys(n.inputs):
+            lines.append(f"  {_quote(i)} -> {_quote(n.name)};")
+    for o in graph.outputs:
+        lines.append(f"  {_quote('out:' + o.name)} [shape=doubleoctagon, label={_quote(o.name)}];")
+        lines.append(f"  {_quote(o.value)} -> {_quote('out:' + o.name)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[k]) for r in rows)) if rows else len(h) for k, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*r) for r in rows]
+    return "\n".join(line.rstrip() for line in out)
+
+
+def saved_table(graph: Graph) -> str:
+    """``saved.txt``: each saved value with bytes, provenance, readers and reason."""
+    records = graph.meta.get("saved")
+    if records is None:
+        return "no partition: the graph was compiled without wrt (forward only)\n"
+    rows = [
+        [r["value"], r["type"], str(r["bytes"]), r["provenance"], ",".join(r["readers"]), r["reason"]]
+        for r in records
+    ]
+    text = [
+        f"saved set of {graph.name!r}: {len(records)} value(s), {graph.meta.get('saved_bytes', 0)} bytes",
+        "program inputs are read in place by the backward and cost nothing",
+        "",
+    ]
+    text.append(
+        _table(["value", "type", "bytes", "from", "read by", "reason"], rows)
+        if rows
+        else "(nothing saved: the backward recomputes what it needs from program inputs)"
+    )
+    derived = graph.meta.get("derived_attributes", [])
+    if derived:
+        text += ["", "derived attributes (saved instead of a tensor):"]
+        text.append(
+            _table(
+                ["node", "op", "attribute", "value"],
+                [[d["node"], d["op"], d["attribute"], json.dumps(d["value"])] for d in derived],
+            )
+        )
+    recomputed = [n for n in graph.nodes if "recompute_of" in n.meta]
+    if recomputed:
+        text += ["", "recomputed in the backward (not saved):"]
+        text += [f"  {n.name} = {n.op}(...)  recomputes {n.meta['recompute_of']}" for n in recomputed]
+    return "\n".join(text) + "\n"
+
+
+def fusion_table(graph: Graph) -> str:
+    """``fusion.txt``: each kernel with its nodes and bytes, then why boundaries exist."""
+    groups = graph.meta.get("groups")
+    if groups is None:
+        return "no fusion: the pipeline did not run the fusion pass\n"
+    text = [f"fusion of {graph.name!r}: {len(groups)} kernel(s)", ""]
+    for g in groups:
+        axes = f" reduce axes {g['axes']}" if g["kind"] == "reduction" else ""
+        text.append(
+            f"{g['id']} [{g['phase']}] {g['kind']} over {g['space']}{axes}: "
+            f"{len(g['nodes'])} node(s), reads {g['bytes_read']} B, writes {g['bytes_written']} B"
+        )
+        text.append(f"  nodes:   {', '.join(g['nodes'])}")
+        text.append(f"  reads:   {', '.join(g['inputs']) or '-'}")
+        text.append(f"  writes:  {', '.join(g['outputs'])}")
+    text += ["", "boundaries (a value written by one kernel and read by another):"]
+    bounds = graph.meta.get("boundaries", [])
+    text += [f"  {b['value']}: {b['from']} -> {b['to']}: {b['reason']}" for b in bounds] or ["  (none)"]
+    return "\n".join(text) + "\n"
+
+
+def report(result: PipelineResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    g = result.graph
+    groups = g.meta.get("groups", [])
+    out = {
+        "graph": g.name,
+        "passes": [
+            {"index": r.index, "name": r.name, "seconds": r.seconds, "nodes": r.nodes} for r in result.records
+        ],
+        "kernel_count": len(groups),
+        "kernels": [
+            {
+                "id": k["id"],
+                "phase": k["phase"],
+                "kind": k["kind"],
+                "nodes": len(k["nodes"]),
+                "bytes_read": k["bytes_read"],
+                "bytes_written": k["bytes_written"],
+            }
+            for k in groups
+        ],
+        "saved_bytes": g.meta.get("saved_bytes", 0),
+        "workspace_bytes": g.meta.get("schedule", {}).get("workspace_bytes", 0),
+    }
+    out.update(extra or {})
+    return out

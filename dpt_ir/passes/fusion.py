@@ -1,0 +1,224 @@
+"""fusion: group the nodes of each phase into kernels.
+
+Assumes: every node is tagged with a phase (`saved_attributes` ran).
+Guarantees: ``meta["groups"]`` lists the kernels of the program, each a dict with
+``id``, ``phase``, ``kind`` (``pointwise`` or ``reduction``), ``space`` (the iteration
+space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
+``nodes`` (topological order), ``roots`` (the values it computes for others),
+``inputs``/``outputs`` (values read from / written to memory) and bytes moved;
+``meta["boundaries"]`` says why each materialised value was not fused into its
+readers. Every node belongs to at least one group; a cheap elementwise or shape node
+read by several groups is recomputed in each (at most ``max_inline_consumers``) rather
+than written and read back. Decisions use op kinds and costs only, never op names.
+Values are unchanged; only ``meta`` (graph and nodes) is added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from dpt_ir.graph import Graph, Node
+from dpt_ir.passes.util import phase_of
+
+NAME = "fusion"
+POINTWISE = ("elementwise", "shape")
+
+
+@dataclass
+class Group:
+    id: str
+    phase: str
+    kind: str
+    space: tuple[int, ...]
+    axes: tuple[int, ...] = ()
+    roots: list[str] = field(default_factory=list)
+    nodes: set[str] = field(default_factory=set)
+
+
+def run(graph: Graph, options: Any = None) -> Graph:
+    fuse = getattr(options, "fuse", True)
+    limit = getattr(options, "max_inline_consumers", 4)
+    roots, reasons = _materialised(graph, fuse, limit)
+    groups = _closures(graph, roots)
+    if fuse:
+        groups = _merge_siblings(graph, groups)
+    return _annotate(graph, groups, reasons)
+
+
+def _is_pointwise(node: Node) -> bool:
+    return node.opdef.kind in POINTWISE
+
+
+def _is_free(node: Node) -> bool:
+    """Source nodes (constants, iota) cost nothing to recompute anywhere."""
+    return _is_pointwise(node) and not node.inputs
+
+
+def _materialised(graph: Graph, fuse: bool, limit: int) -> tuple[list[str], dict[str, str]]:
+    """Nodes whose value is written to memory, and why each one is."""
+    outputs = {o.value for o in graph.outputs}
+    saved = {r["value"] for r in graph.meta.get("saved", [])}
+    reasons: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.name in outputs:
+            reasons[node.name] = "a graph output"
+        elif node.name in saved:
+            reasons[node.name] = "saved: read by the backward phase"
+        elif not _is_pointwise(node):
+            reasons[node.name] = f"a {node.opdef.kind} result: its readers need it complete (next kernel)"
+        elif not fuse and not _is_free(node):
+            reasons[node.name] = "fusion is off"
+        elif any(phase_of(graph.node_map[c]) != phase_of(node) for c in graph.consumers[node.name]):
+            reasons[node.name] = "read by the other phase"
+    while True:
+        groups = _closures(graph, list(reasons))
+        counts: dict[str, int] = {}
+        for g in groups:
+            for n in g.nodes - set(g.roots):
+                counts[n] = counts.get(n, 0) + 1
+        over = [n for n, k in counts.items() if k > limit and not _is_free(graph.node_map[n])]
+        if not over:
+            break
+        for n in over:
+            reasons[n] = (
+                f"read by {counts[n]} groups (more than {limit}): computed once, not recomputed in each"
+            )
+    order = {n.name: k for k, n in enumerate(graph.nodes)}
+    return sorted(reasons, key=order.__getitem__), reasons
+
+
+def _closures(graph: Graph, roots: list[str]) -> list[Group]:
+    """One group per root: the root plus the pointwise nodes it reads, up to other roots."""
+    root_set = set(roots)
+    groups = []
+    order = {n.name: k for k, n in enumerate(graph.nodes)}
+    for k, r in enumerate(sorted(roots, key=order.__getitem__)):
+        node = graph.node_map[r]
+        if _is_pointwise(node):
+            g = Group(f"g{k}", phase_of(node), "pointwise", node.type.shape)
+        else:
+            attrs = node.opdef.parse_attrs(node.attrs, r)
+            space = graph.types[node.inputs[0]].shape
+            g = Group(f"g{k}", phase_of(node), "reduction", space, tuple(getattr(attrs, "axes", ())))
+        g.roots.append(r)
+        stack = [r]
+        while stack:
+            n = stack.pop()
+            if n in g.nodes:
+                continue
+            g.nodes.add(n)
+            for i in graph.node_map[n].inputs:
+                if i in graph.node_map and i not in root_set:
+                    stack.append(i)
+        groups.append(g)
+    return groups
+
+
+def _group_dag(graph: Graph, groups: list[Group]) -> nx.DiGraph:
+    owner = {r: g.id for g in groups for r in g.roots}
+    dag = nx.DiGraph()
+    dag.add_nodes_from(g.id for g in groups)
+    for g in groups:
+        for n in g.nodes:
+            for i in graph.node_map[n].inputs:
+                if i in owner and owner[i] != g.id:
+                    dag.add_edge(owner[i], g.id)
+    return dag
+
+
+def _compatible(a: Group, b: Group) -> bool:
+    """Can one kernel run both? Same phase and iteration space; a reduction can also
+    produce pointwise values over the space it reads."""
+    if a.phase != b.phase or a.space != b.space:
+        return False
+    if a.kind == "reduction" and b.kind == "reduction":
+        return a.axes == b.axes
+    return True
+
+
+def _merge_siblings(graph: Graph, groups: list[Group]) -> list[Group]:
+    """Merge compatible groups with no path between them (horizontal fusion), and a
+    pointwise group into its producer's reduction group when it iterates over the same
+    space (vertical fusion across the reduction's input)."""
+    merged = True
+    while merged:
+        merged = False
+        dag = _group_dag(graph, groups)
+        by_id = {g.id: g for g in groups}
+        for a in groups:
+            for b in groups:
+                if a.id >= b.id or not _compatible(a, b):
+                    continue
+                if nx.has_path(dag, a.id, b.id) or nx.has_path(dag, b.id, a.id):
+                    continue
+                by_id[a.id] = _union(a, b)
+                groups = [by_id[a.id] if g.id == a.id else g for g in groups if g.id != b.id]
+                merged = True
+                break
+            if merged:
+                break
+    return groups
+
+
+def _union(a: Group, b: Group) -> Group:
+    kind = "reduction" if "reduction" in (a.kind, b.kind) else "pointwise"
+    axes = a.axes if a.kind == "reduction" else b.axes
+    return Group(a.id, a.phase, kind, a.space, axes, a.roots + b.roots, a.nodes | b.nodes)
+
+
+def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str]) -> Graph:
+    dag = _group_dag(graph, groups)
+    order = list(
+        nx.lexicographical_topological_sort(
+            dag, key=lambda gid: (0 if _by_id(groups, gid).phase == "forward" else 1, int(gid[1:]))
+        )
+    )
+    renumber = {
+        gid: f"{'f' if _by_id(groups, gid).phase == 'forward' else 'b'}{k}" for k, gid in enumerate(order)
+    }
+    node_order = {n.name: k for k, n in enumerate(graph.nodes)}
+    owner = {r: g.id for g in groups for r in g.roots}
+    records, first_group = [], {}
+    for gid in order:
+        g = _by_id(groups, gid)
+        nodes = sorted(g.nodes, key=node_order.__getitem__)
+        reads = sorted(
+            {i for n in nodes for i in graph.node_map[n].inputs if i not in g.nodes},
+            key=lambda v: (v not in node_order, node_order.get(v, 0), v),
+        )
+        writes = sorted(set(g.roots), key=node_order.__getitem__)
+        records.append(
+            {
+                "id": renumber[gid],
+                "phase": g.phase,
+                "kind": g.kind,
+                "space": list(g.space),
+                "axes": list(g.axes),
+                "nodes": nodes,
+                "roots": writes,
+                "inputs": reads,
+                "outputs": writes,
+                "bytes_read": sum(graph.types[v].nbytes for v in reads),
+                "bytes_written": sum(graph.types[v].nbytes for v in writes),
+            }
+        )
+        for n in nodes:
+            first_group.setdefault(n, renumber[gid])
+    boundaries = [
+        {"value": v, "from": renumber[owner[v]], "to": r["id"], "reason": reasons[v]}
+        for r in records
+        for v in r["inputs"]
+        if v in owner
+    ]
+    nodes = tuple(
+        n.model_copy(update={"meta": {**n.meta, "group": first_group[n.name]}}) for n in graph.nodes
+    )
+    meta = {**graph.meta, "groups": records, "boundaries": boundaries}
+    return graph.replace(nodes=nodes, meta=meta)
+
+
+def _by_id(groups: list[Group], gid: str) -> Group:
+    return next(g for g in groups if g.id == gid)

@@ -1,0 +1,141 @@
+"""The pass manager: a pipeline described as data, verification after every pass,
+per-pass timing, and dumps.
+
+``run_pipeline(graph, options, pipeline, dump_dir)`` applies each named pass in turn.
+With ``verify=True`` (the default) the `verify` pass checks the result of every pass,
+and a failure names the pass that broke the graph. With a ``dump_dir`` (or the
+``DPT_IR_DUMP`` environment variable) it writes ``NN-<pass>.ir`` and ``NN-<pass>.dot``
+after each pass, then ``saved.txt``, ``fusion.txt`` and ``report.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from dpt_ir.errors import ContractError
+from dpt_ir.graph import Graph
+from dpt_ir.passes import (
+    autodiff,
+    canonicalize,
+    cse,
+    dce,
+    dumps,
+    fusion,
+    saved_attributes,
+    schedule,
+    verify,
+)
+from dpt_ir.passes.options import CompileOptions
+
+PassFn = Callable[[Graph, CompileOptions], Graph]
+PASSES: dict[str, PassFn] = {
+    m.NAME: m.run for m in (verify, canonicalize, cse, dce, autodiff, saved_attributes, fusion, schedule)
+}
+DEFAULT_PIPELINE: tuple[str, ...] = (
+    "verify",
+    "canonicalize",
+    "cse",
+    "dce",
+    "autodiff",
+    "canonicalize",
+    "cse",
+    "dce",
+    "saved_attributes",
+    "fusion",
+    "schedule",
+)
+
+
+class PassSpec(BaseModel):
+    """One pipeline entry: a pass name and option overrides for that pass only."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    options: dict[str, Any] = {}
+
+
+PipelineEntry = str | PassSpec
+
+
+def _spec(entry: PipelineEntry) -> PassSpec:
+    spec = entry if isinstance(entry, PassSpec) else PassSpec(name=entry)
+    if spec.name not in PASSES:
+        raise ContractError(f"pipeline: unknown pass {spec.name!r}; known passes are {sorted(PASSES)}")
+    return spec
+
+
+class PassRecord(BaseModel):
+    """What one pass did: its position, name, time and the node count after it."""
+
+    model_config = ConfigDict(frozen=True)
+    index: int
+    name: str
+    seconds: float
+    nodes: int
+
+
+class PipelineResult(BaseModel):
+    """The final graph, every intermediate graph, and the per-pass records."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    graph: Graph
+    stages: tuple[Graph, ...]
+    records: tuple[PassRecord, ...]
+
+    def after(self, name: str) -> Graph:
+        """The graph after the last run of pass ``name``."""
+        for rec, g in zip(reversed(self.records), reversed(self.stages), strict=True):
+            if rec.name == name:
+                return g
+        raise ContractError(f"pass {name!r} is not in the pipeline {[r.name for r in self.records]}")
+
+
+def resolve_dump_dir(dump_dir: str | os.PathLike[str] | None) -> Path | None:
+    if dump_dir is not None:
+        return Path(dump_dir)
+    env = os.environ.get("DPT_IR_DUMP")
+    return Path(env) if env else None
+
+
+def run_pipeline(
+    graph: Graph,
+    options: CompileOptions | None = None,
+    pipeline: Sequence[PipelineEntry] = DEFAULT_PIPELINE,
+    dump_dir: str | os.PathLike[str] | None = None,
+    verify_each: bool = True,
+) -> PipelineResult:
+    """Run ``pipeline`` over ``graph``; see the module docstring."""
+    options = options or CompileOptions()
+    specs = [_spec(entry) for entry in pipeline]
+    out_dir = resolve_dump_dir(dump_dir)
+    stages: list[Graph] = []
+    records: list[PassRecord] = []
+    for k, spec in enumerate(specs):
+        name = spec.name
+        pass_options = options.model_copy(update=spec.options) if spec.options else options
+        start = time.perf_counter()
+        graph = PASSES[name](graph, pass_options)
+        if verify_each:
+            try:
+                verify.run(graph)
+            except ContractError as exc:
+                raise ContractError(f"pass {name!r} produced an invalid graph: {exc}") from None
+        records.append(
+            PassRecord(index=k, name=name, seconds=time.perf_counter() - start, nodes=len(graph.nodes))
+        )
+        stages.append(graph)
+    result = PipelineResult(graph=graph, stages=tuple(stages), records=tuple(records))
+    if out_dir is not None:
+        dumps.write_all(result, out_dir)
+    return result
+
+
+def report(result: PipelineResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``report.json`` content: pass timings, kernels, bytes and saved bytes."""
+    return dumps.report(result, extra)

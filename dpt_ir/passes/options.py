@@ -1,0 +1,55 @@
+"""`CompileOptions`: what the user asked `dp.compile` for, as one validated model that
+every pass reads (and that keys the compile caches)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dpt_ir.autodiff import default_loss
+from dpt_ir.errors import ContractError
+from dpt_ir.graph import Graph
+from dpt_ir.types import is_float
+
+
+class CompileOptions(BaseModel):
+    """Options of one compilation.
+
+    - ``wrt``: inputs to differentiate (empty: forward only).
+    - ``seeds``: outputs that get a cotangent input (default: every float output, so a
+      tape pass can seed any of them).
+    - ``seed_values``: cotangents known at compile time (``value_and_grad`` seeds its loss
+      with 1.0); those outputs get a constant instead of an input.
+    - ``loss``: the output ``value_and_grad`` differentiates.
+    - ``recompute``: let `saved_attributes` recompute cheap work in the backward.
+    - ``fuse``: let `fusion` group nodes (off: one kernel per node).
+    - ``checks``: kernels report non-finite and out-of-domain values.
+    - ``max_inline_consumers``: a cheap value read by more fusion groups than this is
+      materialised once instead of being recomputed in each.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    wrt: tuple[str, ...] = ()
+    seeds: tuple[str, ...] | None = None
+    seed_values: dict[str, float] = Field(default_factory=dict)
+    loss: str | None = None
+    recompute: bool = True
+    fuse: bool = True
+    checks: bool = True
+    max_inline_consumers: int = 4
+
+    def seed_outputs(self, graph: Graph) -> list[str]:
+        """The outputs that receive a cotangent, checked against ``graph``."""
+        if self.seeds is not None:
+            names = list(self.seeds)
+        else:
+            names = [o.name for o in graph.outputs if is_float(graph.types[o.value].dtype)]
+        for name in [*names, *self.seed_values]:
+            graph.output_value(name)
+        for name in self.seed_values:
+            if name not in names:
+                raise ContractError(f"seed_values: output {name!r} is not among the seeded outputs {names}")
+        return names
+
+    def loss_output(self, graph: Graph) -> str:
+        return self.loss if self.loss is not None else default_loss(graph)

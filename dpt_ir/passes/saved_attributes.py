@@ -1,0 +1,220 @@
+"""saved_attributes: partition the joint graph into forward and backward phases.
+
+Assumes: the joint graph from `autodiff` (``meta["cotangents"]`` names the cotangent
+inputs still unknown at compile time; ``meta["gradients"]`` the gradient outputs).
+
+Guarantees:
+- every node is tagged ``phase=forward`` or ``phase=backward``; forward nodes read only
+  program inputs and forward values;
+- the values a backward node reads from the forward phase are the *saved set*, chosen
+  by a minimum cut (networkx) that minimises saved bytes. Program inputs and forward
+  outputs cost nothing (the caller keeps inputs immutable until the pass closes; outputs
+  are written anyway). Nodes that do not depend on a cotangent may be recomputed in the
+  backward (a clone named ``<name>.re``) unless their op is a reduction, a stencil or
+  marked expensive;
+- ``meta["saved"]`` lists each saved value with its bytes, provenance (the forward node),
+  readers (backward nodes) and the reason it is saved rather than recomputed;
+  ``meta["derived_attributes"]`` lists the static attributes (counts, shapes) the
+  backward reads instead of a tensor;
+- values are unchanged: every clone computes exactly what its original computes.
+
+Without cotangent inputs (forward only, or every seed fixed at compile time) all nodes
+are forward and nothing is saved: forward and backward can then share kernels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+
+from dpt_ir.graph import Graph, Node
+from dpt_ir.passes.util import phase_of
+
+NAME = "saved_attributes"
+NOT_RECOMPUTED = ("reduction", "stencil")
+RECOMPUTE_SUFFIX = ".re"
+
+
+def run(graph: Graph, options: Any = None) -> Graph:
+    cts = set(graph.meta.get("cotangents", {}).values())
+    needs_ct = _descendants(graph, cts)
+    if not needs_ct:
+        nodes = tuple(_tag(n, "forward") for n in graph.nodes)
+        return graph.replace(
+            nodes=nodes,
+            meta={**graph.meta, "saved": [], "saved_bytes": 0, "derived_attributes": _derived(graph)},
+        )
+    recompute = getattr(options, "recompute", True)
+    source_side = _min_cut(graph, needs_ct, recompute)
+    return _rewrite(graph, needs_ct, source_side)
+
+
+def _descendants(graph: Graph, roots: set[str]) -> set[str]:
+    nxg = graph.to_networkx()
+    out: set[str] = set()
+    for r in roots:
+        out |= nx.descendants(nxg, r)
+    return out
+
+
+def forward_outputs(graph: Graph) -> set[str]:
+    grads = set(graph.meta.get("gradients", {}).values())
+    return {o.value for o in graph.outputs if o.name not in grads}
+
+
+def backward_outputs(graph: Graph) -> set[str]:
+    grads = set(graph.meta.get("gradients", {}).values())
+    return {o.value for o in graph.outputs if o.name in grads}
+
+
+def _pinned_forward(node: Node) -> bool:
+    op = node.opdef
+    return op.kind in NOT_RECOMPUTED or op.cost == "expensive"
+
+
+def _min_cut(graph: Graph, needs_ct: set[str], recompute: bool) -> set[str]:
+    """Values computed in the forward phase (``v:in`` on the source side of the cut).
+
+    Each value ``v`` is an edge ``v:in -> v:out`` whose capacity is the bytes it costs to
+    save; data edges are infinite. Cotangent-dependent values feed the sink; values that
+    must be computed in the forward (outputs, pinned ops, everything when recompute is
+    off) hang from the source. Cotangent-dependent values cannot be saved (infinite).
+    """
+    fwd_out = forward_outputs(graph)
+    cts = set(graph.meta.get("cotangents", {}).values())
+    flow = nx.DiGraph()
+    inputs = {i.name for i in graph.inputs}
+    for name, t in graph.types.items():
+        if name in needs_ct or name in cts:
+            flow.add_edge(f"{name}:in", f"{name}:out")
+            flow.add_edge(f"{name}:out", "sink")
+        else:
+            free = name in inputs or name in fwd_out
+            flow.add_edge(f"{name}:in", f"{name}:out", capacity=0 if free else t.nbytes)
+    for i in inputs - cts:
+        flow.add_edge("source", f"{i}:in")
+    for node in graph.nodes:
+        for i in node.inputs:
+            flow.add_edge(f"{i}:out", f"{node.name}:in")
+        if node.name not in needs_ct and (node.name in fwd_out or not recompute or _pinned_forward(node)):
+            flow.add_edge("source", f"{node.name}:in")
+    _, (source_set, _) = nx.minimum_cut(flow, "source", "sink")
+    return {k[: -len(":in")] for k in source_set if k.endswith(":in")}
+
+
+def _ancestors(graph: Graph, values: set[str]) -> set[str]:
+    live = set(values)
+    for node in reversed(graph.nodes):
+        if node.name in live:
+            live.update(node.inputs)
+    return live
+
+
+def _rewrite(graph: Graph, needs_ct: set[str], source_side: set[str]) -> Graph:
+    """Tag phases, clone forward values the backward recomputes, record the saved set."""
+    inputs = {i.name for i in graph.inputs}
+    bwd_out = backward_outputs(graph)
+    in_backward = _ancestors(graph, bwd_out) - source_side - inputs
+    saved = {
+        i
+        for n in graph.nodes
+        if n.name in in_backward
+        for i in n.inputs
+        if i in source_side and i not in inputs
+    }
+    in_forward = _ancestors(graph, forward_outputs(graph) | saved) - needs_ct - inputs
+    clones: dict[str, str] = {}
+    nodes: list[Node] = []
+    taken = set(graph.types)
+    for node in graph.nodes:
+        backward_inputs = tuple(clones.get(i, i) for i in node.inputs)
+        if node.name in in_forward:
+            nodes.append(_tag(node, "forward"))
+            if node.name in in_backward:
+                clone = _fresh(node.name + RECOMPUTE_SUFFIX, taken)
+                clones[node.name] = clone
+                meta = {**node.meta, "phase": "backward", "recompute_of": node.name}
+                nodes.append(node.model_copy(update={"name": clone, "inputs": backward_inputs, "meta": meta}))
+        elif node.name in in_backward:
+            nodes.append(_tag(node.model_copy(update={"inputs": backward_inputs}), "backward"))
+    outputs = tuple(
+        o.model_copy(update={"value": clones.get(o.value, o.value)}) if o.value in bwd_out else o
+        for o in graph.outputs
+    )
+    records = _saved_records(graph, saved, nodes)
+    meta = {
+        **graph.meta,
+        "saved": records,
+        "saved_bytes": sum(r["bytes"] for r in records),
+        "derived_attributes": _derived(graph),
+    }
+    return graph.replace(nodes=tuple(nodes), outputs=outputs, meta=meta)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    candidate, k = name, 1
+    while candidate in taken:
+        k += 1
+        candidate = f"{name}{k}"
+    taken.add(candidate)
+    return candidate
+
+
+def _tag(node: Node, phase: str) -> Node:
+    if phase_of(node) == phase and "phase" in node.meta:
+        return node
+    return node.model_copy(update={"meta": {**node.meta, "phase": phase}})
+
+
+def _saved_records(graph: Graph, saved: set[str], nodes: list[Node]) -> list[dict[str, Any]]:
+    fwd_out = forward_outputs(graph)
+    records = []
+    for node in graph.nodes:
+        if node.name not in saved:
+            continue
+        readers = [n.name for n in nodes if phase_of(n) == "backward" and node.name in n.inputs]
+        records.append(
+            {
+                "value": node.name,
+                "bytes": node.type.nbytes,
+                "type": node.type.short(),
+                "provenance": node.name,
+                "op": node.op,
+                "readers": readers,
+                "reason": _reason(graph, node, fwd_out),
+            }
+        )
+    return records
+
+
+def _reason(graph: Graph, node: Node, fwd_out: set[str]) -> str:
+    if node.name in fwd_out:
+        return "a forward output, written anyway (saving it is free)"
+    if _pinned_forward(node):
+        return f"a {node.opdef.kind} result: reductions, stencils and expensive ops are not recomputed"
+    pinned = sorted(
+        a
+        for a in _ancestors(graph, {node.name}) - {node.name}
+        if a in graph.node_map and _pinned_forward(graph.node_map[a])
+    )
+    if pinned:
+        return (
+            f"recomputing it would need the reduction result(s) {pinned} as well; "
+            f"saving {node.type.nbytes} B is the minimum cut"
+        )
+    return f"saving {node.type.nbytes} B is cheaper than what recomputing it would have to save"
+
+
+def _derived(graph: Graph) -> list[dict[str, Any]]:
+    """Static attributes read by backward formulas instead of tensors (e.g. mean's count)."""
+    has_grad = {n.meta.get("grad_of") for n in graph.nodes if n.meta.get("phase") == "backward"}
+    out = []
+    for node in graph.nodes:
+        d = node.opdef.derivative
+        if d is None or not d.derived or node.name not in has_grad:
+            continue
+        sig = graph.signature(node)
+        for attr, fn in d.derived.items():
+            out.append({"node": node.name, "op": node.op, "attribute": attr, "value": fn(sig)})
+    return out

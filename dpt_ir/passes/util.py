@@ -1,0 +1,35 @@
+"""Small graph-rewriting helpers shared by the passes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from dpt_ir.graph import Graph, Node, Output
+
+
+def resolve(name: str, subst: Mapping[str, str]) -> str:
+    """Follow a chain of substitutions to its end."""
+    seen = set()
+    while name in subst and name not in seen:
+        seen.add(name)
+        name = subst[name]
+    return name
+
+
+def substitute(graph: Graph, subst: Mapping[str, str], nodes: Iterable[Node] | None = None) -> Graph:
+    """Rewrite every use of a value named in ``subst`` to its replacement (nodes and outputs).
+
+    ``nodes`` replaces the node list first (default: the graph's). Nodes whose own name is
+    substituted away are kept; `dce` removes them once unused.
+    """
+    new_nodes = []
+    for node in graph.nodes if nodes is None else nodes:
+        inputs = tuple(resolve(i, subst) for i in node.inputs)
+        new_nodes.append(node if inputs == node.inputs else node.model_copy(update={"inputs": inputs}))
+    outputs = tuple(Output(name=o.name, value=resolve(o.value, subst)) for o in graph.outputs)
+    return graph.replace(nodes=tuple(new_nodes), outputs=outputs)
+
+
+def phase_of(node: Node) -> str:
+    """``forward`` unless autodiff or the partitioner tagged the node ``backward``."""
+    return node.meta.get("phase", "forward")
