@@ -29,6 +29,8 @@ def check_wrt(graph: Graph, wrt: Sequence[str]) -> tuple[str, ...]:
     """Validate ``wrt`` against the graph's inputs; ContractError naming the culprit."""
     if isinstance(wrt, str):
         wrt = [wrt]
+    if not isinstance(wrt, Sequence):
+        raise ContractError(f"wrt: expected an input name or a list of input names, found {wrt!r}")
     names = tuple(wrt)
     for name in names:
         inp = graph.input_map.get(name)
@@ -169,6 +171,11 @@ def seed_arrays(graph: Graph, seed: object) -> dict[str, np.ndarray]:
     for name, value in seed.items():
         t = graph.types[graph.output_value(name)]
         arr = np.asarray(value)
+        if arr.dtype.kind not in "biuf":
+            raise ContractError(
+                f"seed for output {name!r}: expected a real scalar or array, found {type(value).__name__}"
+                f" of dtype {arr.dtype}"
+            )
         if arr.shape == () and t.shape != ():
             arr = np.full(t.shape, arr)
         if arr.shape != t.shape:

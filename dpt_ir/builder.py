@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, Input, Node, Output, check_name
@@ -52,9 +52,22 @@ class Tensor:
             "(use dp.where, dp.logical_and/or or comparisons inside the graph)"
         )
 
+    def __array__(self, *args: object, **kwargs: object) -> NoReturn:
+        raise ContractError(
+            f"tensor %{self.name}: a graph tensor has no NumPy value while the graph is built "
+            "(use dp.* functions instead of NumPy functions on it; evaluate with dp.interpret)"
+        )
+
     __hash__ = object.__hash__
 
     # Operators are bound in dpt_ir.functions, which owns the dp.* function set.
+
+
+def op_site(op_name: str, operands: Sequence[Tensor]) -> str:
+    """How errors name an op application being built: ``op 'add' on %x, %y``."""
+    if not operands:
+        return f"op {op_name!r}"
+    return f"op {op_name!r} on " + ", ".join(f"%{t.name}" for t in operands)
 
 
 class GraphBuilder:
@@ -112,15 +125,20 @@ class GraphBuilder:
         name: str | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> Tensor:
-        """Append one node applying ``op_name``; validates everything before appending."""
+        """Append one node applying ``op_name``; validates everything before appending.
+        Errors name the op and its operands (``op 'add' on %x, %y: ...``)."""
         op = get_op(op_name, f"op {op_name!r}")
-        where = f"op {op_name!r}"
+        if isinstance(inputs, Tensor) or not isinstance(inputs, Sequence):
+            raise ContractError(
+                f"op {op_name!r}: inputs must be a list of dp tensors, found {type(inputs).__name__}"
+            )
         for t in inputs:
-            self.own(t, where)
+            self.own(t, f"op {op_name!r}")
+        where = op_site(op_name, inputs)
         op.check_arity(len(inputs), where)
         parsed = op.parse_attrs(attrs or {}, where)
         out_type = op.infer(tuple(t.type for t in inputs), parsed, where)
-        node_name = name if name is not None else self.fresh(op_name)
+        node_name = check_name(name, "node") if name is not None else self.fresh(op_name)
         self._claim(node_name, f"node {node_name!r}")
         node = Node(
             name=node_name,

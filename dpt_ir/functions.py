@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir.builder import GraphBuilder, Tensor
+from dpt_ir.builder import GraphBuilder, Tensor, op_site
 from dpt_ir.errors import ContractError
 from dpt_ir.ops.rules import reduced_shape
 from dpt_ir.types import (
@@ -225,8 +225,8 @@ astype = cast
 
 # -- reductions --------------------------------------------------------------------
 def _reduce(op: str, x: Tensor, axis: Any, keepdims: bool) -> Tensor:
-    where = f"op {op!r}"
-    (x,) = lift([x], where)
+    (x,) = lift([x], f"op {op!r}")
+    where = op_site(op, [x])
     axes = normalize_axes(axis, x.ndim, where)
     return x.builder.emit(op, [x], {"axes": list(axes), "keepdims": bool(keepdims)})
 
@@ -270,8 +270,8 @@ def argmin(x: Tensor, axis: int | None = None, keepdims: bool = False) -> Tensor
 
 
 def _arg(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
-    where = f"op {op!r}"
-    (x,) = lift([x], where)
+    (x,) = lift([x], f"op {op!r}")
+    where = op_site(op, [x])
     if axis is None and keepdims:
         return _reduce(op, x, None, True)
     if axis is None:
@@ -283,17 +283,20 @@ def _arg(op: str, x: Tensor, axis: int | None, keepdims: bool) -> Tensor:
 def _shape_arg(shape: Any, where: str) -> list[int]:
     if isinstance(shape, int | np.integer):
         shape = (shape,)
-    try:
-        dims = [int(d) for d in shape]
-    except (TypeError, ValueError):
-        raise ContractError(f"{where}: shape must be a sequence of ints, found {shape!r}") from None
-    return dims
+    if isinstance(shape, np.ndarray) and shape.ndim == 1:
+        shape = tuple(shape)
+    if not isinstance(shape, Sequence) or isinstance(shape, str):
+        raise ContractError(f"{where}: shape must be a sequence of ints, found {shape!r}")
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, int | np.integer):
+            raise ContractError(f"{where}: shape must hold ints, found {d!r} in {shape!r}")
+    return [int(d) for d in shape]
 
 
 def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor:
     """Broadcast ``x`` to ``shape`` (NumPy rules)."""
     (t,) = lift([x], "op 'broadcast_to'")
-    dims = _shape_arg(shape, "op 'broadcast_to'")
+    dims = _shape_arg(shape, op_site("broadcast_to", [t]))
     if tuple(dims) == t.shape:
         return t
     return t.builder.emit("broadcast_to", [t], {"shape": dims})
@@ -301,8 +304,8 @@ def broadcast_to(x: TensorLike, shape: Sequence[int]) -> Tensor:
 
 def reshape(x: Tensor, shape: Any) -> Tensor:
     """Reshape (row-major); one dimension may be -1."""
-    where = "op 'reshape'"
-    (t,) = lift([x], where)
+    (t,) = lift([x], "op 'reshape'")
+    where = op_site("reshape", [t])
     dims = _shape_arg(shape, where)
     if dims.count(-1) > 1:
         raise ContractError(f"{where}: at most one -1 in shape {dims}")
@@ -320,8 +323,8 @@ def reshape(x: Tensor, shape: Any) -> Tensor:
 
 def expand_dims(x: Tensor, axis: int | Sequence[int]) -> Tensor:
     """Insert size-1 axes at ``axis`` (positions in the result)."""
-    where = "op 'expand_dims'"
-    (t,) = lift([x], where)
+    (t,) = lift([x], "op 'expand_dims'")
+    where = op_site("expand_dims", [t])
     n = len(axis) if isinstance(axis, Sequence) else 1
     axes = normalize_axes(axis, t.ndim + n, where)
     return t.builder.emit("expand_dims", [t], {"axes": list(axes)})
@@ -329,8 +332,8 @@ def expand_dims(x: Tensor, axis: int | Sequence[int]) -> Tensor:
 
 def squeeze(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
     """Remove size-1 axes (all of them when ``axis`` is None)."""
-    where = "op 'squeeze'"
-    (t,) = lift([x], where)
+    (t,) = lift([x], "op 'squeeze'")
+    where = op_site("squeeze", [t])
     if axis is None:
         axes: tuple[int, ...] = tuple(i for i, d in enumerate(t.shape) if d == 1)
     else:
@@ -342,8 +345,8 @@ def squeeze(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
 
 def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
     """Permute axes (reverse them when ``axes`` is None)."""
-    where = "op 'transpose'"
-    (t,) = lift([x], where)
+    (t,) = lift([x], "op 'transpose'")
+    where = op_site("transpose", [t])
     perm = list(range(t.ndim))[::-1] if axes is None else [normalize_axis(a, t.ndim, where) for a in axes]
     if perm == list(range(t.ndim)):
         return t
@@ -356,7 +359,7 @@ def concatenate(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
     if not isinstance(arrays, Sequence) or not arrays:
         raise ContractError(f"{where}: expected a non-empty sequence of tensors, found {arrays!r}")
     tensors = lift(list(arrays), where)
-    ax = normalize_axis(axis, tensors[0].ndim, where)
+    ax = normalize_axis(axis, tensors[0].ndim, op_site("concat", tensors))
     if len(tensors) == 1:
         return tensors[0]
     return tensors[0].builder.emit("concat", tensors, {"axis": ax})
@@ -388,6 +391,26 @@ def getitem(x: Tensor, index: Any) -> Tensor:
     return _apply_index(x, items, where)
 
 
+def _check_slice(s: slice, where: str) -> None:
+    for part in (s.start, s.stop, s.step):
+        if part is not None and (isinstance(part, bool) or not isinstance(part, int | np.integer)):
+            raise ContractError(f"{where}: slice bounds and steps must be ints or None, found {s!r}")
+    if s.step == 0:
+        raise ContractError(f"{where}: slice step cannot be zero, found {s!r}")
+
+
+def _iterate(x: Tensor) -> Any:
+    """Iterate over the first axis, as NumPy does: yields ``x[0]``, ``x[1]``, ..."""
+    return (x[i] for i in range(len(x)))
+
+
+def _length(x: Tensor) -> int:
+    """Size of the first axis, as NumPy's ``len``; a rank-0 tensor has none."""
+    if x.ndim == 0:
+        raise ContractError(f"tensor %{x.name}: len() of a rank-0 tensor (expected rank >= 1)")
+    return x.shape[0]
+
+
 def _apply_index(x: Tensor, items: list[Any], where: str) -> Tensor:
     starts, stops, steps, squeeze_axes, new_axes = [], [], [], [], []
     dim = 0
@@ -401,8 +424,7 @@ def _apply_index(x: Tensor, items: list[Any], where: str) -> Tensor:
             break
         size = x.shape[dim]
         if isinstance(it, slice):
-            if it.step == 0:
-                raise ContractError(f"{where}: slice step cannot be zero")
+            _check_slice(it, where)
             start, stop, step = it.indices(size)
             starts.append(start), stops.append(stop), steps.append(step)
         else:
@@ -485,6 +507,8 @@ def _bind_operators() -> None:
         "__ror__": rev(logical_or),
         "__invert__": logical_not,
         "__getitem__": getitem,
+        "__iter__": _iterate,
+        "__len__": _length,
         "T": property(lambda a: transpose(a)),
         "sum": sum,
         "mean": mean,

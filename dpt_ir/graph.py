@@ -13,25 +13,40 @@ from functools import cached_property
 from typing import Any
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from dpt_ir.errors import ContractError
 from dpt_ir.ops.registry import OpDef, Signature, get_op, has_op
-from dpt_ir.types import TensorType
+from dpt_ir.types import FrozenModel, TensorType, describe_validation_error
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 _CONFIG = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
 
 def check_name(name: object, what: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ContractError(
             f"{what}: invalid name {name!r}; expected letters, digits, '_' or '.', not starting with a digit"
         )
     return name
 
 
-class Input(BaseModel):
+def exact(value: Any) -> Any:
+    """``value`` (JSON-shaped) in a form whose ``==`` is exact, the equality of IR documents:
+    a float equals only a float of the same repr (NaN equals NaN, -0.0 differs from 0.0 and
+    2.0 from 2), a bool differs from an int, and lists equal tuples (both are JSON arrays)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, float):
+        return ("float", float.__repr__(value))
+    if isinstance(value, dict):
+        return {k: exact(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [exact(v) for v in value]
+    return value
+
+
+class Input(FrozenModel):
     """A program input: a name, a static type and whether it may be differentiated."""
 
     model_config = _CONFIG
@@ -40,7 +55,7 @@ class Input(BaseModel):
     requires_grad: bool = True
 
 
-class Output(BaseModel):
+class Output(FrozenModel):
     """A program output: the user-facing ``name`` and the ``value`` it returns."""
 
     model_config = _CONFIG
@@ -48,7 +63,7 @@ class Output(BaseModel):
     value: str
 
 
-class Node(BaseModel):
+class Node(FrozenModel):
     """One op application. ``name`` names the node and the value it produces."""
 
     model_config = _CONFIG
@@ -74,8 +89,13 @@ class Node(BaseModel):
     def opdef(self) -> OpDef:
         return get_op(self.op, f"node {self.name!r}")
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Node):
+            return NotImplemented
+        return exact(self.model_dump()) == exact(other.model_dump())
 
-class Graph(BaseModel):
+
+class Graph(FrozenModel):
     """A validated, frozen operator DAG with named inputs and outputs."""
 
     model_config = _CONFIG
@@ -90,20 +110,25 @@ class Graph(BaseModel):
         verify_graph(self)
         return self
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Graph):
+            return NotImplemented
+        return exact(self.model_dump()) == exact(other.model_dump())
+
     # -- construction from documents, with ContractError instead of pydantic errors --
     @classmethod
     def model_validate_json(cls, json_data: str | bytes, **kwargs: Any) -> Graph:  # type: ignore[override]
         try:
             return super().model_validate_json(json_data, **kwargs)
         except ValidationError as exc:
-            raise ContractError(_describe(exc, "graph JSON document")) from None
+            raise ContractError(describe_validation_error(exc, "graph JSON document")) from None
 
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Graph:  # type: ignore[override]
         try:
             return super().model_validate(obj, **kwargs)
         except ValidationError as exc:
-            raise ContractError(_describe(exc, "graph document")) from None
+            raise ContractError(describe_validation_error(exc, "graph document")) from None
 
     @classmethod
     def from_json(cls, doc: str | bytes) -> Graph:
@@ -181,14 +206,6 @@ class Graph(BaseModel):
         return Graph(**data)
 
 
-def _describe(exc: ValidationError, what: str) -> str:
-    lines = []
-    for e in exc.errors():
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
-        lines.append(f"{loc or 'document'}: {e['msg']} (found {e.get('input')!r})")
-    return f"invalid {what}: " + "; ".join(lines)
-
-
 def verify_graph(graph: Graph) -> None:
     """Check every structural and typing invariant of ``graph``; ContractError naming the
     first offending node, input or output."""
@@ -197,13 +214,13 @@ def verify_graph(graph: Graph) -> None:
     for inp in graph.inputs:
         check_name(inp.name, "input")
         if inp.name in seen:
-            raise ContractError(f"input {inp.name!r}: duplicate name (already an {seen[inp.name]})")
-        seen[inp.name] = "input"
+            raise ContractError(f"input {inp.name!r}: duplicate name (already {seen[inp.name]})")
+        seen[inp.name] = "an input"
     for node in graph.nodes:
         check_name(node.name, "node")
         if node.name in seen:
-            raise ContractError(f"node {node.name!r}: duplicate name (already an {seen[node.name]})")
-        seen[node.name] = "node"
+            raise ContractError(f"node {node.name!r}: duplicate name (already {seen[node.name]})")
+        seen[node.name] = "a node"
     for node in graph.nodes:
         for ref in node.inputs:
             if ref not in seen:

@@ -33,9 +33,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarra
     out = {}
     for name, inp in declared.items():
         value = inputs[name]
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if arr.dtype == object:
-            raise ContractError(f"input {name!r}: expected an array, found {type(value).__name__}")
+        arr = _as_array(name, value)
         if arr.shape != inp.type.shape:
             raise ContractError(
                 f"input {name!r}: expected shape {list(inp.type.shape)}, found {list(arr.shape)}"
@@ -46,6 +44,22 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarra
             arr = _convert_python(name, value, inp.type.dtype)
         out[name] = arr
     return out
+
+
+def _as_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as an array of bools or real numbers; ContractError naming the input otherwise."""
+    try:
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except ValueError:
+        raise ContractError(
+            f"input {name!r}: expected a rectangular array, found a ragged {type(value).__name__}"
+        ) from None
+    if arr.dtype.kind not in "biuf":
+        raise ContractError(
+            f"input {name!r}: expected an array of bools or real numbers, found {type(value).__name__} "
+            f"of dtype {arr.dtype}"
+        )
+    return arr
 
 
 def _convert_python(name: str, value: Any, dtype: str) -> np.ndarray:

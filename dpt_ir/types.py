@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from dpt_ir.errors import ContractError
 
@@ -81,10 +81,47 @@ def scalar_dtype(value: Scalar) -> str:
     return "float64"
 
 
-class TensorType(BaseModel):
-    """Static type of a value: a shape (tuple of non-negative ints) and a dtype."""
+def describe_validation_error(exc: ValidationError, what: str) -> str:
+    """A pydantic error as one line per problem: where, what was expected, what was found."""
+    lines = []
+    for e in exc.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+        lines.append(f"{loc or 'document'}: {e['msg']} (found {e.get('input')!r})")
+    return f"invalid {what}: " + "; ".join(lines)
+
+
+class FrozenModel(BaseModel):
+    """Base of the IR's frozen models: constructing one with bad fields, or assigning to a
+    field of one, raises ContractError (never a pydantic error)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ContractError(describe_validation_error(exc, type(self).__name__)) from None
+
+    # Tell pydantic this __init__ only wraps the base one, so validating a whole document
+    # does not call it per nested model and error locations stay document paths.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise ContractError(
+            f"{self._label()}: is frozen, cannot assign {name!r}; expected a new object "
+            "(model_copy(update=...), or Graph.replace)"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise ContractError(f"{self._label()}: is frozen, cannot delete {name!r}")
+
+    def _label(self) -> str:
+        name = self.__dict__.get("name")
+        return type(self).__name__ + (f" {name!r}" if name is not None else "")
+
+
+class TensorType(FrozenModel):
+    """Static type of a value: a shape (tuple of non-negative ints) and a dtype."""
 
     shape: tuple[int, ...]
     dtype: DType
@@ -124,7 +161,7 @@ def make_type(shape: Sequence[int], dtype: object, where: str) -> TensorType:
     except (TypeError, ValueError):
         raise ContractError(f"{where}: shape must be a sequence of ints, found {shape!r}") from None
     for d, orig in zip(dims, shape, strict=True):
-        if d != orig or isinstance(orig, bool):
+        if isinstance(orig, bool) or not isinstance(orig, int | np.integer):
             raise ContractError(f"{where}: shape must hold ints, found {orig!r} in {shape!r}")
         if d < 0:
             raise ContractError(f"{where}: dimensions must be non-negative, found {d} in shape {list(dims)}")
@@ -152,19 +189,26 @@ def normalize_axis(axis: int, ndim: int, where: str) -> int:
     """A single axis in ``[-ndim, ndim)`` as a non-negative int."""
     if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
         raise ContractError(f"{where}: axis must be an int, found {axis!r}")
+    if ndim == 0:
+        raise ContractError(f"{where}: axis {axis} is out of range: a rank-0 tensor has no axes")
     if not -ndim <= axis < ndim:
         raise ContractError(
             f"{where}: axis {axis} is out of range for a tensor of rank {ndim} "
             f"(expected -{ndim} <= axis < {ndim})"
         )
-    return int(axis) % ndim if ndim else 0
+    return int(axis) % ndim
 
 
 def normalize_axes(axis: int | Sequence[int] | None, ndim: int, where: str) -> tuple[int, ...]:
     """NumPy's ``axis=`` argument (None, int or tuple) as sorted unique non-negative axes."""
     if axis is None:
         return tuple(range(ndim))
-    axes = [axis] if isinstance(axis, int | np.integer) else list(axis)
+    if isinstance(axis, int | np.integer):
+        axes = [axis]
+    elif isinstance(axis, Sequence) and not isinstance(axis, str):
+        axes = list(axis)
+    else:
+        raise ContractError(f"{where}: axis must be None, an int or a sequence of ints, found {axis!r}")
     norm = [normalize_axis(a, ndim, where) for a in axes]
     if len(set(norm)) != len(norm):
         raise ContractError(f"{where}: repeated axis in {list(axes)}")

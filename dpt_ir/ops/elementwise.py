@@ -111,7 +111,7 @@ _unary("softplus", "float", _softplus, "dp_softplus({0})", lambda c: c.gy * F.si
 _unary(
     "erf",
     "float",
-    lambda x: _erf(x).astype(x.dtype),
+    lambda x: np.asarray(_erf(x), dtype=x.dtype),  # frompyfunc gives a bare float for 0-d input
     "wp.erf({0})",
     lambda c: c.gy * (2.0 / math.sqrt(math.pi)) * F.exp(-F.square(_x(c))),
     (0,),

@@ -7,6 +7,7 @@ they ask ``kind``, ``cost``, ``derivative`` and the other fields.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 OpKind = Literal["elementwise", "reduction", "shape", "stencil", "composite"]
 Cost = Literal["cheap", "expensive"]
 AttrValue = Any
+CONSTANT_OP = "constant"  # the op the IR uses for literals (Python scalars, folded values)
 
 
 class NoAttrs(BaseModel):
@@ -164,6 +166,11 @@ class OpDef:
 
     def parse_attrs(self, attrs: Mapping[str, Any], where: str) -> BaseModel:
         """Validate ``attrs`` against the op's attribute model; ContractError on failure."""
+        if not isinstance(attrs, Mapping):
+            raise ContractError(
+                f"{where}: attributes of op {self.name!r} must be a mapping name -> value, "
+                f"found {type(attrs).__name__} {attrs!r}"
+            )
         try:
             return self.attrs.model_validate(dict(attrs))
         except ValidationError as exc:
@@ -187,10 +194,18 @@ class OpDef:
 
 
 _REGISTRY: dict[str, OpDef] = {}
+_OP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def register_op(op: OpDef, *, replace: bool = False) -> OpDef:
-    """Add ``op`` to the table after checking its derivative entry is complete."""
+    """Add ``op`` to the table after checking its name and that its derivative entry is complete."""
+    if not isinstance(op, OpDef):
+        raise ContractError(f"register_op: expected an OpDef, found {type(op).__name__} {op!r}")
+    if not isinstance(op.name, str) or not _OP_NAME_RE.match(op.name):
+        raise ContractError(
+            f"register_op: invalid op name {op.name!r}; expected letters, digits and '_', "
+            "not starting with a digit"
+        )
     if op.name in _REGISTRY and not replace:
         raise ContractError(f"op {op.name!r} is already registered (pass replace=True to override)")
     check_complete(op)

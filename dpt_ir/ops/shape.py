@@ -101,7 +101,9 @@ def _check_slice(shape: tuple[int, ...], attrs: SliceAttrs, where: str) -> tuple
     for ax, (size, a, b, s) in enumerate(zip(shape, attrs.starts, attrs.stops, attrs.steps, strict=True)):
         if s == 0:
             raise ContractError(f"{where}: step of axis {ax} is zero")
-        if (a, b, s) != slice(a, b, s).indices(size) or (size == 0 and a != 0):
+        # slice.indices gives stop -1 for a negative step running past index 0; as a
+        # Python slice that stop is None (see _slices), not 'the last element'.
+        if (a, b, s) != slice(a, None if b < 0 else b, s).indices(size):
             raise ContractError(
                 f"{where}: slice {a}:{b}:{s} of axis {ax} (size {size}) is not canonical; "
                 "expected the values of slice.indices(size)"

@@ -1,0 +1,5 @@
+"""`python -m dpt_ir` runs the `dpt-ir` command line."""
+
+from dpt_ir.cli import main
+
+raise SystemExit(main())

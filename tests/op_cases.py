@@ -1,0 +1,805 @@
+"""The op table as test data: cases that exercise every registered op.
+
+Each `OpCase` builds a small graph through the public API (``dp.*`` functions, Python
+operators, or ``GraphBuilder.emit`` for ops that only autodiff emits), generates inputs
+inside the op's smooth domain (no ties for max/min, positive bases for log/sqrt/pow,
+values away from the kinks of abs/relu/clamp and from the integers for floor/ceil),
+names the inputs to differentiate and gives an independent NumPy reference of the
+output. `test_ops.py` checks them against the interpreter and finite differences; a
+compiled-backend test reuses them unchanged:
+
+    for case in CASES:
+        for dtype in case.dtypes:
+            graph = case.build(dtype)
+            inputs = case.inputs(np.random.default_rng(0), dtype)
+            ... compare against dp.interpret / dp.interpret_grad(graph, case.wrt, ...)
+
+Every graph has exactly one output, named ``out`` (`OUTPUT`).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+import dpt_ir as dp
+
+OUTPUT = "out"
+FLOATS: tuple[str, ...] = ("float64", "float32")
+Domain = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One exercise of one registered op.
+
+    - ``op``: the op under test; ``build`` always gives a graph with a node of this op.
+    - ``name``: unique id, ``<op>/<label>``.
+    - ``build(dtype)``: the graph, its floating inputs declared with ``dtype`` (one of
+      ``dtypes``); one output, ``out``.
+    - ``inputs(rng, dtype)``: a dict input name -> array of the declared dtype, inside
+      the op's smooth domain.
+    - ``wrt``: the inputs to differentiate (empty for a value-only case).
+    - ``expect(**inputs)``: an independent NumPy reference of ``out``.
+    - ``fd_step``: an absolute finite-difference step for cases whose inputs are chosen
+      so that perturbed values stay exact (e.g. float32 inputs); None: the default.
+    """
+
+    op: str
+    name: str
+    build: Callable[[str], dp.Graph]
+    inputs: Callable[[np.random.Generator, str], dict[str, np.ndarray]]
+    expect: Callable[..., np.ndarray]
+    wrt: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = FLOATS
+    fd_step: float | None = None
+
+
+# -- input domains --------------------------------------------------------------------
+def uniform(lo: float = -2.0, hi: float = 2.0) -> Domain:
+    return lambda rng, shape: rng.uniform(lo, hi, shape)
+
+
+def magnitude(lo: float, hi: float) -> Domain:
+    """A random sign times U(lo, hi): bounded away from zero."""
+    return lambda rng, shape: rng.choice([-1.0, 1.0], shape) * rng.uniform(lo, hi, shape)
+
+
+def avoiding(points: Sequence[float], lo: float = -2.0, hi: float = 2.0, gap: float = 0.05) -> Domain:
+    """U(lo, hi) resampled until every value is at least ``gap`` away from ``points``."""
+    pts = np.asarray(points, dtype=np.float64)
+
+    def gen(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        x = rng.uniform(lo, hi, shape)
+        while (bad := np.min(np.abs(np.subtract.outer(x, pts)), axis=-1) < gap).any():
+            x = np.where(bad, rng.uniform(lo, hi, shape), x)
+        return x
+
+    return gen
+
+
+def distinct(scale: float = 0.3) -> Domain:
+    """Values at least ``scale / 2`` apart from each other: no ties within a tensor."""
+
+    def gen(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        n = math.prod(shape)
+        x = (rng.permutation(n) - n / 2) * scale + rng.uniform(0.0, scale / 2, n)
+        return x.reshape(shape)
+
+    return gen
+
+
+def grid(offset: float) -> Domain:
+    """(k + offset) / 4 plus jitter below 0.05: grids of offsets 0 and 0.5 never tie."""
+    return lambda rng, shape: (rng.integers(-8, 8, shape) + offset) * 0.25 + rng.uniform(-0.05, 0.05, shape)
+
+
+def small_ints(lo: int = -2, hi: int = 3) -> Domain:
+    """Integers in [lo, hi): ties are frequent (comparisons, argmax)."""
+    return lambda rng, shape: rng.integers(lo, hi, shape)
+
+
+def nonzero_ints(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.choice([-1, 1], shape) * rng.integers(1, 5, shape)
+
+
+def bools(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.random(shape) < 0.5
+
+
+def dyadic(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Multiples of 1/16 in [-2, 2]: exact in float32, also after a step of 2**-8."""
+    return rng.integers(-32, 33, shape) / 16.0
+
+
+# -- case construction ------------------------------------------------------------------
+NAMES = ("a", "b", "c")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One graph input of a case: its shape, its domain, and its dtype (None: the
+    case's float dtype). Floating inputs are differentiated unless ``grad`` is False."""
+
+    shape: tuple[int, ...]
+    domain: Domain
+    dtype: str | None = None
+    grad: bool = True
+
+    def dtype_for(self, case_dtype: str) -> str:
+        return self.dtype or case_dtype
+
+    def differentiable(self, case_dtype: str) -> bool:
+        return self.grad and self.dtype_for(case_dtype) in FLOATS
+
+
+def case(
+    op: str,
+    label: str,
+    args: Sequence[Arg],
+    fn: Callable[..., dp.Tensor],
+    expect: Callable[..., np.ndarray],
+    *,
+    grad: bool | None = None,
+    dtypes: tuple[str, ...] | None = None,
+) -> OpCase:
+    """A case whose graph is ``out = fn(a, b, ...)`` over inputs declared by ``args``.
+
+    ``expect`` takes the input arrays positionally. The case differentiates its floating
+    inputs when ``grad`` (default: whether ``op`` is differentiable). It runs in both
+    float dtypes when some input follows the case's dtype, else in float64 only.
+    """
+    names = NAMES[: len(args)]
+    if grad is None:
+        grad = dp.get_op(op).differentiable
+    if dtypes is None:
+        dtypes = FLOATS if any(a.dtype is None for a in args) else ("float64",)
+
+    def build(dtype: str) -> dp.Graph:
+        g = dp.GraphBuilder(f"case_{op}")
+        xs = [
+            g.input(n, a.shape, a.dtype_for(dtype), requires_grad=a.differentiable(dtype))
+            for n, a in zip(names, args, strict=True)
+        ]
+        g.output(OUTPUT, fn(*xs))
+        return g.build()
+
+    def inputs(rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
+        return {
+            n: np.array(a.domain(rng, a.shape), dtype=a.dtype_for(dtype))
+            for n, a in zip(names, args, strict=True)
+        }
+
+    wrt = tuple(n for n, a in zip(names, args, strict=True) if grad and a.differentiable("float64"))
+    return OpCase(
+        op=op,
+        name=f"{op}/{label}",
+        build=build,
+        inputs=inputs,
+        expect=lambda **kw: expect(*(kw[n] for n in names)),
+        wrt=wrt,
+        dtypes=dtypes,
+    )
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def _emit(op: str, **attrs: Any) -> Callable[..., dp.Tensor]:
+    """``fn`` of a case that applies ``op`` to its inputs with ``GraphBuilder.emit``."""
+    return lambda *xs: xs[0].builder.emit(op, list(xs), attrs)
+
+
+# -- elementwise unary ------------------------------------------------------------------
+SHAPES: tuple[tuple[int, ...], ...] = ((), (5,), (3, 4), (2, 3, 2))
+UNARY: tuple[tuple[str, Callable[..., dp.Tensor], Callable[..., np.ndarray], Domain], ...] = (
+    ("neg", dp.negative, np.negative, uniform()),
+    ("abs", dp.absolute, np.abs, avoiding([0.0])),
+    ("exp", dp.exp, np.exp, uniform()),
+    ("log", dp.log, np.log, uniform(0.2, 3.0)),
+    ("log1p", dp.log1p, np.log1p, uniform(-0.5, 2.0)),
+    ("expm1", dp.expm1, np.expm1, uniform()),
+    ("sqrt", dp.sqrt, np.sqrt, uniform(0.2, 3.0)),
+    ("rsqrt", dp.rsqrt, lambda a: 1.0 / np.sqrt(a), uniform(0.2, 3.0)),
+    ("square", dp.square, lambda a: a * a, uniform()),
+    ("reciprocal", dp.reciprocal, lambda a: 1.0 / a, magnitude(0.3, 2.0)),
+    ("sin", dp.sin, np.sin, uniform(-3.0, 3.0)),
+    ("cos", dp.cos, np.cos, uniform(-3.0, 3.0)),
+    ("tanh", dp.tanh, np.tanh, uniform(-3.0, 3.0)),
+    ("sigmoid", dp.sigmoid, special.expit, uniform(-4.0, 4.0)),
+    ("relu", dp.relu, lambda a: np.where(a > 0, a, 0.0), avoiding([0.0])),
+    ("softplus", dp.softplus, lambda a: np.logaddexp(0.0, a), uniform(-4.0, 4.0)),
+    ("erf", dp.erf, special.erf, uniform()),
+    ("sign", dp.sign, np.sign, small_ints()),
+    ("floor", dp.floor, np.floor, uniform(-3.0, 3.0)),
+    ("ceil", dp.ceil, np.ceil, uniform(-3.0, 3.0)),
+)
+
+
+def unary_cases() -> list[OpCase]:
+    out = [
+        case(op, f"rank{len(shape)}", [Arg(shape, dom)], fn, ref)
+        for op, fn, ref, dom in UNARY
+        for shape in SHAPES
+    ]
+    int32 = [Arg((3, 4), small_ints(-4, 5), "int32")]
+    out += [
+        case("neg", "operator", [Arg((3, 4), uniform())], operator.neg, np.negative),
+        case("abs", "builtin", [Arg((2, 3), avoiding([0.0]))], abs, np.abs),
+        case("sigmoid", "wide", [Arg((8,), uniform(-40.0, 40.0))], dp.sigmoid, special.expit),
+        case(
+            "softplus", "wide", [Arg((8,), uniform(-40.0, 40.0))], dp.softplus, lambda a: np.logaddexp(0, a)
+        ),
+        case("sign", "nonzero", [Arg((3, 4), avoiding([0.0]))], dp.sign, np.sign),
+        case("floor", "integers", [Arg((3, 4), small_ints())], dp.floor, np.floor),
+        case("ceil", "integers", [Arg((3, 4), small_ints())], dp.ceil, np.ceil),
+        case("neg", "int32", int32, dp.negative, np.negative),
+        case("abs", "int32", int32, dp.absolute, np.abs),
+        case("square", "int32", int32, dp.square, np.square),
+        case("relu", "int32", int32, dp.relu, lambda a: np.maximum(a, 0)),
+        case("sign", "int32", int32, dp.sign, np.sign),
+        case("logical_not", "2d", [Arg((3, 4), bools, "bool")], dp.logical_not, np.logical_not),
+        case("logical_not", "operator", [Arg((5,), bools, "bool")], operator.invert, np.logical_not),
+        case("logical_not", "scalar", [Arg((), bools, "bool")], dp.logical_not, np.logical_not),
+    ]
+    return out
+
+
+# -- elementwise binary -----------------------------------------------------------------
+PAIRS: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
+    ((), ()),
+    ((5,), (5,)),
+    ((3, 1), (1, 4)),
+    ((4,), (2, 3, 4)),
+    ((2, 3, 4), ()),
+)
+BINARY: tuple[tuple[str, Callable[..., dp.Tensor], Callable[..., np.ndarray], Domain, Domain], ...] = (
+    ("add", operator.add, np.add, uniform(), uniform()),
+    ("sub", operator.sub, np.subtract, uniform(), uniform()),
+    ("mul", operator.mul, np.multiply, uniform(), uniform()),
+    ("div", operator.truediv, np.divide, uniform(), magnitude(0.5, 2.0)),
+    ("pow", operator.pow, np.power, uniform(0.5, 2.0), uniform(-1.5, 1.5)),
+    ("maximum", dp.maximum, np.maximum, grid(0.0), grid(0.5)),
+    ("minimum", dp.minimum, np.minimum, grid(0.0), grid(0.5)),
+    ("atan2", dp.arctan2, np.arctan2, magnitude(0.5, 2.0), magnitude(0.5, 2.0)),
+)
+
+
+def binary_cases() -> list[OpCase]:
+    out = [
+        case(op, f"{_dims(sa)}_{_dims(sb)}", [Arg(sa, da), Arg(sb, db)], fn, ref)
+        for op, fn, ref, da, db in BINARY
+        for sa, sb in PAIRS
+    ]
+    x = [Arg((3, 4), uniform())]
+    off_grid = [Arg((3, 4), grid(0.5))]
+    nonzero = [Arg((3, 4), magnitude(0.5, 2.0))]
+    out += [
+        case("add", "scalar_right", x, lambda a: a + 1.5, lambda a: a + 1.5),
+        case("add", "scalar_left", x, lambda a: 1.5 + a, lambda a: 1.5 + a),
+        case("sub", "scalar_right", x, lambda a: a - 1.5, lambda a: a - 1.5),
+        case("sub", "scalar_left", x, lambda a: 1.5 - a, lambda a: 1.5 - a),
+        case("mul", "scalar_left", x, lambda a: -0.7 * a, lambda a: -0.7 * a),
+        case("mul", "int_scalar", x, lambda a: a * 3, lambda a: a * 3),
+        case("div", "scalar_right", x, lambda a: a / 2.5, lambda a: a / 2.5),
+        case("div", "scalar_left", nonzero, lambda a: 2.5 / a, lambda a: 2.5 / a),
+        case("pow", "scalar_exponent", [Arg((3, 4), uniform(0.3, 2.0))], lambda a: a**2.5, lambda a: a**2.5),
+        case("pow", "scalar_base", x, lambda a: 2.0**a, lambda a: 2.0**a),
+        case("pow", "function", [Arg((4,), uniform(0.5, 2.0)), Arg((3, 4), uniform())], dp.power, np.power),
+        case("maximum", "scalar", off_grid, lambda a: dp.maximum(a, 0.3), lambda a: np.maximum(a, 0.3)),
+        case("minimum", "scalar", off_grid, lambda a: dp.minimum(0.3, a), lambda a: np.minimum(0.3, a)),
+        case("atan2", "scalar_right", nonzero, lambda a: dp.arctan2(a, 1.5), lambda a: np.arctan2(a, 1.5)),
+        case("atan2", "scalar_left", nonzero, lambda a: dp.arctan2(1.5, a), lambda a: np.arctan2(1.5, a)),
+    ]
+    ints = [Arg((3, 1), small_ints(-4, 5), "int32"), Arg((1, 4), small_ints(-4, 5), "int32")]
+    for op, fn, ref, _, _ in BINARY:
+        if op not in ("div", "pow", "atan2"):
+            out.append(case(op, "int32", ints, fn, ref))
+    out.append(
+        case(
+            "div",
+            "int32_true_divide",
+            [Arg((3, 4), small_ints(-4, 5), "int32"), Arg((3, 4), nonzero_ints, "int32")],
+            operator.truediv,
+            np.true_divide,
+        )
+    )
+    return out
+
+
+# (op, dp function, Python operator, NumPy reference)
+COMPARE: tuple[tuple[str, Callable[..., dp.Tensor], Callable[..., Any], Callable[..., np.ndarray]], ...] = (
+    ("lt", dp.less, operator.lt, np.less),
+    ("le", dp.less_equal, operator.le, np.less_equal),
+    ("gt", dp.greater, operator.gt, np.greater),
+    ("ge", dp.greater_equal, operator.ge, np.greater_equal),
+    ("eq", dp.equal, operator.eq, np.equal),
+    ("ne", dp.not_equal, operator.ne, np.not_equal),
+)
+
+
+def compare_cases() -> list[OpCase]:
+    out = []
+    ties = small_ints()
+    for op, fn, sym, ref in COMPARE:
+        out += [
+            case(op, "broadcast", [Arg((3, 1), ties), Arg((1, 4), ties)], fn, ref),
+            case(op, "int32", [Arg((5,), ties, "int32"), Arg((5,), ties, "int32")], sym, ref),
+            case(op, "scalar", [Arg((2, 3), ties)], lambda a, s=sym: s(a, 0.0), lambda a, r=ref: r(a, 0.0)),
+            case(op, "mixed", [Arg((2, 3), ties, "int32"), Arg((3,), ties)], fn, ref),
+        ]
+    b = [Arg((3, 1), bools, "bool"), Arg((1, 4), bools, "bool")]
+    out += [
+        case("logical_and", "broadcast", b, dp.logical_and, np.logical_and),
+        case("logical_and", "operator", b, operator.and_, np.logical_and),
+        case("logical_and", "scalar", b[:1], lambda a: dp.logical_and(a, True), lambda a: a & True),
+        case("logical_or", "broadcast", b, dp.logical_or, np.logical_or),
+        case("logical_or", "operator", b, operator.or_, np.logical_or),
+        case("logical_or", "scalar", b[:1], lambda a: dp.logical_or(False, a), lambda a: a | False),
+    ]
+    return out
+
+
+def select_cases() -> list[OpCase]:
+    """where, clamp and cast."""
+    cond = Arg((3, 1), bools, "bool")
+    out = [
+        case(
+            "where", "broadcast", [cond, Arg((1, 4), uniform()), Arg((3, 4), uniform())], dp.where, np.where
+        ),
+        case(
+            "where",
+            "scalar_condition",
+            [Arg((), bools, "bool"), Arg((2, 3), uniform()), Arg((), uniform())],
+            dp.where,
+            np.where,
+        ),
+        case(
+            "where",
+            "rank3",
+            [Arg((4,), bools, "bool"), Arg((2, 3, 4), uniform()), Arg((3, 1), uniform())],
+            dp.where,
+            np.where,
+        ),
+        case(
+            "where",
+            "computed_condition",
+            [Arg((2, 5), avoiding([0.2]))],
+            lambda a: dp.where(a > 0.2, dp.square(a), -a),
+            lambda a: np.where(a > 0.2, a * a, -a),
+        ),
+        case(
+            "where",
+            "scalar_branch",
+            [cond, Arg((3, 4), uniform())],
+            lambda c, a: dp.where(c, a, 0.5),
+            lambda c, a: np.where(c, a, 0.5),
+        ),
+        case(
+            "where",
+            "int32",
+            [cond, Arg((1, 4), small_ints(), "int32"), Arg((3, 4), small_ints(), "int32")],
+            dp.where,
+            np.where,
+        ),
+    ]
+    bounds = avoiding([-0.5, 0.7])
+    out += [
+        case(
+            "clamp",
+            "both",
+            [Arg((3, 4), bounds)],
+            lambda a: dp.clamp(a, -0.5, 0.7),
+            lambda a: np.clip(a, -0.5, 0.7),
+        ),
+        case(
+            "clamp", "lo", [Arg((5,), bounds)], lambda a: dp.clamp(a, lo=-0.5), lambda a: np.maximum(a, -0.5)
+        ),
+        case(
+            "clamp",
+            "hi",
+            [Arg((2, 3, 2), bounds)],
+            lambda a: dp.clip(a, None, 0.7),
+            lambda a: np.minimum(a, 0.7),
+        ),
+        case(
+            "clamp",
+            "scalar",
+            [Arg((), bounds)],
+            lambda a: dp.clip(a, -0.5, 0.7),
+            lambda a: np.clip(a, -0.5, 0.7),
+        ),
+    ]
+    return out + cast_cases()
+
+
+def _other(dtype: str) -> str:
+    return "float32" if dtype == "float64" else "float64"
+
+
+def _cast_case(
+    label: str, fn: Callable[[dp.Tensor, str], dp.Tensor], input_dtype: Callable[[str], str]
+) -> OpCase:
+    """A cast between the float dtypes, on dyadic values so a finite-difference step of
+    2**-8 stays exact in float32 and the derivative (1) is exact."""
+
+    def build(dtype: str) -> dp.Graph:
+        g = dp.GraphBuilder("case_cast")
+        a = g.input("a", (3, 4), input_dtype(dtype))
+        g.output(OUTPUT, fn(a, dtype))
+        return g.build()
+
+    return OpCase(
+        op="cast",
+        name=f"cast/{label}",
+        build=build,
+        inputs=lambda rng, dtype: {"a": dyadic(rng, (3, 4)).astype(input_dtype(dtype))},
+        expect=lambda a: a,
+        wrt=("a",),
+        fd_step=2.0**-8,
+    )
+
+
+def cast_cases() -> list[OpCase]:
+    off_ints = avoiding(range(-3, 4), -3.0, 3.0)
+    return [
+        _cast_case("from_other_float", lambda a, dtype: dp.cast(a, dtype), _other),
+        _cast_case("round_trip", lambda a, dtype: dp.cast(a, _other(dtype)).astype(dtype), lambda d: d),
+        case(
+            "cast",
+            "to_int32",
+            [Arg((3, 4), off_ints)],
+            lambda a: dp.cast(a, "int32"),
+            lambda a: a.astype(np.int32),
+            grad=False,
+        ),
+        case(
+            "cast",
+            "int32_to_float",
+            [Arg((3, 4), small_ints(-9, 9), "int32")],
+            lambda a: dp.cast(a, "float64"),
+            lambda a: a.astype(np.float64),
+        ),
+        case(
+            "cast",
+            "bool_to_float",
+            [Arg((5,), bools, "bool")],
+            lambda a: a.astype("f32"),
+            lambda a: a.astype(np.float32),
+        ),
+        case(
+            "cast",
+            "int32_to_bool",
+            [Arg((5,), small_ints(), "int32")],
+            lambda a: dp.cast(a, bool),
+            lambda a: a != 0,
+        ),
+    ]
+
+
+# -- source ops: constant, iota -----------------------------------------------------------
+def _source_case(
+    op: str, label: str, make: Callable[[dp.GraphBuilder, str], dp.Tensor], expect: Any
+) -> OpCase:
+    """A case whose graph has no input: ``out = make(builder, dtype)``."""
+
+    def build(dtype: str) -> dp.Graph:
+        g = dp.GraphBuilder(f"case_{op}")
+        g.output(OUTPUT, make(g, dtype))
+        return g.build()
+
+    return OpCase(op=op, name=f"{op}/{label}", build=build, inputs=lambda rng, dtype: {}, expect=expect)
+
+
+def _iota_expect(shape: tuple[int, ...], axes: tuple[int, ...]) -> np.ndarray:
+    index = np.indices(shape)
+    return np.ravel_multi_index(tuple(index[a] for a in axes), tuple(shape[a] for a in axes))
+
+
+def _iota(shape: tuple[int, ...], axes: tuple[int, ...]) -> Callable[[dp.GraphBuilder, str], dp.Tensor]:
+    return lambda g, dtype: g.emit("iota", [], {"shape": list(shape), "axes": list(axes)})
+
+
+def source_cases() -> list[OpCase]:
+    x = [Arg((3, 4), uniform())]
+    return [
+        _source_case(
+            "constant", "shaped", lambda g, d: g.constant(2.5, d, (2, 3)), lambda: np.full((2, 3), 2.5)
+        ),
+        _source_case("constant", "int32", lambda g, d: g.constant(-3, "int32", (4,)), lambda: np.full(4, -3)),
+        _source_case("constant", "bool", lambda g, d: g.constant(True, "bool"), lambda: np.array(True)),
+        case("constant", "scalar_operand", x, lambda a: a * 1.5 + 0.25, lambda a: a * 1.5 + 0.25, grad=True),
+        case(
+            "constant",
+            "shaped_operand",
+            x,
+            lambda a: a + a.builder.constant(0.5, a.dtype, (3, 4)),
+            lambda a: a + 0.5,
+            grad=True,
+        ),
+        _source_case("iota", "axes_0_2", _iota((2, 3, 4), (0, 2)), lambda: _iota_expect((2, 3, 4), (0, 2))),
+        _source_case("iota", "last_axis", _iota((3, 4), (1,)), lambda: _iota_expect((3, 4), (1,))),
+        _source_case("iota", "all_axes", _iota((2, 3, 2), (0, 1, 2)), lambda: np.arange(12).reshape(2, 3, 2)),
+        _source_case("iota", "no_axes", _iota((2, 3), ()), lambda: np.zeros((2, 3), int)),
+        case(
+            "iota",
+            "scaled",
+            x,
+            lambda a: a * dp.cast(_iota((3, 4), (0, 1))(a.builder, a.dtype), a.dtype),
+            lambda a: a * np.arange(12).reshape(3, 4),
+            grad=True,
+        ),
+    ]
+
+
+# -- shape ops ------------------------------------------------------------------------------
+def _index_case(shape: tuple[int, ...], index: Any, label: str) -> OpCase:
+    return case("slice", label, [Arg(shape, uniform())], lambda a: a[index], lambda a: a[index])
+
+
+def shape_cases() -> list[OpCase]:
+    def arg(*shape: int) -> list[Arg]:
+        return [Arg(shape, uniform())]
+
+    out = [
+        case(
+            "broadcast_to",
+            "3x1_to_2x3x4",
+            arg(3, 1),
+            lambda a: dp.broadcast_to(a, (2, 3, 4)),
+            lambda a: np.broadcast_to(a, (2, 3, 4)),
+        ),
+        case(
+            "broadcast_to",
+            "4_to_3x4",
+            arg(4),
+            lambda a: dp.broadcast_to(a, (3, 4)),
+            lambda a: np.broadcast_to(a, (3, 4)),
+        ),
+        case(
+            "broadcast_to",
+            "scalar_to_2x3",
+            arg(),
+            lambda a: dp.broadcast_to(a, (2, 3)),
+            lambda a: np.broadcast_to(a, (2, 3)),
+        ),
+        case("reshape", "3x4_to_2x6", arg(3, 4), lambda a: dp.reshape(a, (2, 6)), lambda a: a.reshape(2, 6)),
+        case("reshape", "flatten", arg(2, 3, 2), lambda a: dp.reshape(a, -1), lambda a: a.reshape(-1)),
+        case("reshape", "6_to_2x1x3", arg(6), lambda a: a.reshape(2, 1, 3), lambda a: a.reshape(2, 1, 3)),
+        case("reshape", "scalar_to_1x1", arg(), lambda a: a.reshape((1, 1)), lambda a: a.reshape(1, 1)),
+        case(
+            "expand_dims", "axis0", arg(3, 4), lambda a: dp.expand_dims(a, 0), lambda a: np.expand_dims(a, 0)
+        ),
+        case(
+            "expand_dims",
+            "axis_neg",
+            arg(3, 4),
+            lambda a: dp.expand_dims(a, -1),
+            lambda a: np.expand_dims(a, -1),
+        ),
+        case(
+            "expand_dims",
+            "axes_0_2",
+            arg(3, 4),
+            lambda a: dp.expand_dims(a, (0, 2)),
+            lambda a: np.expand_dims(a, (0, 2)),
+        ),
+        case("expand_dims", "scalar", arg(), lambda a: dp.expand_dims(a, 0), lambda a: np.expand_dims(a, 0)),
+        case("expand_dims", "none_index", arg(3, 4), lambda a: a[None], lambda a: a[None]),
+        case("expand_dims", "ellipsis_none", arg(2, 3), lambda a: a[..., None], lambda a: a[..., None]),
+        case("squeeze", "axis1", arg(3, 1, 4), lambda a: dp.squeeze(a, 1), lambda a: np.squeeze(a, 1)),
+        case("squeeze", "all", arg(1, 3, 1), dp.squeeze, np.squeeze),
+        case("squeeze", "axis_neg", arg(3, 1), lambda a: dp.squeeze(a, -1), lambda a: np.squeeze(a, -1)),
+        case("squeeze", "to_scalar", arg(1), dp.squeeze, np.squeeze),
+        case("transpose", "T", arg(3, 4), lambda a: a.T, lambda a: a.T),
+        case(
+            "transpose",
+            "perm",
+            arg(2, 3, 4),
+            lambda a: dp.transpose(a, (1, 2, 0)),
+            lambda a: np.transpose(a, (1, 2, 0)),
+        ),
+        case(
+            "transpose",
+            "negative_axes",
+            arg(2, 3, 4),
+            lambda a: a.transpose(-1, 0, 1),
+            lambda a: a.transpose(-1, 0, 1),
+        ),
+        case("transpose", "reverse", arg(2, 3, 4), dp.transpose, np.transpose),
+        _index_case((5,), slice(1, 3), "range"),
+        _index_case((5,), slice(None, None, -1), "reverse"),
+        _index_case((3, 5), (slice(None), slice(None, None, -2)), "negative_step_2"),
+        _index_case((6,), slice(4, 0, -2), "negative_step_bounded"),
+        _index_case((3, 4), 1, "int"),
+        _index_case((3, 4), (-1, slice(1, None)), "negative_int"),
+        _index_case((2, 3, 4), (Ellipsis, 1), "ellipsis_int"),
+        _index_case((3, 4), (None, slice(None), slice(1, None)), "none"),
+        _index_case((3, 4), (slice(1, None), None, slice(None, None, 2)), "inner_none"),
+        _index_case((2, 3, 4), (Ellipsis, slice(None, None, -1), None), "ellipsis_reverse_none"),
+        case(
+            "embed_slice",
+            "strided",
+            arg(2, 3),
+            _emit("embed_slice", starts=[1, 0], stops=[5, 3], steps=[2, 1], shape=[5, 4]),
+            lambda a: _embed(a, (5, 4), (slice(1, 5, 2), slice(0, 3))),
+        ),
+        case(
+            "embed_slice",
+            "reverse",
+            arg(3),
+            _emit("embed_slice", starts=[5], stops=[-1], steps=[-2], shape=[6]),
+            lambda a: _embed(a, (6,), (slice(None, None, -2),)),
+        ),
+    ]
+    three = [Arg((2, 3), uniform()), Arg((1, 3), uniform()), Arg((3, 3), uniform())]
+    out += [
+        case(
+            "concat", "axis0", three, lambda *xs: dp.concatenate(xs, axis=0), lambda *xs: np.concatenate(xs)
+        ),
+        case(
+            "concat",
+            "axis_neg",
+            [Arg((2, 1), uniform()), Arg((2, 3), uniform()), Arg((2, 2), uniform())],
+            lambda *xs: dp.concat(list(xs), axis=-1),
+            lambda *xs: np.concatenate(xs, axis=-1),
+        ),
+        case(
+            "concat",
+            "1d",
+            [Arg((2,), uniform()), Arg((3,), uniform()), Arg((1,), uniform())],
+            lambda *xs: dp.concatenate(xs),
+            lambda *xs: np.concatenate(xs),
+        ),
+        case(
+            "concat",
+            "rank3_axis1",
+            [Arg((2, 1, 2), uniform()), Arg((2, 2, 2), uniform())],
+            lambda *xs: dp.concatenate(xs, axis=1),
+            lambda *xs: np.concatenate(xs, axis=1),
+        ),
+    ]
+    return out
+
+
+def _embed(a: np.ndarray, shape: tuple[int, ...], index: tuple[slice, ...]) -> np.ndarray:
+    out = np.zeros(shape, a.dtype)
+    out[index] = a
+    return out
+
+
+# -- reductions -----------------------------------------------------------------------------
+REDUCTIONS: tuple[tuple[str, Callable[..., dp.Tensor], Callable[..., np.ndarray], Domain], ...] = (
+    ("sum", dp.sum, np.sum, uniform()),
+    ("mean", dp.mean, np.mean, uniform()),
+    ("max", dp.max, np.max, distinct()),
+    ("min", dp.min, np.min, distinct()),
+    ("logsumexp", dp.logsumexp, special.logsumexp, uniform()),
+)
+# (input shape, axis, keepdims)
+REDUCE_AXES: tuple[tuple[tuple[int, ...], Any, bool], ...] = (
+    ((5,), None, False),
+    ((3, 4), 0, True),
+    ((3, 4), -1, False),
+    ((2, 3, 4), (0, 2), False),
+    ((2, 3, 4), (-1, -3), True),
+    ((2, 3, 4), None, True),
+    ((), None, False),
+)
+
+
+def _axis_label(shape: tuple[int, ...], axis: Any, keepdims: bool) -> str:
+    ax = "all" if axis is None else "_".join(str(a) for a in np.atleast_1d(axis))
+    return f"{_dims(shape)}_axis{ax}{'_keep' if keepdims else ''}"
+
+
+def reduction_cases() -> list[OpCase]:
+    out = [
+        case(
+            op,
+            _axis_label(shape, axis, keep),
+            [Arg(shape, dom)],
+            lambda a, f=fn, ax=axis, k=keep: f(a, axis=ax, keepdims=k),
+            lambda a, r=ref, ax=axis, k=keep: r(a, axis=ax, keepdims=k),
+        )
+        for op, fn, ref, dom in REDUCTIONS
+        for shape, axis, keep in REDUCE_AXES
+    ]
+    for op in ("sum", "mean", "max", "min"):
+        dom = distinct() if op in ("max", "min") else uniform()
+        out.append(
+            case(
+                op,
+                "method",
+                [Arg((3, 4), dom)],
+                lambda a, o=op: getattr(a, o)(axis=1),
+                lambda a, o=op: getattr(a, o)(axis=1),
+            )
+        )
+    ints = [Arg((3, 4), small_ints(-9, 9), "int32")]
+    out += [
+        case("sum", "int32", ints, lambda a: dp.sum(a, axis=1), lambda a: np.sum(a, axis=1)),
+        case("sum", "bool_count", [Arg((3, 4), bools, "bool")], dp.sum, np.sum),
+        case("max", "int32_ties", ints, lambda a: dp.max(a, axis=0), lambda a: np.max(a, axis=0)),
+        case(
+            "min",
+            "int32_ties",
+            ints,
+            lambda a: dp.min(a, axis=-1, keepdims=True),
+            lambda a: np.min(a, axis=-1, keepdims=True),
+        ),
+        case(
+            "logsumexp",
+            "large",
+            [Arg((2, 5), uniform(500.0, 700.0))],
+            lambda a: dp.logsumexp(a, axis=1),
+            lambda a: special.logsumexp(a, axis=1),
+        ),
+    ]
+    return out + arg_reduction_cases()
+
+
+def arg_reduction_cases() -> list[OpCase]:
+    out = []
+    for op, fn, ref in (("argmax", dp.argmax, np.argmax), ("argmin", dp.argmin, np.argmin)):
+        out += [
+            case(op, "flat", [Arg((5,), distinct())], fn, ref),
+            case(
+                op,
+                "axis1",
+                [Arg((3, 4), distinct())],
+                lambda a, f=fn: f(a, axis=1),
+                lambda a, r=ref: r(a, axis=1),
+            ),
+            case(
+                op,
+                "axis_neg_keep",
+                [Arg((3, 4), distinct())],
+                lambda a, f=fn: f(a, axis=-2, keepdims=True),
+                lambda a, r=ref: r(a, axis=-2, keepdims=True),
+            ),
+            case(
+                op,
+                "all_keep",
+                [Arg((2, 3, 4), distinct())],
+                lambda a, f=fn: f(a, keepdims=True),
+                lambda a, r=ref: r(a, axis=None, keepdims=True),
+            ),
+            case(
+                op,
+                "ties_first",
+                [Arg((4, 5), small_ints(0, 2), "int32")],
+                lambda a, f=fn: f(a, axis=1),
+                lambda a, r=ref: r(a, axis=1),
+            ),
+            case(
+                op,
+                "axes_0_2",
+                [Arg((2, 3, 4), small_ints(0, 3))],
+                _emit(op, axes=[0, 2], keepdims=True),
+                lambda a, r=ref: r(a.transpose(1, 0, 2).reshape(3, 8), axis=1).reshape(1, 3, 1),
+            ),
+        ]
+    return out
+
+
+def all_cases() -> tuple[OpCase, ...]:
+    return tuple(
+        unary_cases()
+        + binary_cases()
+        + compare_cases()
+        + select_cases()
+        + source_cases()
+        + shape_cases()
+        + reduction_cases()
+    )
+
+
+CASES: tuple[OpCase, ...] = all_cases()
