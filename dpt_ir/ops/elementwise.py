@@ -11,11 +11,42 @@ import numpy as np
 
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
-from dpt_ir.ops.registry import Derivative, GradContext, OpDef, register_op
+from dpt_ir.ops import indexing as idx
+from dpt_ir.ops.registry import Derivative, GradContext, OpDef, WarpSite, register_op
 from dpt_ir.ops.rules import Attrs, DTypeRule, check_axes, elementwise_rule
 from dpt_ir.types import DType, TensorType
 
 _erf = np.frompyfunc(math.erf, 1, 1)
+
+# Warp functions the expressions below call; generic over float32/float64.
+HELPERS = """
+@wp.func
+def dp_log1p(x: Any):
+    # log(1 + x) accurate near 0 (Goldberg): u - 1 is exact, the ratio corrects log(u).
+    u = type(x)(1.0) + x
+    d = u - type(x)(1.0)
+    if d == type(x)(0.0):
+        return x
+    return wp.log(u) * (x / d)
+
+
+@wp.func
+def dp_expm1(x: Any):
+    # exp(x) - 1 accurate near 0 (Kahan).
+    u = wp.exp(x)
+    if u == type(x)(1.0):
+        return x
+    d = u - type(x)(1.0)
+    if d == type(x)(-1.0):
+        return d
+    return d * x / wp.log(u)
+
+
+@wp.func
+def dp_softplus(x: Any):
+    # log(1 + exp(x)) without overflow.
+    return wp.max(x, type(x)(0.0)) + dp_log1p(wp.exp(-wp.abs(x)))
+"""
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -71,10 +102,35 @@ _unary(
     doc="|x|; gradient sign(x), 0 at 0",
 )
 _unary("exp", "float", np.exp, "wp.exp({0})", lambda c: c.gy * c.out, saved_output=True)
-_unary("log", "float", np.log, "wp.log({0})", lambda c: c.gy / _x(c), (0,))
-_unary("log1p", "float", np.log1p, "dp_log1p({0})", lambda c: c.gy / (1.0 + _x(c)), (0,))
-_unary("expm1", "float", np.expm1, "dp_expm1({0})", lambda c: c.gy * (c.out + 1.0), saved_output=True)
-_unary("sqrt", "float", np.sqrt, "wp.sqrt({0})", lambda c: c.gy * 0.5 / c.out, saved_output=True)
+_unary("log", "float", np.log, "wp.log({0})", lambda c: c.gy / _x(c), (0,), warp_domain="{0} >= {T}(0.0)")
+_unary(
+    "log1p",
+    "float",
+    np.log1p,
+    "dp_log1p({0})",
+    lambda c: c.gy / (1.0 + _x(c)),
+    (0,),
+    warp_domain="{0} >= {T}(-1.0)",
+    warp_helpers=HELPERS,
+)
+_unary(
+    "expm1",
+    "float",
+    np.expm1,
+    "dp_expm1({0})",
+    lambda c: c.gy * (c.out + 1.0),
+    saved_output=True,
+    warp_helpers=HELPERS,
+)
+_unary(
+    "sqrt",
+    "float",
+    np.sqrt,
+    "wp.sqrt({0})",
+    lambda c: c.gy * 0.5 / c.out,
+    saved_output=True,
+    warp_domain="{0} >= {T}(0.0)",
+)
 _unary(
     "rsqrt",
     "float",
@@ -82,6 +138,7 @@ _unary(
     "({T}(1.0) / wp.sqrt({0}))",
     lambda c: c.gy * -0.5 * c.out * c.out * c.out,
     saved_output=True,
+    warp_domain="{0} >= {T}(0.0)",
 )
 _unary("square", "numeric", np.square, "({0} * {0})", lambda c: c.gy * 2.0 * _x(c), (0,))
 _unary(
@@ -96,18 +153,31 @@ _unary("sin", "float", np.sin, "wp.sin({0})", lambda c: c.gy * F.cos(_x(c)), (0,
 _unary("cos", "float", np.cos, "wp.cos({0})", lambda c: -c.gy * F.sin(_x(c)), (0,))
 _unary("tanh", "float", np.tanh, "wp.tanh({0})", lambda c: c.gy * (1.0 - c.out * c.out), saved_output=True)
 _unary(
-    "sigmoid", "float", _sigmoid, "dp_sigmoid({0})", lambda c: c.gy * c.out * (1.0 - c.out), saved_output=True
+    "sigmoid",
+    "float",
+    _sigmoid,
+    "({T}(1.0) / ({T}(1.0) + wp.exp(-{0})))",
+    lambda c: c.gy * c.out * (1.0 - c.out),
+    saved_output=True,
 )
 _unary(
     "relu",
     "numeric",
     lambda x: np.maximum(x, 0).astype(x.dtype),
-    "dp_relu({0})",
+    "wp.where({0} < {T}(0), {T}(0), {0})",
     lambda c: F.where(_x(c) > 0, c.gy, 0),
     (0,),
     doc="max(x, 0); gradient 0 at 0",
 )
-_unary("softplus", "float", _softplus, "dp_softplus({0})", lambda c: c.gy * F.sigmoid(_x(c)), (0,))
+_unary(
+    "softplus",
+    "float",
+    _softplus,
+    "dp_softplus({0})",
+    lambda c: c.gy * F.sigmoid(_x(c)),
+    (0,),
+    warp_helpers=HELPERS,
+)
 _unary(
     "erf",
     "float",
@@ -116,7 +186,13 @@ _unary(
     lambda c: c.gy * (2.0 / math.sqrt(math.pi)) * F.exp(-F.square(_x(c))),
     (0,),
 )
-_unary("sign", "numeric", np.sign, "wp.sign({0})", doc="not differentiable")
+_unary(
+    "sign",
+    "numeric",
+    np.sign,
+    "wp.where({0} > {T}(0), {T}(1), wp.where({0} < {T}(0), {T}(-1), {0}))",
+    doc="not differentiable",
+)
 _unary("floor", "float", np.floor, "wp.floor({0})", doc="not differentiable")
 _unary("ceil", "float", np.ceil, "wp.ceil({0})", doc="not differentiable")
 _unary("logical_not", "logical", np.logical_not, "(not {0})", involution=True)
@@ -209,13 +285,14 @@ _binary(
     (0, 1),
     True,
     doc="a ** b; gradient wrt b is 0 where a == 0",
+    warp_domain="{0} >= {T}(0.0) or {1} == wp.floor({1})",
     identity=1.0,
 )
 _binary(
     "maximum",
     "numeric",
     np.maximum,
-    "wp.max({0}, {1})",
+    "wp.where({0} >= {1} or {0} != {0}, {0}, {1})",
     {0: lambda c: F.where(_a(c) >= _b(c), c.gy, 0), 1: lambda c: F.where(_a(c) >= _b(c), 0, c.gy)},
     (0, 1),
     doc="a tie sends the gradient to a",
@@ -224,7 +301,7 @@ _binary(
     "minimum",
     "numeric",
     np.minimum,
-    "wp.min({0}, {1})",
+    "wp.where({0} <= {1} or {0} != {0}, {0}, {1})",
     {0: lambda c: F.where(_a(c) <= _b(c), c.gy, 0), 1: lambda c: F.where(_a(c) <= _b(c), 0, c.gy)},
     (0, 1),
     doc="a tie sends the gradient to a",
@@ -309,6 +386,16 @@ def _infer_clamp(inputs: tuple[TensorType, ...], attrs: ClampAttrs, where: str) 
     return elementwise_rule("float")(inputs, attrs, where)
 
 
+def _clamp_warp(site: WarpSite) -> str:
+    # Comparisons (not wp.min/max) so that NaN passes through, as in NumPy.
+    (x,), t, out = site.args, site.out_type, site.args[0]
+    if site.attrs.hi is not None:
+        out = f"wp.where({x} > {t}({site.attrs.hi!r}), {t}({site.attrs.hi!r}), {out})"
+    if site.attrs.lo is not None:
+        out = f"wp.where({x} < {t}({site.attrs.lo!r}), {t}({site.attrs.lo!r}), {out})"
+    return out
+
+
 register_op(
     OpDef(
         name="clamp",
@@ -317,6 +404,7 @@ register_op(
         attrs=ClampAttrs,
         infer=_infer_clamp,
         reference=_clamp_ref,
+        warp=_clamp_warp,
         derivative=Derivative({0: _clamp_grad}, saved_inputs=(0,)),
         doc="x limited to [lo, hi]; the gradient passes where lo <= x <= hi",
     )
@@ -327,6 +415,15 @@ class CastAttrs(Attrs):
     dtype: DType
 
 
+def _cast_warp(site: WarpSite) -> str:
+    (x,), (src,), dst = site.args, site.in_types, site.out_type
+    if src == "wp.bool":
+        return f"wp.where({x}, {dst}(1), {dst}(0))"
+    if dst == "wp.bool":
+        return f"({x} != {src}(0))"
+    return f"{dst}({x})"
+
+
 register_op(
     OpDef(
         name="cast",
@@ -335,6 +432,7 @@ register_op(
         attrs=CastAttrs,
         infer=lambda inputs, attrs, where: TensorType(shape=inputs[0].shape, dtype=attrs.dtype),
         reference=lambda attrs, x: x.astype(attrs.dtype),
+        warp=_cast_warp,
         derivative=Derivative({0: lambda c: F.cast(c.gy, c.input_type(0).dtype)}),
         doc="dtype conversion; only floating values carry gradients",
     )
@@ -345,6 +443,17 @@ class ConstantAttrs(Attrs):
     value: bool | int | float
     dtype: DType
     shape: tuple[int, ...] = ()
+
+
+def warp_literal(value: bool | int | float, wp_type: str) -> str:
+    """A typed Warp literal (NaN as 0/0 and infinities as wp.inf keep every dtype exact)."""
+    if wp_type == "wp.bool":
+        return "True" if value else "False"
+    if isinstance(value, float) and math.isnan(value):
+        return f"({wp_type}(0.0) / {wp_type}(0.0))"
+    if isinstance(value, float) and math.isinf(value):
+        return f"{wp_type}({'-' if value < 0 else ''}wp.inf)"
+    return f"{wp_type}({value!r})"
 
 
 def _infer_constant(inputs: tuple[TensorType, ...], attrs: ConstantAttrs, where: str) -> TensorType:
@@ -372,6 +481,7 @@ register_op(
         infer=_infer_constant,
         reference=lambda attrs: np.full(attrs.shape, attrs.value, dtype=attrs.dtype),
         constant_value=lambda attrs: attrs.value,
+        warp=lambda site: warp_literal(site.attrs.value, site.out_type),
         doc="a tensor filled with one value (Python scalars in expressions become these)",
     )
 )
@@ -396,6 +506,13 @@ def _iota_ref(attrs: IotaAttrs) -> np.ndarray:
     return flat.astype(np.int32)
 
 
+def _iota_warp(site: WarpSite) -> str:
+    flat = "0"
+    for a in site.attrs.axes:
+        flat = idx.add(idx.mul(flat, site.out_shape[a]), site.index[a])
+    return f"wp.int32({flat})"
+
+
 register_op(
     OpDef(
         name="iota",
@@ -404,6 +521,7 @@ register_op(
         attrs=IotaAttrs,
         infer=_infer_iota,
         reference=_iota_ref,
+        warp=_iota_warp,
         doc="each element's row-major index within the sub-array spanned by axes (int32)",
     )
 )

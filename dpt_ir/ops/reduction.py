@@ -11,7 +11,7 @@ import numpy as np
 
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
-from dpt_ir.ops.registry import Derivative, GradContext, OpDef, Signature, register_op
+from dpt_ir.ops.registry import Derivative, GradContext, OpDef, ReduceTemplate, Signature, register_op
 from dpt_ir.ops.rules import Attrs, check_axes, reduced_shape
 from dpt_ir.types import TensorType
 
@@ -86,7 +86,76 @@ def _sum_ref(attrs: ReduceAttrs, x: np.ndarray) -> np.ndarray:
     return np.sum(x, axis=attrs.axes, keepdims=attrs.keepdims, dtype=dtype)
 
 
-def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str) -> None:
+# -- Warp lowering: accumulate in a fixed order (float64 for floats), combine partials
+# in order, so results do not depend on the number of threads or partials.
+FLOATS = ("wp.float32", "wp.float64")
+LOWEST = {"wp.int32": "wp.int32(-2147483648)", "wp.uint8": "wp.uint8(0)"}
+HIGHEST = {"wp.int32": "wp.int32(2147483647)", "wp.uint8": "wp.uint8(255)"}
+
+
+def _sum_template(finalize: str) -> Any:
+    def template(in_t: str, out_t: str) -> ReduceTemplate:
+        acc = "wp.float64" if in_t in FLOATS else "wp.int32"
+        x = "wp.where({x}, 1, 0)" if in_t == "wp.bool" else f"{acc}({{x}})"
+        return ReduceTemplate(
+            accumulators=(("s", acc, f"{acc}(0)"),),
+            update=f"{{acc_s}} = {{acc_s}} + {x}",
+            combine="{acc_s} = {acc_s} + {other_s}",
+            finalize=finalize.format(out=out_t, acc=acc),
+        )
+
+    return template
+
+
+def _extremum_template(cmp: str, with_index: bool) -> Any:
+    # NaN wins (as in NumPy) and the first extremum wins ties.
+    def template(in_t: str, out_t: str) -> ReduceTemplate:
+        if in_t in FLOATS:
+            init = f"{in_t}({'-' if cmp == '>' else ''}wp.inf)"
+            better = f"{{v}} {cmp} {{acc_m}} or ({{v}} != {{v}} and {{acc_m}} == {{acc_m}})"
+        else:
+            init = (LOWEST if cmp == ">" else HIGHEST)[in_t]
+            better = f"{{v}} {cmp} {{acc_m}}"
+        accs: tuple[tuple[str, str, str], ...] = (("m", in_t, init),)
+        update = f"if {better.format(v='{x}', acc_m='{acc_m}')}:\n    {{acc_m}} = {{x}}"
+        combine = f"if {better.format(v='{other_m}', acc_m='{acc_m}')}:\n    {{acc_m}} = {{other_m}}"
+        if with_index:
+            accs += (("i", "wp.int32", "wp.int32(0)"),)
+            update += "\n    {acc_i} = {r}"
+            combine += "\n    {acc_i} = {other_i}"
+        return ReduceTemplate(accs, update, combine, "{acc_i}" if with_index else f"{out_t}({{acc_m}})")
+
+    return template
+
+
+def _logsumexp_template(in_t: str, out_t: str) -> ReduceTemplate:
+    # Online log-sum-exp: a running maximum m and sum s of exp(x - m), rescaled when m grows.
+    x = "wp.float64({x})"
+    update = "\n".join(
+        [
+            f"if {x} > {{acc_m}}:",
+            f"    {{acc_s}} = {{acc_s}} * wp.exp({{acc_m}} - {x}) + wp.float64(1.0)",
+            f"    {{acc_m}} = {x}",
+            "elif {acc_m} > wp.float64(-wp.inf):",
+            f"    {{acc_s}} = {{acc_s}} + wp.exp({x} - {{acc_m}})",
+            "elif {x} != {x}:",
+            f"    {{acc_s}} = {x}",
+        ]
+    )
+    combine = "\n".join(
+        [
+            "if {other_m} > {acc_m}:",
+            "    {acc_s} = {acc_s} * wp.exp({acc_m} - {other_m}) + {other_s}",
+            "    {acc_m} = {other_m}",
+            "elif {other_m} > wp.float64(-wp.inf):",
+            "    {acc_s} = {acc_s} + {other_s} * wp.exp({other_m} - {acc_m})",
+        ]
+    )
+    accs = (("m", "wp.float64", "wp.float64(-wp.inf)"), ("s", "wp.float64", "wp.float64(0.0)"))
+    return ReduceTemplate(accs, update, combine, f"{out_t}({{acc_m}} + wp.log({{acc_s}}))")
+
+
+def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str, warp: Any) -> None:
     register_op(
         OpDef(
             name=name,
@@ -96,6 +165,7 @@ def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, d
             infer=infer,
             reference=ref,
             derivative=derivative,
+            warp_reduce=warp,
             doc=doc,
         )
     )
@@ -107,6 +177,7 @@ _reduction(
     _sum_ref,
     Derivative({0: lambda c: _unreduce(c, c.gy)}),
     "sum over axes (integers accumulate in int32)",
+    _sum_template("{out}({{acc_s}})"),
 )
 _reduction(
     "mean",
@@ -114,6 +185,7 @@ _reduction(
     lambda attrs, x: np.mean(x, axis=attrs.axes, keepdims=attrs.keepdims),
     Derivative({0: lambda c: _unreduce(c, c.gy / float(c.derived("count")))}, derived={"count": _count}),
     "mean over axes; the backward saves only the element count",
+    _sum_template("{out}({{acc_s}} / {acc}({{count}}))"),
 )
 _reduction(
     "max",
@@ -121,6 +193,7 @@ _reduction(
     lambda attrs, x: np.max(x, axis=attrs.axes, keepdims=attrs.keepdims),
     Derivative({0: _extremum_grad("argmax")}, saved_inputs=(0,)),
     "maximum over axes; the gradient goes to the first maximal element",
+    _extremum_template(">", with_index=False),
 )
 _reduction(
     "min",
@@ -128,6 +201,7 @@ _reduction(
     lambda attrs, x: np.min(x, axis=attrs.axes, keepdims=attrs.keepdims),
     Derivative({0: _extremum_grad("argmin")}, saved_inputs=(0,)),
     "minimum over axes; the gradient goes to the first minimal element",
+    _extremum_template("<", with_index=False),
 )
 _reduction(
     "logsumexp",
@@ -139,6 +213,7 @@ _reduction(
         saved_output=True,
     ),
     "log(sum(exp(x))) over axes, computed stably",
+    _logsumexp_template,
 )
 _reduction(
     "argmax",
@@ -146,6 +221,7 @@ _reduction(
     _arg_ref(np.argmax),
     None,
     "flat index of the first maximum within the reduced axes (not differentiable)",
+    _extremum_template(">", with_index=True),
 )
 _reduction(
     "argmin",
@@ -153,4 +229,5 @@ _reduction(
     _arg_ref(np.argmin),
     None,
     "flat index of the first minimum within the reduced axes (not differentiable)",
+    _extremum_template("<", with_index=True),
 )

@@ -129,14 +129,63 @@ class Derivative:
 
 
 @dataclass(frozen=True)
+class WarpSite:
+    """Where a Warp expression is generated: the node's attributes, operand expressions,
+    Warp scalar types (``wp.float32``...), shapes, and the output element's index (one
+    integer expression per axis)."""
+
+    attrs: Any
+    args: tuple[str, ...]
+    out_type: str
+    in_types: tuple[str, ...]
+    out_shape: tuple[int, ...]
+    in_shapes: tuple[tuple[int, ...], ...]
+    index: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class IndexSource:
+    """Where a shape op reads one output element: input ``input`` at ``index`` (integer
+    expressions, always in bounds), used when ``when`` holds (None: always)."""
+
+    input: int
+    index: tuple[str, ...]
+    when: str | None = None
+
+
+@dataclass(frozen=True)
+class ReduceTemplate:
+    """Warp code of a deterministic reduction, in the accumulator's fixed visiting order.
+
+    ``accumulators``: (name, Warp type, initial expression). ``update``: statements that
+    fold element ``{x}`` with flat reduced index ``{r}`` into the accumulators ``{acc_*}``.
+    ``combine``: statements that fold a later partial ``{other_*}`` into ``{acc_*}``.
+    ``finalize``: the output expression (``{count}`` is the reduced element count).
+    """
+
+    accumulators: tuple[tuple[str, str, str], ...]
+    update: str
+    combine: str
+    finalize: str
+
+
+@dataclass(frozen=True)
 class OpDef:
     """One op, declared once as data.
 
     ``infer(sig_inputs, attrs, where)`` returns the output type or raises ContractError;
-    ``reference(attrs, *arrays)`` is the NumPy semantics; ``warp`` is the Warp expression
-    template of an elementwise op (``{0}``, ``{1}`` … are the operands, ``{T}`` the
-    output's Warp scalar type); ``derivative`` is None when the output is not
-    differentiable.
+    ``reference(attrs, *arrays)`` is the NumPy semantics; ``derivative`` is None when the
+    output is not differentiable. The Warp lowering is data too:
+
+    - ``warp``: elementwise ops: a template (``{0}``, ``{1}`` … operands, ``{T}`` the
+      output's Warp type, ``{T0}`` input 0's) or a function of a `WarpSite`;
+    - ``warp_domain``: a template that is true where the inputs are in the op's domain
+      (kernels flag a violation in the status word);
+    - ``warp_index``: shape ops: a function of a `WarpSite` giving the `IndexSource` list
+      of each output element (outside every source the element is 0);
+    - ``warp_reduce``: reductions: a function of (input Warp type, output Warp type)
+      giving a `ReduceTemplate`;
+    - ``warp_helpers``: source of the ``@wp.func`` helpers the templates call.
     """
 
     name: str
@@ -146,7 +195,11 @@ class OpDef:
     reference: Callable[..., np.ndarray]
     attrs: type[BaseModel] = NoAttrs
     derivative: Derivative | None = None
-    warp: str | None = None
+    warp: str | Callable[[WarpSite], str] | None = None
+    warp_domain: str | None = None
+    warp_index: Callable[[WarpSite], list[IndexSource]] | None = None
+    warp_reduce: Callable[[str, str], ReduceTemplate] | None = None
+    warp_helpers: str = ""  # Warp @wp.func source the templates call
     cost: Cost = "cheap"
     doc: str = ""
     # Algebraic traits read by canonicalize (never the op's name):
