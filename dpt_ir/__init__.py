@@ -2,6 +2,7 @@
 
 from dpt_ir import ops as _ops  # noqa: F401  (registers the op table)
 from dpt_ir.builder import GraphBuilder, Tensor
+from dpt_ir.compiler import compile
 from dpt_ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.functions import (
     abs,
@@ -80,6 +81,6 @@ from dpt_ir.functions import (
 from dpt_ir.graph import Graph, Input, Node, Output
 from dpt_ir.interpreter import interpret, interpret_grad
 from dpt_ir.ops import Derivative, GradContext, OpDef, all_ops, get_op, register_op
+from dpt_ir.runtime import Program, TapePass
 from dpt_ir.types import TensorType
-
-__version__ = "0.1.0"
+from dpt_ir.version import __version__

@@ -232,30 +232,32 @@ class _Parser:
         return self.json_at(what)
 
     def tensor_type(self, what: str) -> TensorType:
+        """``f32[4,4]``: a short dtype name and a shape."""
         self.spaces()
-        start = self.pos
         match = _DTYPE_RE.match(self.text, self.pos)
         if match is None or match.group() not in FROM_SHORT:
-            raise self.error(f"the dtype of {what} (one of {', '.join(FROM_SHORT)})", start)
+            raise self.error(f"the dtype of {what} (one of {', '.join(FROM_SHORT)})")
         self.pos = match.end()
+        dtype = FROM_SHORT[match.group()]
+        return TensorType(shape=self.shape(what), dtype=dtype)  # type: ignore[arg-type]
+
+    def shape(self, what: str) -> tuple[int, ...]:
+        """``[4,4]`` or ``[]``."""
         self.expect("[", f"'[' opening the shape of {what}")
         dims: list[int] = []
         self.spaces()
-        if self.peek("]"):
-            self.pos += 1
-            return TensorType(shape=(), dtype=FROM_SHORT[match.group()])  # type: ignore[arg-type]
-        while True:
-            self.spaces()
+        while not self.peek("]"):
+            if dims:
+                self.expect(",", f"',' or ']' in the shape of {what}")
+                self.spaces()
             digits = _INT_RE.match(self.text, self.pos)
             if digits is None:
                 raise self.error(f"a dimension of {what} (a non-negative integer)")
             dims.append(int(digits.group()))
             self.pos = digits.end()
             self.spaces()
-            if self.peek("]"):
-                self.pos += 1
-                return TensorType(shape=tuple(dims), dtype=FROM_SHORT[match.group()])  # type: ignore[arg-type]
-            self.expect(",", f"',' or ']' in the shape of {what}")
+        self.pos += 1
+        return tuple(dims)
 
     # -- statements --
     def graph(self) -> Graph:

@@ -4,7 +4,8 @@ Assumes: a valid graph. Guarantees: values are unchanged (bit for bit, except th
 folded constants are computed once by the NumPy reference in the node's dtype), and
 
 - a node whose inputs are all constants and whose result is uniform becomes a constant
-  (elementwise and shape ops fold symbolically; reductions fold when small);
+  (elementwise ops fold symbolically; shape ops and reductions fold when their inputs
+  are small, after checking the result is uniform: ``embed_slice`` pads with zeros);
 - ``x op e`` with ``e`` the op's identity element (``e op x`` too when commutative)
   becomes ``x`` when that changes neither shape nor dtype;
 - ``f(f(x))`` becomes ``x`` for an involution ``f``.
@@ -61,17 +62,12 @@ def _fold(graph: Graph, node: Node, consts: dict[str, Any]) -> Node | None:
         return None
     attrs = op.parse_attrs(node.attrs, node.name)
     in_types = [graph.types[i] for i in node.inputs]
-    if op.kind in ("elementwise", "shape"):
+    if op.kind == "elementwise":
         # Uniform inputs give a uniform output: evaluate once on 0-d arrays.
-        if op.kind == "shape" and len(node.inputs) == 1:
-            value = np.asarray(consts[node.inputs[0]], dtype=node.type.dtype)
-        elif op.kind == "elementwise":
-            args = [np.asarray(consts[i], dtype=t.dtype) for i, t in zip(node.inputs, in_types, strict=True)]
-            with np.errstate(all="ignore"):
-                value = np.asarray(op.reference(attrs, *args)).astype(node.type.dtype)
-        else:
-            return None
-    elif op.kind == "reduction" and all(t.size <= FOLD_LIMIT for t in in_types):
+        args = [np.asarray(consts[i], dtype=t.dtype) for i, t in zip(node.inputs, in_types, strict=True)]
+        with np.errstate(all="ignore"):
+            value = np.asarray(op.reference(attrs, *args)).astype(node.type.dtype)
+    elif op.kind in ("shape", "reduction") and all(t.size <= FOLD_LIMIT for t in in_types):
         args = [
             np.full(t.shape, consts[i], dtype=t.dtype) for i, t in zip(node.inputs, in_types, strict=True)
         ]

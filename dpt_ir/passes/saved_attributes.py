@@ -77,21 +77,25 @@ def _min_cut(graph: Graph, needs_ct: set[str], recompute: bool) -> set[str]:
     """Values computed in the forward phase (``v:in`` on the source side of the cut).
 
     Each value ``v`` is an edge ``v:in -> v:out`` whose capacity is the bytes it costs to
-    save; data edges are infinite. Cotangent-dependent values feed the sink; values that
-    must be computed in the forward (outputs, pinned ops, everything when recompute is
-    off) hang from the source. Cotangent-dependent values cannot be saved (infinite).
+    save; data edges are infinite. Cotangent-dependent values and backward outputs feed the
+    sink (a backward output that reads no cotangent, such as a zero gradient, is then still
+    computed in the backward); values that must be computed in the forward (outputs, pinned
+    ops, everything when recompute is off) hang from the source. Cotangent-dependent values
+    cannot be saved (infinite).
     """
     fwd_out = forward_outputs(graph)
     cts = set(graph.meta.get("cotangents", {}).values())
     flow = nx.DiGraph()
     inputs = {i.name for i in graph.inputs}
-    for name, t in graph.types.items():
+    for name in graph.types:
         if name in needs_ct or name in cts:
             flow.add_edge(f"{name}:in", f"{name}:out")
             flow.add_edge(f"{name}:out", "sink")
         else:
             free = name in inputs or name in fwd_out
-            flow.add_edge(f"{name}:in", f"{name}:out", capacity=0 if free else t.nbytes)
+            flow.add_edge(f"{name}:in", f"{name}:out", capacity=0 if free else _save_cost(graph, name))
+    for name in backward_outputs(graph):
+        flow.add_edge(f"{name}:out", "sink")
     for i in inputs - cts:
         flow.add_edge("source", f"{i}:in")
     for node in graph.nodes:
@@ -101,6 +105,15 @@ def _min_cut(graph: Graph, needs_ct: set[str], recompute: bool) -> set[str]:
             flow.add_edge("source", f"{node.name}:in")
     _, (source_set, _) = nx.minimum_cut(flow, "source", "sink")
     return {k[: -len(":in")] for k in source_set if k.endswith(":in")}
+
+
+def _save_cost(graph: Graph, name: str) -> int:
+    """Twice the bytes of saving ``name``, less one when it is a reduction or stencil result
+    (written to memory anyway): of two cuts saving equal bytes, the one saving such results
+    wins, so no extra forward kernel materialises a value only to save it."""
+    node = graph.node_map[name]
+    nbytes = node.type.nbytes
+    return 2 * nbytes - (1 if nbytes and _pinned_forward(node) else 0)
 
 
 def _ancestors(graph: Graph, values: set[str]) -> set[str]:
@@ -123,7 +136,8 @@ def _rewrite(graph: Graph, needs_ct: set[str], source_side: set[str]) -> Graph:
         for i in n.inputs
         if i in source_side and i not in inputs
     }
-    in_forward = _ancestors(graph, forward_outputs(graph) | saved) - needs_ct - inputs
+    forward_roots = forward_outputs(graph) | saved | (bwd_out & source_side)
+    in_forward = _ancestors(graph, forward_roots) - needs_ct - inputs
     clones: dict[str, str] = {}
     nodes: list[Node] = []
     taken = set(graph.types)

@@ -1,0 +1,392 @@
+"""Warp source for the fusion groups of a scheduled graph.
+
+One kernel per pointwise group (a thread per element of its iteration space) and one or
+two per reduction group: ``<k>`` where thread ``(o, p)`` folds chunk ``p`` of output
+``o``'s reduced elements in row-major order, and, when there is more than one partial
+per output, ``<k>_final`` which combines the partials of each output in order. Results
+therefore never depend on thread scheduling: no atomics touch floating-point data.
+
+Every expression comes from the op table (`OpDef.warp`, ``warp_index``,
+``warp_reduce``, ``warp_domain``); nothing here depends on an op's name.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpt_ir.graph import Graph
+from dpt_ir.ops import indexing as idx
+from dpt_ir.ops.registry import WarpSite
+
+WP_TYPES = {
+    "float32": "wp.float32",
+    "float64": "wp.float64",
+    "int32": "wp.int32",
+    "uint8": "wp.uint8",
+    "bool": "wp.bool",
+}
+STATUS = "$status"
+
+
+@dataclass(frozen=True)
+class StatusSlot:
+    """One flag of the status word: which kernel and node raise it, and why."""
+
+    kernel: str
+    node: str
+    op: str
+    kind: str  # "domain" or "nonfinite"
+
+
+@dataclass
+class KernelSource:
+    """A generated kernel: its source, its parameters (value names, `STATUS`, or
+    ``$partial:<value>:<acc>`` scratch buffers) and its launch size."""
+
+    name: str
+    text: str
+    params: list[str]
+    dim: int
+    group: str
+    partials: dict[str, tuple[str, int]] = field(default_factory=dict)  # param -> (wp type, size)
+
+
+def param_name(value: str) -> str:
+    return "a_" + re.sub(r"[^A-Za-z0-9_]", "_", value)
+
+
+class KernelWriter:
+    """Builds one kernel body: memoised value expressions at symbolic indices."""
+
+    def __init__(
+        self, graph: Graph, group: dict[str, Any], kernel: str, slots: list[StatusSlot], checks: bool
+    ) -> None:
+        self.graph = graph
+        self.members = set(group["nodes"])
+        self.kernel = kernel
+        self.slots = slots
+        self.checks = checks
+        self.lines: list[str] = []
+        self.indent = 1
+        self.memo: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.params: list[str] = []
+        self.counter = 0
+        self.helpers: list[str] = []
+        # (index, shape) -> flat offset already known (the loop's own counter), so that
+        # reads at the iteration index do not re-linearise a delinearised counter.
+        self.flat: dict[tuple[tuple[str, ...], tuple[int, ...]], str] = {}
+
+    # -- plumbing --
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def fresh(self, stem: str = "v") -> str:
+        self.counter += 1
+        return f"{stem}{self.counter}"
+
+    def param(self, value: str) -> str:
+        if value not in self.params:
+            self.params.append(value)
+        return param_name(value)
+
+    def flag(self, node: str, op: str, kind: str, bad: str) -> None:
+        if not self.checks:
+            return
+        self.slots.append(StatusSlot(self.kernel, node, op, kind))
+        self.param(STATUS)
+        self.emit(f"if {bad}:")
+        self.emit(f"    {param_name(STATUS)}[{len(self.slots) - 1}] = 1")
+
+    def check_finite(self, value: str, var: str) -> None:
+        if self.graph.types[value].dtype in ("float32", "float64"):
+            node = self.graph.node_map.get(value)
+            self.flag(value, node.op if node else "input", "nonfinite", f"not wp.isfinite({var})")
+
+    # -- values --
+    def value_at(self, name: str, index: tuple[str, ...]) -> str:
+        key = (name, index)
+        if key in self.memo:
+            return self.memo[key]
+        t = self.graph.types[name]
+        if name not in self.members:
+            var = self.fresh()
+            offset = self.flat.get((index, t.shape)) or idx.linearize(index, t.shape)
+            self.emit(f"{var} = {self.param(name)}[{offset}]")
+        else:
+            var = self._node_at(name, index)
+        self.memo[key] = var
+        return var
+
+    def _node_at(self, name: str, index: tuple[str, ...]) -> str:
+        node = self.graph.node_map[name]
+        op = node.opdef
+        attrs = op.parse_attrs(node.attrs, name)
+        in_shapes = tuple(self.graph.types[i].shape for i in node.inputs)
+        in_types = tuple(WP_TYPES[self.graph.types[i].dtype] for i in node.inputs)
+        out_t = WP_TYPES[node.type.dtype]
+        if op.kind == "shape":
+            site = WarpSite(attrs, (), out_t, in_types, node.type.shape, in_shapes, index)
+            return self._select(node.inputs, op.warp_index(site), out_t)  # type: ignore[misc]
+        if op.warp is None:
+            raise NotImplementedError(f"op {op.name!r} has no Warp lowering (node {name!r})")
+        args = tuple(
+            self.value_at(i, idx.broadcast_index(index, node.type.shape, s))
+            for i, s in zip(node.inputs, in_shapes, strict=True)
+        )
+        if op.warp_helpers and op.warp_helpers not in self.helpers:
+            self.helpers.append(op.warp_helpers)
+        fmt = {"T": out_t, **{f"T{k}": t for k, t in enumerate(in_types)}}
+        site = WarpSite(attrs, args, out_t, in_types, node.type.shape, in_shapes, index)
+        expr = op.warp(site) if callable(op.warp) else op.warp.format(*args, **fmt)
+        if op.warp_domain:
+            self.flag(name, op.name, "domain", f"not ({op.warp_domain.format(*args, **fmt)})")
+        var = self.fresh()
+        self.emit(f"{var} = {expr}")
+        return var
+
+    def _select(self, inputs: tuple[str, ...], sources: list[Any], out_t: str) -> str:
+        """A view's element: the first source whose condition holds, else zero."""
+        if len(sources) == 1 and sources[0].when is None:
+            return self.value_at(inputs[sources[0].input], sources[0].index)
+        result = "False" if out_t == "wp.bool" else f"{out_t}(0)"
+        for s in reversed(sources):
+            v = self.value_at(inputs[s.input], s.index)
+            result = v if s.when is None else f"wp.where({s.when}, {v}, {result})"
+        var = self.fresh()
+        self.emit(f"{var} = {result}")
+        return var
+
+
+def _signature(params: list[str], graph: Graph, partials: dict[str, tuple[str, int]]) -> str:
+    parts = []
+    for p in params:
+        if p == STATUS:
+            dtype = "wp.int32"
+        elif p in partials:
+            dtype = partials[p][0]
+        else:
+            dtype = WP_TYPES[graph.types[p].dtype]
+        parts.append(f"{param_name(p)}: wp.array(dtype={dtype})")
+    return ", ".join(parts)
+
+
+def _header(group: dict[str, Any]) -> str:
+    nodes = ", ".join(group["nodes"])
+    return (
+        f"# {group['id']} [{group['phase']}] {group['kind']} over {group['space']}: "
+        f"{len(group['nodes'])} node(s): {nodes}"
+    )
+
+
+def pointwise_kernel(
+    graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool
+) -> tuple[list[KernelSource], list[str]]:
+    w = KernelWriter(graph, group, name, slots, checks)
+    space = tuple(group["space"])
+    w.emit("tid = wp.tid()")
+    index = tuple(idx.delinearize("tid", space)) if space else ()
+    index = _bind_index(w, index)
+    w.flat[(index, space)] = "tid"
+    for root in group["outputs"]:
+        v = w.value_at(root, index)
+        w.check_finite(root, v)
+        w.emit(f"{w.param(root)}[tid] = {v}")
+    return [_finish(w, graph, group, name, math.prod(space), {})], w.helpers
+
+
+def _bind_index(w: KernelWriter, index: tuple[str, ...]) -> tuple[str, ...]:
+    out = []
+    for k, e in enumerate(index):
+        if e in ("0", "tid", "r") or e.isidentifier():
+            out.append(e)
+            continue
+        var = f"i{k}_{w.fresh('')}"
+        w.emit(f"{var} = {e}")
+        out.append(var)
+    return tuple(out)
+
+
+def _finish(
+    w: KernelWriter,
+    graph: Graph,
+    group: dict[str, Any],
+    name: str,
+    dim: int,
+    partials: dict[str, tuple[str, int]],
+) -> KernelSource:
+    params = w.params
+    body = "\n".join(w.lines)
+    text = f"{_header(group)}\n@wp.kernel\ndef {name}({_signature(params, graph, partials)}):\n{body}\n"
+    return KernelSource(name, text, list(params), dim, group["id"], dict(partials))
+
+
+def partial_count(group: dict[str, Any], n_out: int, count: int, device: str) -> int:
+    """How many partials each output of a reduction is split into. The CPU backend runs
+    one thread, so one partial (no combine kernel); CUDA needs enough threads in flight."""
+    if device == "cpu" or count < 8192:
+        return 1
+    want = max(1, 65536 // max(n_out, 1))
+    return max(1, min(want, count // 4096))
+
+
+def reduction_kernels(
+    graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool, device: str
+) -> tuple[list[KernelSource], list[str]]:
+    space, axes = tuple(group["space"]), tuple(group["axes"])
+    kept = tuple(d for k, d in enumerate(space) if k not in axes)
+    red = tuple(d for k, d in enumerate(space) if k in axes)
+    n_out, count = math.prod(kept), math.prod(red)
+    parts = partial_count(group, n_out, count, device)
+    chunk = -(-count // parts) if count else 0
+    roots = [v for v in group["outputs"] if graph.node_map[v].opdef.kind == "reduction"]
+    pointwise_roots = [v for v in group["outputs"] if v not in roots]
+    w = KernelWriter(graph, group, name, slots, checks)
+    w.emit("tid = wp.tid()")
+    w.emit(f"o = tid // {parts}" if parts > 1 else "o = tid")
+    if parts > 1:
+        w.emit(f"p = tid - o * {parts}")
+    kept_index = iter(_bind_index(w, tuple(idx.delinearize("o", kept))))
+    templates = {}
+    for root in roots:
+        node = graph.node_map[root]
+        in_t = WP_TYPES[graph.types[node.inputs[0]].dtype]
+        t = node.opdef.warp_reduce(in_t, WP_TYPES[node.type.dtype])  # type: ignore[misc]
+        templates[root] = t
+        for acc, _, init in t.accumulators:
+            w.emit(f"{_acc(w, root, acc)} = {init}")
+    begin = "p * " + str(chunk) if parts > 1 else "0"
+    end = f"wp.min({begin} + {chunk}, {count})" if parts > 1 else str(count)
+    w.emit(f"for r in range({begin}, {end}):")
+    w.indent += 1
+    kept_vals = list(kept_index)
+    red_index = list(_bind_index(w, tuple(idx.delinearize("r", red))))
+    full = tuple(red_index.pop(0) if k in axes else kept_vals.pop(0) for k in range(len(space)))
+    if axes == tuple(range(len(space) - len(axes), len(space))):
+        w.flat[(full, space)] = idx.add(idx.mul("o", count), "r")
+    for root in roots:
+        x = w.value_at(graph.node_map[root].inputs[0], full)
+        _emit_template(w, templates[root].update, root, {"x": x, "r": "r"})
+    for root in pointwise_roots:
+        v = w.value_at(root, full)
+        w.check_finite(root, v)
+        offset = w.flat.get((full, space)) or idx.linearize(full, space)
+        w.emit(f"{w.param(root)}[{offset}] = {v}")
+    w.indent -= 1
+    partials: dict[str, tuple[str, int]] = {}
+    for root in roots:
+        t = templates[root]
+        if parts == 1:
+            _write_result(w, root, t, count)
+        else:
+            for acc, acc_t, _ in t.accumulators:
+                p = f"$partial:{root}:{acc}"
+                partials[p] = (acc_t, n_out * parts)
+                w.param(p)
+                w.emit(f"{param_name(p)}[tid] = {_acc(w, root, acc)}")
+    kernels = [_finish(w, graph, group, name, n_out * parts, partials)]
+    if parts > 1:
+        kernels.append(
+            _combine_kernel(
+                graph, group, name + "_final", roots, templates, parts, n_out, count, slots, checks
+            )
+        )
+    return kernels, w.helpers
+
+
+def _acc(w: KernelWriter, root: str, acc: str) -> str:
+    return f"acc_{param_name(root)[2:]}_{acc}"
+
+
+def _emit_template(w: KernelWriter, template: str, root: str, values: dict[str, str]) -> None:
+    subst = {
+        **values,
+        **{f"acc_{a}": _acc(w, root, a) for a in "msi"},
+        **{f"other_{a}": f"other_{param_name(root)[2:]}_{a}" for a in "msi"},
+    }
+    for line in template.format(**subst).split("\n"):
+        w.emit(line)
+
+
+def _write_result(w: KernelWriter, root: str, t: Any, count: int) -> None:
+    subst = {f"acc_{a}": _acc(w, root, a) for a in "msi"}
+    var = w.fresh()
+    w.emit(f"{var} = {t.finalize.format(count=count, **subst)}")
+    w.check_finite(root, var)
+    w.emit(f"{w.param(root)}[o] = {var}")
+
+
+def _combine_kernel(
+    graph: Graph,
+    group: dict[str, Any],
+    name: str,
+    roots: list[str],
+    templates: dict[str, Any],
+    parts: int,
+    n_out: int,
+    count: int,
+    slots: list[StatusSlot],
+    checks: bool,
+) -> KernelSource:
+    w = KernelWriter(graph, group, name, slots, checks)
+    w.emit("o = wp.tid()")
+    partials: dict[str, tuple[str, int]] = {}
+    for root in roots:
+        t = templates[root]
+        for acc, acc_t, _ in t.accumulators:
+            p = f"$partial:{root}:{acc}"
+            partials[p] = (acc_t, n_out * parts)
+            w.param(p)
+            w.emit(f"{_acc(w, root, acc)} = {param_name(p)}[o * {parts}]")
+        w.emit(f"for q in range(1, {parts}):")
+        w.indent += 1
+        for acc, _, _ in t.accumulators:
+            w.emit(
+                f"other_{param_name(root)[2:]}_{acc} = {param_name(f'$partial:{root}:{acc}')}[o * {parts} + q]"
+            )
+        _emit_template(w, t.combine, root, {})
+        w.indent -= 1
+        _write_result(w, root, t, count)
+    return _finish(w, graph, group, name, n_out, partials)
+
+
+@dataclass
+class ModuleSource:
+    """All kernels of one program and the text of the module that defines them."""
+
+    kernels: list[KernelSource]
+    slots: list[StatusSlot]
+    text: str
+
+
+def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, device: str) -> ModuleSource:
+    """Kernels for every fusion group of each named scheduled graph, in one module."""
+    kernels: list[KernelSource] = []
+    slots: list[StatusSlot] = []
+    helpers: list[str] = []
+    for prefix, graph in plans.items():
+        for group in graph.meta["groups"]:
+            name = f"{prefix}_{group['id']}"
+            if group["kind"] == "reduction":
+                ks, hs = reduction_kernels(graph, group, name, slots, checks, device)
+            else:
+                ks, hs = pointwise_kernel(graph, group, name, slots, checks)
+            kernels += ks
+            helpers += [h for h in hs if h not in helpers]
+    text = "\n".join(
+        [
+            f"# Generated by dpt_ir for graph {title!r}. Do not edit.",
+            f"# {header}",
+            "from typing import Any",
+            "",
+            "import warp as wp",
+            "",
+            'wp.set_module_options({"enable_backward": False})',
+            *helpers,
+            "",
+            *(k.text + "\n" for k in kernels),
+        ]
+    )
+    return ModuleSource(kernels, slots, text)

@@ -1,0 +1,205 @@
+"""`dp.compile`: run the pass pipelines, generate one Warp module, cache everything.
+
+A program compiles up to three pipelines of the same graph into one module: ``run``
+(forward only), ``value_and_grad`` (the loss seeded with 1 at compile time: forward and
+backward fuse) and ``tape`` (cotangent inputs for every float output). Caches:
+
+- in-process: the same graph, wrt, loss, options and device return the same `Program`
+  without recompiling;
+- on disk (``DPT_IR_CACHE``, default ``~/.cache/dpt_ir``): the scheduled plans and the
+  generated module, keyed by a hash of the graph, the options and the dpt_ir and Warp
+  versions; a new process skips the passes and Warp reuses its compiled binary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import warp as wp
+
+from dpt_ir.autodiff import check_wrt, default_loss
+from dpt_ir.backends.warp import codegen
+from dpt_ir.backends.warp.codegen import KernelSource, StatusSlot
+from dpt_ir.backends.warp.module import cache_root, content_key, import_source, load
+from dpt_ir.backends.warp.plan import ExecutionPlan
+from dpt_ir.errors import ContractError
+from dpt_ir.graph import Graph
+from dpt_ir.passes import dumps
+from dpt_ir.passes.manager import PipelineResult, resolve_dump_dir, run_pipeline
+from dpt_ir.passes.options import CompileOptions
+from dpt_ir.runtime import Program
+from dpt_ir.version import __version__
+
+_PROGRAMS: dict[str, Program] = {}
+
+
+def resolve_device(device: str | None) -> str:
+    """``None``: ``cuda:0`` when a GPU is present, else ``cpu``."""
+    wp.init()
+    if device is None:
+        return "cuda:0" if wp.get_cuda_device_count() > 0 else "cpu"
+    if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
+        raise ContractError(f"compile: device must be 'cpu' or 'cuda:N', found {device!r}")
+    if device.startswith("cuda"):
+        name = device if ":" in device else "cuda:0"
+        index = name.split(":", 1)[1]
+        if not index.isdigit() or int(index) >= wp.get_cuda_device_count():
+            raise ContractError(
+                f"compile: device {device!r} is not available ({wp.get_cuda_device_count()} CUDA device(s))"
+            )
+        return name
+    return device
+
+
+def _pipelines(graph: Graph, wrt: tuple[str, ...], loss: str | None, base: dict[str, Any]) -> dict[str, Any]:
+    plans: dict[str, CompileOptions] = {"run": CompileOptions(**base)}
+    if wrt:
+        if loss is not None:
+            plans["value_and_grad"] = CompileOptions(
+                wrt=wrt, seeds=(loss,), seed_values={loss: 1.0}, loss=loss, **base
+            )
+        plans["tape"] = CompileOptions(wrt=wrt, **base)
+    return plans
+
+
+def compile(  # noqa: A001  (the public name is fixed by the design)
+    graph: Graph,
+    wrt: list[str] | tuple[str, ...] | str | None = None,
+    device: str | None = None,
+    dump_dir: str | os.PathLike[str] | None = None,
+    loss: str | None = None,
+    checks: bool = True,
+    fuse: bool = True,
+    recompute: bool = True,
+) -> Program:
+    """Compile ``graph`` for ``device``; differentiate wrt the inputs named in ``wrt``."""
+    start = time.perf_counter()
+    if not isinstance(graph, Graph):
+        raise ContractError(f"compile: expected a dp.Graph, found {type(graph).__name__}")
+    wrt_names = check_wrt(graph, [] if wrt is None else [wrt] if isinstance(wrt, str) else list(wrt))
+    if loss is not None:
+        graph.output_value(loss)
+    elif wrt_names:
+        try:
+            loss = default_loss(graph)
+        except ContractError:
+            loss = None  # value_and_grad then needs loss=...; tape passes still work
+    dev = resolve_device(device)
+    base = {"checks": bool(checks), "fuse": bool(fuse), "recompute": bool(recompute)}
+    key = content_key(
+        graph.model_dump_json(),
+        json.dumps([wrt_names, loss, base], sort_keys=True),
+        "cpu" if dev == "cpu" else "cuda",
+        __version__,
+        wp.config.version,
+    )
+    out_dir = resolve_dump_dir(dump_dir)
+    cached = _PROGRAMS.get(f"{key}:{dev}")
+    if cached is not None and out_dir is None:
+        cached.report = {**cached.report, "cache": "memory", "compile_seconds": time.perf_counter() - start}
+        return cached
+    program = _build(graph, wrt_names, loss, dev, base, key, out_dir, start)
+    _PROGRAMS[f"{key}:{dev}"] = program
+    return program
+
+
+def _build(
+    graph: Graph,
+    wrt: tuple[str, ...],
+    loss: str | None,
+    dev: str,
+    base: dict[str, Any],
+    key: str,
+    out_dir: Path | None,
+    start: float,
+) -> Program:
+    entry = cache_root() / key
+    plan_file = entry / "plan.json"
+    module_name = f"dpt_ir_gen_{key}"
+    results: dict[str, PipelineResult] = {}
+    if plan_file.exists() and out_dir is None:
+        cache = "disk"
+        saved = json.loads(plan_file.read_text())
+        graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
+        kernels = [KernelSource(**k) for k in saved["kernels"]]
+        slots = [StatusSlot(**s) for s in saved["slots"]]
+        text = (entry / f"{module_name}.py").read_text()
+    else:
+        cache = "miss"
+        options = _pipelines(graph, wrt, loss, base)
+        results = {name: run_pipeline(graph, opts) for name, opts in options.items()}
+        graphs = {name: r.graph for name, r in results.items()}
+        header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
+        source = codegen.generate(
+            {_PREFIX[k]: g for k, g in graphs.items()},
+            graph.name,
+            header,
+            base["checks"],
+            "cpu" if dev == "cpu" else "cuda",
+        )
+        kernels, slots, text = source.kernels, source.slots, source.text
+    module = import_source(text, entry, module_name)
+    load(module, dev)
+    if cache == "miss":
+        doc = {
+            "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
+            "kernels": [dataclasses.asdict(k) for k in kernels],
+            "slots": [dataclasses.asdict(s) for s in slots],
+        }
+        tmp = plan_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(plan_file)
+    status = wp.zeros(max(len(slots), 1), dtype=wp.int32, device=dev) if base["checks"] else None
+    plans = {}
+    for name, g in graphs.items():
+        mine = [k for k in kernels if k.name.startswith(_PREFIX[name] + "_")]
+        plans[name] = ExecutionPlan(g, mine, module, dev, status, grad_outputs=name == "tape")
+    report = _report(graph, plans, cache, time.perf_counter() - start, dev, module_name)
+    program = Program(graph, wrt, loss, dev, plans, slots, status, report, module_name)
+    if out_dir is not None:
+        _dump(out_dir, results, text, module_name, report)
+    return program
+
+
+_PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
+
+
+def _report(
+    graph: Graph, plans: dict[str, ExecutionPlan], cache: str, seconds: float, dev: str, module: str
+) -> dict[str, Any]:
+    return {
+        "graph": graph.name,
+        "device": dev,
+        "module": module,
+        "cache": cache,
+        "compile_seconds": seconds,
+        "plans": {
+            name: {
+                "kernels": len(p.launches),
+                "forward_launches": len(p.launches_of("forward")),
+                "backward_launches": len(p.launches_of("backward")),
+                "saved_bytes": p.graph.meta.get("saved_bytes", 0),
+                "workspace_bytes": p.graph.meta["schedule"]["workspace_bytes"],
+            }
+            for name, p in plans.items()
+        },
+    }
+
+
+def _dump(
+    out_dir: Path, results: dict[str, PipelineResult], text: str, module: str, report: dict[str, Any]
+) -> None:
+    """The main pipeline (tape when differentiating, else run) at the top level, the
+    others in sub-folders, the generated module under ``kernels/``."""
+    main = "tape" if "tape" in results else "run"
+    for name, result in results.items():
+        dumps.write_all(result, out_dir if name == main else out_dir / name)
+    (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
+    (out_dir / "kernels" / f"{module}.py").write_text(text)
+    full = {**dumps.report(results[main]), "program": report}
+    (out_dir / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True))

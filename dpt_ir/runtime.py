@@ -1,0 +1,278 @@
+"""`Program` and `TapePass`: running compiled plans with status checkpoints.
+
+A Program holds up to three plans compiled into one Warp module: ``run`` (forward
+only), ``value_and_grad`` (seed fixed at 1 at compile time, so forward and backward share
+kernels) and ``tape`` (forward and backward phases with cotangent inputs), each with
+buffers allocated once. Kernels raise flags in a status word; it is read only at
+checkpoints (after a forward, after a backward), and a raised flag becomes a
+`NumericalError` naming the kernel, node and reason; no output is returned then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from dpt_ir.autodiff import seed_arrays
+from dpt_ir.backends.warp.codegen import StatusSlot
+from dpt_ir.backends.warp.plan import ExecutionPlan
+from dpt_ir.errors import ContractError, LifecycleError, NumericalError
+from dpt_ir.graph import Graph
+
+
+class Program:
+    """A compiled graph. See DESIGN §2 for the API."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        wrt: tuple[str, ...],
+        loss: str | None,
+        device: str,
+        plans: dict[str, ExecutionPlan],
+        slots: list[StatusSlot],
+        status: wp.array | None,
+        report: dict[str, Any],
+        module_name: str,
+    ) -> None:
+        self.graph = graph
+        self.wrt = wrt
+        self.loss = loss
+        self.device = device
+        self.plans = plans
+        self.slots = slots
+        self.status = status
+        self.report = report
+        self.module_name = module_name
+        self.launch_count = 0  # launches of the last evaluation
+
+    def __repr__(self) -> str:
+        kernels = {k: len(p.launches) for k, p in self.plans.items()}
+        return (
+            f"Program({self.graph.name!r}, wrt={list(self.wrt)}, device={self.device!r}, kernels={kernels})"
+        )
+
+    # -- evaluation --
+    def run(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Forward only: a dict output name -> numpy array."""
+        plan = self.plans["run"]
+        bound = plan.bind(inputs, _input_types(self.graph))
+        self._begin()
+        self.launch_count = plan.run("forward", bound)
+        self.checkpoint("forward")
+        return {
+            name: _to_numpy(plan.output_array(name), self.graph, plan.outputs[name]) for name in plan.outputs
+        }
+
+    def value_and_grad(self, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Outputs and the gradients of the loss output (seeded with 1) wrt ``wrt``."""
+        if not self.wrt:
+            raise ContractError(
+                f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile"
+            )
+        plan = self.plans["value_and_grad"]
+        bound = plan.bind(inputs, _input_types(self.graph))
+        self._begin()
+        self.launch_count = plan.run("forward", bound) + plan.run("backward", bound)
+        self.checkpoint("value_and_grad")
+        outs = {o.name: _to_numpy(plan.output_array(o.name), plan.graph, o.value) for o in self.graph.outputs}
+        grads = {
+            w: _to_numpy(plan.output_array(g), plan.graph, plan.outputs[g]) for w, g in plan.gradients.items()
+        }
+        return outs, grads
+
+    def tape_pass(self, tape: wp.Tape | None = None) -> TapePass:
+        """A new forward + backward pass (FirstOrderPass lifecycle; see `TapePass`)."""
+        if not self.wrt:
+            raise ContractError(
+                f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile"
+            )
+        return TapePass(self, tape)
+
+    # -- status --
+    def _begin(self) -> None:
+        if self.status is not None:
+            self.status.zero_()
+
+    def checkpoint(self, where: str) -> None:
+        """Read the status word; raise NumericalError if any kernel raised a flag."""
+        if self.status is None:
+            return
+        flags = self.status.numpy()
+        raised = [self.slots[k] for k in np.flatnonzero(flags)]
+        if raised:
+            self.status.zero_()
+            reasons = "; ".join(_describe(s) for s in raised[:8])
+            more = f" (and {len(raised) - 8} more)" if len(raised) > 8 else ""
+            raise NumericalError(f"{where} of {self.graph.name!r}: {reasons}{more}")
+
+
+def _describe(slot: StatusSlot) -> str:
+    what = "out-of-domain input" if slot.kind == "domain" else "non-finite value"
+    return f"{what} at node {slot.node!r} (op {slot.op}, kernel {slot.kernel})"
+
+
+def _input_types(graph: Graph) -> dict[str, Any]:
+    return {i.name: i.type for i in graph.inputs}
+
+
+def _to_numpy(arr: wp.array, graph: Graph, value: str) -> np.ndarray:
+    return arr.numpy().reshape(graph.types[value].shape).copy()
+
+
+class TapePass:
+    """One forward and one backward, FirstOrderPass-style.
+
+    States: ``new -> recording -> recorded -> complete -> closed``. ``forward`` runs
+    once, inside ``with``; ``backward`` needs a completed, unconsumed forward and runs
+    outside it; ``close`` zeroes the cotangents and resets the tape. Misuse raises
+    `LifecycleError`; an exception while recording closes the pass. With
+    ``tape=`` the program joins the caller's ``wp.Tape``: its backward is registered with
+    ``Tape.record_func`` and runs inside ``tape.backward()``.
+    """
+
+    def __init__(self, program: Program, tape: wp.Tape | None) -> None:
+        self.program = program
+        self.plan = program.plans["tape"]
+        self.tape = tape
+        self.state = "new"
+        self._bound: dict[str, wp.array] | None = None
+        self._inputs: dict[str, Any] = {}
+
+    def _require(self, allowed: tuple[str, ...], action: str) -> None:
+        if self.state not in allowed:
+            raise LifecycleError(
+                f"tape pass of {self.program.graph.name!r}: cannot {action} in state {self.state!r} "
+                f"(expected {' or '.join(allowed)})"
+            )
+
+    def __enter__(self) -> TapePass:
+        self._require(("new",), "start recording")
+        active = wp._src.context.runtime.tape
+        if active is not None and active is not self.tape:
+            raise LifecycleError(
+                "tape pass: another wp.Tape is active; pass it explicitly with program.tape_pass(tape=t) "
+                "to compose with it"
+            )
+        self.state = "recording"
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None:
+            self.close()
+            return
+        if self.state == "recording":
+            self.state = "recorded"
+
+    def forward(self, **inputs: Any) -> dict[str, wp.array]:
+        """Run the forward phase once; returns output name -> wp.array (program-owned)."""
+        self._require(("recording",), "run forward")
+        if self._bound is not None:
+            raise LifecycleError("tape pass: forward already ran in this pass (one evaluation per pass)")
+        types = _input_types(self.program.graph)
+        try:
+            bound = self.plan.bind(inputs, types)
+            self.program._begin()
+            self.program.launch_count = self.plan.run("forward", bound)
+            self.program.checkpoint("forward")
+        except BaseException:
+            self.close()
+            raise
+        self._bound = bound
+        self._inputs = inputs
+        fwd = {o.name for o in self.program.graph.outputs}
+        outs = {n: self.plan.output_array(n) for n in self.plan.outputs if n in fwd}
+        if self.tape is not None:
+            arrays = [a for a in outs.values()] + [
+                v for v in inputs.values() if isinstance(v, wp.array) and v.requires_grad
+            ]
+            self.tape.record_func(backward=self._tape_backward, arrays=arrays)
+        return outs
+
+    def backward(self, seed: Mapping[str, Any] | None = None) -> dict[str, wp.array]:
+        """Seed output cotangents (scalar or array per output; unnamed outputs get zero)
+        and run the backward phase once; returns input name -> gradient wp.array."""
+        if self.state == "recording":
+            raise LifecycleError(
+                "tape pass: backward cannot run while recording; leave the `with` block first"
+            )
+        self._require(("recorded",), "run backward")
+        if self._bound is None:
+            raise LifecycleError("tape pass: backward needs a completed forward in this pass")
+        seeds = self._seeds(seed)
+        grads = self._run_backward(seeds)
+        self.state = "complete"
+        return grads
+
+    def _seeds(self, seed: Mapping[str, Any] | None) -> dict[str, wp.array]:
+        graph = self.program.graph
+        if seed is None:
+            raise ContractError("tape pass: backward needs an explicit seed, e.g. seed={'loss': 1.0}")
+        if not isinstance(seed, Mapping):
+            raise ContractError(
+                f"seed: expected a dict output name -> scalar or array, found {type(seed).__name__}"
+            )
+        arrays = seed_arrays(graph, dict(seed))
+        full = {}
+        for out, ct in self.plan.cotangents.items():
+            t = self.plan.graph.types[ct]
+            value = arrays.get(out, np.zeros(t.shape, dtype=t.dtype))
+            full[ct] = value
+        return self.plan.bind(full, {ct: self.plan.graph.types[ct] for ct in full}, what="seed")
+
+    def _run_backward(self, seeds: dict[str, wp.array]) -> dict[str, wp.array]:
+        assert self._bound is not None
+        bound = {**self._bound, **seeds}
+        self.program._begin()
+        self.program.launch_count = self.plan.run("backward", bound)
+        self.program.checkpoint("backward")
+        return {w: self.plan.output_array(g) for w, g in self.plan.gradients.items()}
+
+    def _tape_backward(self) -> None:
+        """Called by the caller's ``tape.backward()``: our outputs' adjoints are the seeds."""
+        self._require(("recorded",), "run backward")
+        seeds = {}
+        for out, ct in self.plan.cotangents.items():
+            seeds[ct] = self.plan.output_array(out).grad.flatten()
+        grads = self._run_backward(seeds)
+        for w, g in grads.items():
+            user = self._inputs.get(w)
+            if isinstance(user, wp.array) and user.requires_grad:
+                dst, src = user.grad.flatten(), g.flatten()
+                wp.launch(
+                    _accumulate_kernel(),
+                    dim=src.shape[0],
+                    inputs=[dst, src],
+                    device=self.program.device,
+                    record_tape=False,
+                )
+        self.state = "complete"
+
+    def close(self) -> None:
+        """Zero the cotangents, reset the tape, release the pass. Idempotent on error paths."""
+        if self.state == "closed":
+            raise LifecycleError("tape pass: already closed")
+        for out in self.plan.cotangents:
+            arr = self.plan.output_array(out)
+            if arr.grad is not None:
+                arr.grad.zero_()
+        if self.tape is not None:
+            self.tape.reset()
+        self._bound = None
+        self._inputs = {}
+        self.state = "closed"
+
+
+_ACCUMULATE: Any = None
+
+
+def _accumulate_kernel() -> Any:
+    global _ACCUMULATE
+    if _ACCUMULATE is None:
+        from dpt_ir.backends.warp import static_kernels
+
+        _ACCUMULATE = static_kernels.accumulate
+    return _ACCUMULATE

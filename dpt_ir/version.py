@@ -1,0 +1,3 @@
+"""The package version (also part of every compile-cache key)."""
+
+__version__ = "0.1.0"
