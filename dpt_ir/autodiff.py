@@ -36,8 +36,7 @@ def check_wrt(graph: Graph, wrt: Sequence[str]) -> tuple[str, ...]:
         inp = graph.input_map.get(name)
         if inp is None:
             raise ContractError(
-                f"wrt: {name!r} is not an input of graph {graph.name!r}; inputs are "
-                f"{[i.name for i in graph.inputs]}"
+                f"wrt: {name!r} is not an input of graph {graph.name!r}; inputs are {[i.name for i in graph.inputs]}"
             )
         if not inp.requires_grad:
             raise ContractError(
@@ -53,9 +52,7 @@ def check_wrt(graph: Graph, wrt: Sequence[str]) -> tuple[str, ...]:
 def default_loss(graph: Graph) -> str:
     """The only scalar floating output, or ContractError."""
     scalars = [
-        o.name
-        for o in graph.outputs
-        if graph.types[o.value].shape == () and is_float(graph.types[o.value].dtype)
+        o.name for o in graph.outputs if graph.types[o.value].shape == () and is_float(graph.types[o.value].dtype)
     ]
     if len(scalars) != 1:
         raise ContractError(
@@ -85,9 +82,7 @@ def joint_graph(graph: Graph, wrt: Sequence[str], seed_outputs: Sequence[str]) -
     for name in seed_outputs:
         value = graph.output_value(name)
         if not is_float(graph.types[value].dtype):
-            raise ContractError(
-                f"seed: output {name!r} has dtype {graph.types[value].dtype} and is not differentiable"
-            )
+            raise ContractError(f"seed: output {name!r} has dtype {graph.types[value].dtype} and is not differentiable")
     b, handles = GraphBuilder.from_graph(graph)
     cotangents: dict[str, list[Tensor]] = {}
     ct_names: dict[str, str] = {}
@@ -164,9 +159,7 @@ def seed_arrays(graph: Graph, seed: object) -> dict[str, np.ndarray]:
     if seed is None:
         seed = {default_loss(graph): 1.0}
     if not isinstance(seed, dict):
-        raise ContractError(
-            f"seed: expected a dict output name -> scalar or array, found {type(seed).__name__}"
-        )
+        raise ContractError(f"seed: expected a dict output name -> scalar or array, found {type(seed).__name__}")
     out: dict[str, np.ndarray] = {}
     for name, value in seed.items():
         t = graph.types[graph.output_value(name)]
@@ -180,8 +173,7 @@ def seed_arrays(graph: Graph, seed: object) -> dict[str, np.ndarray]:
             arr = np.full(t.shape, arr)
         if arr.shape != t.shape:
             raise ContractError(
-                f"seed for output {name!r}: expected a scalar or shape {list(t.shape)}, found shape "
-                f"{list(arr.shape)}"
+                f"seed for output {name!r}: expected a scalar or shape {list(t.shape)}, found shape {list(arr.shape)}"
             )
         if not is_float(t.dtype):
             raise ContractError(f"seed: output {name!r} has dtype {t.dtype} and is not differentiable")

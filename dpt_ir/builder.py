@@ -106,9 +106,7 @@ class GraphBuilder:
 
     def build(self) -> Graph:
         if not self._outputs:
-            raise ContractError(
-                f"graph {self.name!r}: has no output (call builder.output(name, tensor) first)"
-            )
+            raise ContractError(f"graph {self.name!r}: has no output (call builder.output(name, tensor) first)")
         return Graph(
             name=self.name,
             inputs=tuple(self._inputs),
@@ -129,9 +127,7 @@ class GraphBuilder:
         Errors name the op and its operands (``op 'add' on %x, %y: ...``)."""
         op = get_op(op_name, f"op {op_name!r}")
         if isinstance(inputs, Tensor) or not isinstance(inputs, Sequence):
-            raise ContractError(
-                f"op {op_name!r}: inputs must be a list of dp tensors, found {type(inputs).__name__}"
-            )
+            raise ContractError(f"op {op_name!r}: inputs must be a list of dp tensors, found {type(inputs).__name__}")
         for t in inputs:
             self.own(t, f"op {op_name!r}")
         where = op_site(op_name, inputs)

@@ -60,9 +60,7 @@ def _pipelines(graph: Graph, wrt: tuple[str, ...], loss: str | None, base: dict[
     plans: dict[str, CompileOptions] = {"run": CompileOptions(**base)}
     if wrt:
         if loss is not None:
-            plans["value_and_grad"] = CompileOptions(
-                wrt=wrt, seeds=(loss,), seed_values={loss: 1.0}, loss=loss, **base
-            )
+            plans["value_and_grad"] = CompileOptions(wrt=wrt, seeds=(loss,), seed_values={loss: 1.0}, loss=loss, **base)
         plans["tape"] = CompileOptions(wrt=wrt, **base)
     return plans
 
@@ -191,9 +189,7 @@ def _report(
     }
 
 
-def _dump(
-    out_dir: Path, results: dict[str, PipelineResult], text: str, module: str, report: dict[str, Any]
-) -> None:
+def _dump(out_dir: Path, results: dict[str, PipelineResult], text: str, module: str, report: dict[str, Any]) -> None:
     """The main pipeline (tape when differentiating, else run) at the top level, the
     others in sub-folders, the generated module under ``kernels/``."""
     main = "tape" if "tape" in results else "run"

@@ -172,8 +172,7 @@ def where(condition: TensorLike, x: TensorLike, y: TensorLike) -> Tensor:
     cond = condition if isinstance(condition, Tensor) else b.constant(bool(_py(condition)), "bool")
     if cond.dtype != "bool":
         raise ContractError(
-            f"{where_}: condition %{cond.name} must be bool, found {cond.dtype} "
-            "(compare it, e.g. dp.where(c > 0, ...))"
+            f"{where_}: condition %{cond.name} must be bool, found {cond.dtype} (compare it, e.g. dp.where(c > 0, ...))"
         )
     if isinstance(x, Tensor) or isinstance(y, Tensor):
         branches = lift([x, y], where_)

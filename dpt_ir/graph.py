@@ -174,9 +174,7 @@ class Graph(FrozenModel):
         for o in self.outputs:
             if o.name == name:
                 return o.value
-        raise ContractError(
-            f"graph {self.name!r} has no output {name!r}; outputs are {[o.name for o in self.outputs]}"
-        )
+        raise ContractError(f"graph {self.name!r} has no output {name!r}; outputs are {[o.name for o in self.outputs]}")
 
     @cached_property
     def consumers(self) -> dict[str, tuple[str, ...]]:
@@ -248,9 +246,7 @@ def verify_graph(graph: Graph) -> None:
             raise ContractError(f"output {out.name!r}: duplicate output name")
         out_names.add(out.name)
         if out.value not in types:
-            raise ContractError(
-                f"output {out.name!r}: value {out.value!r} is not defined in graph {graph.name!r}"
-            )
+            raise ContractError(f"output {out.name!r}: value {out.value!r} is not defined in graph {graph.name!r}")
 
 
 def _check_acyclic_and_ordered(graph: Graph) -> None:

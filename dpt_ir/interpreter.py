@@ -35,9 +35,7 @@ def check_inputs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, np.ndarra
         value = inputs[name]
         arr = _as_array(name, value)
         if arr.shape != inp.type.shape:
-            raise ContractError(
-                f"input {name!r}: expected shape {list(inp.type.shape)}, found {list(arr.shape)}"
-            )
+            raise ContractError(f"input {name!r}: expected shape {list(inp.type.shape)}, found {list(arr.shape)}")
         if arr.dtype != np.dtype(inp.type.dtype):
             if isinstance(value, np.ndarray | np.generic):
                 raise ContractError(f"input {name!r}: expected dtype {inp.type.dtype}, found {arr.dtype}")

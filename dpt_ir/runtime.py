@@ -51,9 +51,7 @@ class Program:
 
     def __repr__(self) -> str:
         kernels = {k: len(p.launches) for k, p in self.plans.items()}
-        return (
-            f"Program({self.graph.name!r}, wrt={list(self.wrt)}, device={self.device!r}, kernels={kernels})"
-        )
+        return f"Program({self.graph.name!r}, wrt={list(self.wrt)}, device={self.device!r}, kernels={kernels})"
 
     # -- evaluation --
     def run(self, **inputs: Any) -> dict[str, np.ndarray]:
@@ -63,33 +61,25 @@ class Program:
         self._begin()
         self.launch_count = plan.run("forward", bound)
         self.checkpoint("forward")
-        return {
-            name: _to_numpy(plan.output_array(name), self.graph, plan.outputs[name]) for name in plan.outputs
-        }
+        return {name: _to_numpy(plan.output_array(name), self.graph, plan.outputs[name]) for name in plan.outputs}
 
     def value_and_grad(self, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Outputs and the gradients of the loss output (seeded with 1) wrt ``wrt``."""
         if not self.wrt:
-            raise ContractError(
-                f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile"
-            )
+            raise ContractError(f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile")
         plan = self.plans["value_and_grad"]
         bound = plan.bind(inputs, _input_types(self.graph))
         self._begin()
         self.launch_count = plan.run("forward", bound) + plan.run("backward", bound)
         self.checkpoint("value_and_grad")
         outs = {o.name: _to_numpy(plan.output_array(o.name), plan.graph, o.value) for o in self.graph.outputs}
-        grads = {
-            w: _to_numpy(plan.output_array(g), plan.graph, plan.outputs[g]) for w, g in plan.gradients.items()
-        }
+        grads = {w: _to_numpy(plan.output_array(g), plan.graph, plan.outputs[g]) for w, g in plan.gradients.items()}
         return outs, grads
 
     def tape_pass(self, tape: wp.Tape | None = None) -> TapePass:
         """A new forward + backward pass (FirstOrderPass lifecycle; see `TapePass`)."""
         if not self.wrt:
-            raise ContractError(
-                f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile"
-            )
+            raise ContractError(f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile")
         return TapePass(self, tape)
 
     # -- status --
@@ -196,9 +186,7 @@ class TapePass:
         """Seed output cotangents (scalar or array per output; unnamed outputs get zero)
         and run the backward phase once; returns input name -> gradient wp.array."""
         if self.state == "recording":
-            raise LifecycleError(
-                "tape pass: backward cannot run while recording; leave the `with` block first"
-            )
+            raise LifecycleError("tape pass: backward cannot run while recording; leave the `with` block first")
         self._require(("recorded",), "run backward")
         if self._bound is None:
             raise LifecycleError("tape pass: backward needs a completed forward in this pass")
@@ -212,9 +200,7 @@ class TapePass:
         if seed is None:
             raise ContractError("tape pass: backward needs an explicit seed, e.g. seed={'loss': 1.0}")
         if not isinstance(seed, Mapping):
-            raise ContractError(
-                f"seed: expected a dict output name -> scalar or array, found {type(seed).__name__}"
-            )
+            raise ContractError(f"seed: expected a dict output name -> scalar or array, found {type(seed).__name__}")
         arrays = seed_arrays(graph, dict(seed))
         full = {}
         for out, ct in self.plan.cotangents.items():

@@ -193,8 +193,7 @@ def normalize_axis(axis: int, ndim: int, where: str) -> int:
         raise ContractError(f"{where}: axis {axis} is out of range: a rank-0 tensor has no axes")
     if not -ndim <= axis < ndim:
         raise ContractError(
-            f"{where}: axis {axis} is out of range for a tensor of rank {ndim} "
-            f"(expected -{ndim} <= axis < {ndim})"
+            f"{where}: axis {axis} is out of range for a tensor of rank {ndim} (expected -{ndim} <= axis < {ndim})"
         )
     return int(axis) % ndim
 

@@ -73,9 +73,7 @@ def delinearize(flat: str, shape: Sequence[int]) -> list[str]:
     return out
 
 
-def broadcast_index(
-    index: Sequence[str], out_shape: Sequence[int], in_shape: Sequence[int]
-) -> tuple[str, ...]:
+def broadcast_index(index: Sequence[str], out_shape: Sequence[int], in_shape: Sequence[int]) -> tuple[str, ...]:
     """Index into an input that NumPy-broadcasts to ``out_shape``."""
     lead = len(out_shape) - len(in_shape)
     return tuple("0" if d == 1 else index[lead + k] for k, d in enumerate(in_shape))

@@ -228,8 +228,7 @@ class OpDef:
             return self.attrs.model_validate(dict(attrs))
         except ValidationError as exc:
             problems = "; ".join(
-                f"attribute {'.'.join(str(p) for p in e['loc']) or '?'}: {e['msg']}"
-                f" (found {e.get('input')!r})"
+                f"attribute {'.'.join(str(p) for p in e['loc']) or '?'}: {e['msg']} (found {e.get('input')!r})"
                 for e in exc.errors()
             )
             raise ContractError(f"{where}: bad attributes for op {self.name!r}: {problems}") from None
@@ -256,8 +255,7 @@ def register_op(op: OpDef, *, replace: bool = False) -> OpDef:
         raise ContractError(f"register_op: expected an OpDef, found {type(op).__name__} {op!r}")
     if not isinstance(op.name, str) or not _OP_NAME_RE.match(op.name):
         raise ContractError(
-            f"register_op: invalid op name {op.name!r}; expected letters, digits and '_', "
-            "not starting with a digit"
+            f"register_op: invalid op name {op.name!r}; expected letters, digits and '_', not starting with a digit"
         )
     if op.name in _REGISTRY and not replace:
         raise ContractError(f"op {op.name!r} is already registered (pass replace=True to override)")

@@ -49,9 +49,7 @@ def elementwise_rule(rule: DTypeRule) -> Callable[[tuple[TensorType, ...], Any, 
         dtypes = {t.dtype for t in inputs}
         if len(dtypes) > 1:
             found = ", ".join(t.dtype for t in inputs)
-            raise ContractError(
-                f"{where}: inputs must share one dtype (the builder inserts casts), found {found}"
-            )
+            raise ContractError(f"{where}: inputs must share one dtype (the builder inserts casts), found {found}")
         dtype = inputs[0].dtype
         if not _accepts(rule, dtype):
             raise ContractError(f"{where}: expected {RULE_WORDS[rule]} inputs, found {dtype}")

@@ -130,8 +130,7 @@ def _infer_embed(inputs: tuple[TensorType, ...], attrs: EmbedAttrs, where: str) 
 
 def _slices(attrs: SliceAttrs) -> tuple[slice, ...]:
     return tuple(
-        slice(a, None if b < 0 else b, s)
-        for a, b, s in zip(attrs.starts, attrs.stops, attrs.steps, strict=True)
+        slice(a, None if b < 0 else b, s) for a, b, s in zip(attrs.starts, attrs.stops, attrs.steps, strict=True)
     )
 
 

@@ -68,9 +68,7 @@ def _fold(graph: Graph, node: Node, consts: dict[str, Any]) -> Node | None:
         with np.errstate(all="ignore"):
             value = np.asarray(op.reference(attrs, *args)).astype(node.type.dtype)
     elif op.kind in ("shape", "reduction") and all(t.size <= FOLD_LIMIT for t in in_types):
-        args = [
-            np.full(t.shape, consts[i], dtype=t.dtype) for i, t in zip(node.inputs, in_types, strict=True)
-        ]
+        args = [np.full(t.shape, consts[i], dtype=t.dtype) for i, t in zip(node.inputs, in_types, strict=True)]
         with np.errstate(all="ignore"):
             result = np.asarray(op.reference(attrs, *args)).astype(node.type.dtype)
         flat = result.reshape(-1)

@@ -91,8 +91,7 @@ def saved_table(graph: Graph) -> str:
     if records is None:
         return "no partition: the graph was compiled without wrt (forward only)\n"
     rows = [
-        [r["value"], r["type"], str(r["bytes"]), r["provenance"], ",".join(r["readers"]), r["reason"]]
-        for r in records
+        [r["value"], r["type"], str(r["bytes"]), r["provenance"], ",".join(r["readers"]), r["reason"]] for r in records
     ]
     text = [
         f"saved set of {graph.name!r}: {len(records)} value(s), {graph.meta.get('saved_bytes', 0)} bytes",
@@ -146,9 +145,7 @@ def report(result: PipelineResult, extra: dict[str, Any] | None = None) -> dict[
     groups = g.meta.get("groups", [])
     out = {
         "graph": g.name,
-        "passes": [
-            {"index": r.index, "name": r.name, "seconds": r.seconds, "nodes": r.nodes} for r in result.records
-        ],
+        "passes": [{"index": r.index, "name": r.name, "seconds": r.seconds, "nodes": r.nodes} for r in result.records],
         "kernel_count": len(groups),
         "kernels": [
             {

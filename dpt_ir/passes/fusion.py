@@ -83,9 +83,7 @@ def _materialised(graph: Graph, fuse: bool, limit: int) -> tuple[list[str], dict
         if not over:
             break
         for n in over:
-            reasons[n] = (
-                f"read by {counts[n]} groups (more than {limit}): computed once, not recomputed in each"
-            )
+            reasons[n] = f"read by {counts[n]} groups (more than {limit}): computed once, not recomputed in each"
     order = {n.name: k for k, n in enumerate(graph.nodes)}
     return sorted(reasons, key=order.__getitem__), reasons
 
@@ -176,9 +174,7 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str]) -> Gra
             dag, key=lambda gid: (0 if _by_id(groups, gid).phase == "forward" else 1, int(gid[1:]))
         )
     )
-    renumber = {
-        gid: f"{'f' if _by_id(groups, gid).phase == 'forward' else 'b'}{k}" for k, gid in enumerate(order)
-    }
+    renumber = {gid: f"{'f' if _by_id(groups, gid).phase == 'forward' else 'b'}{k}" for k, gid in enumerate(order)}
     node_order = {n.name: k for k, n in enumerate(graph.nodes)}
     owner = {r: g.id for g in groups for r in g.roots}
     records, first_group = [], {}
@@ -213,9 +209,7 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str]) -> Gra
         for v in r["inputs"]
         if v in owner
     ]
-    nodes = tuple(
-        n.model_copy(update={"meta": {**n.meta, "group": first_group[n.name]}}) for n in graph.nodes
-    )
+    nodes = tuple(n.model_copy(update={"meta": {**n.meta, "group": first_group[n.name]}}) for n in graph.nodes)
     meta = {**graph.meta, "groups": records, "boundaries": boundaries}
     return graph.replace(nodes=nodes, meta=meta)
 

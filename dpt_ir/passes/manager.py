@@ -126,9 +126,7 @@ def run_pipeline(
                 verify.run(graph)
             except ContractError as exc:
                 raise ContractError(f"pass {name!r} produced an invalid graph: {exc}") from None
-        records.append(
-            PassRecord(index=k, name=name, seconds=time.perf_counter() - start, nodes=len(graph.nodes))
-        )
+        records.append(PassRecord(index=k, name=name, seconds=time.perf_counter() - start, nodes=len(graph.nodes)))
         stages.append(graph)
     result = PipelineResult(graph=graph, stages=tuple(stages), records=tuple(records))
     if out_dir is not None:

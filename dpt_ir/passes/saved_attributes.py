@@ -129,13 +129,7 @@ def _rewrite(graph: Graph, needs_ct: set[str], source_side: set[str]) -> Graph:
     inputs = {i.name for i in graph.inputs}
     bwd_out = backward_outputs(graph)
     in_backward = _ancestors(graph, bwd_out) - source_side - inputs
-    saved = {
-        i
-        for n in graph.nodes
-        if n.name in in_backward
-        for i in n.inputs
-        if i in source_side and i not in inputs
-    }
+    saved = {i for n in graph.nodes if n.name in in_backward for i in n.inputs if i in source_side and i not in inputs}
     forward_roots = forward_outputs(graph) | saved | (bwd_out & source_side)
     in_forward = _ancestors(graph, forward_roots) - needs_ct - inputs
     clones: dict[str, str] = {}
@@ -153,8 +147,7 @@ def _rewrite(graph: Graph, needs_ct: set[str], source_side: set[str]) -> Graph:
         elif node.name in in_backward:
             nodes.append(_tag(node.model_copy(update={"inputs": backward_inputs}), "backward"))
     outputs = tuple(
-        o.model_copy(update={"value": clones.get(o.value, o.value)}) if o.value in bwd_out else o
-        for o in graph.outputs
+        o.model_copy(update={"value": clones.get(o.value, o.value)}) if o.value in bwd_out else o for o in graph.outputs
     )
     records = _saved_records(graph, saved, nodes)
     meta = {

@@ -61,9 +61,7 @@ def param_name(value: str) -> str:
 class KernelWriter:
     """Builds one kernel body: memoised value expressions at symbolic indices."""
 
-    def __init__(
-        self, graph: Graph, group: dict[str, Any], kernel: str, slots: list[StatusSlot], checks: bool
-    ) -> None:
+    def __init__(self, graph: Graph, group: dict[str, Any], kernel: str, slots: list[StatusSlot], checks: bool) -> None:
         self.graph = graph
         self.members = set(group["nodes"])
         self.kernel = kernel
@@ -289,9 +287,7 @@ def reduction_kernels(
     kernels = [_finish(w, graph, group, name, n_out * parts, partials)]
     if parts > 1:
         kernels.append(
-            _combine_kernel(
-                graph, group, name + "_final", roots, templates, parts, n_out, count, slots, checks
-            )
+            _combine_kernel(graph, group, name + "_final", roots, templates, parts, n_out, count, slots, checks)
         )
     return kernels, w.helpers
 
@@ -343,9 +339,7 @@ def _combine_kernel(
         w.emit(f"for q in range(1, {parts}):")
         w.indent += 1
         for acc, _, _ in t.accumulators:
-            w.emit(
-                f"other_{param_name(root)[2:]}_{acc} = {param_name(f'$partial:{root}:{acc}')}[o * {parts} + q]"
-            )
+            w.emit(f"other_{param_name(root)[2:]}_{acc} = {param_name(f'$partial:{root}:{acc}')}[o * {parts} + q]")
         _emit_template(w, t.combine, root, {})
         w.indent -= 1
         _write_result(w, root, t, count)

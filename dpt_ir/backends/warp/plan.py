@@ -113,9 +113,7 @@ class ExecutionPlan:
             parts = ([f"missing {what}(s) {missing}"] if missing else []) + (
                 [f"unexpected {what}(s) {extra}"] if extra else []
             )
-            raise ContractError(
-                f"graph {self.graph.name!r}: {'; '.join(parts)}; expected exactly {list(names)}"
-            )
+            raise ContractError(f"graph {self.graph.name!r}: {'; '.join(parts)}; expected exactly {list(names)}")
         return {n: self._flat(n, values[n], t, what) for n, t in names.items()}
 
     def _flat(self, name: str, value: Any, t: Any, what: str) -> wp.array:
@@ -123,9 +121,7 @@ class ExecutionPlan:
             return self._check_warp(name, value, t, what)
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)
         if arr.dtype == object:
-            raise ContractError(
-                f"{what} {name!r}: expected a numpy array or wp.array, found {type(value).__name__}"
-            )
+            raise ContractError(f"{what} {name!r}: expected a numpy array or wp.array, found {type(value).__name__}")
         if arr.shape != t.shape:
             raise ContractError(f"{what} {name!r}: expected shape {list(t.shape)}, found {list(arr.shape)}")
         if arr.dtype != np.dtype(t.dtype):
@@ -145,17 +141,11 @@ class ExecutionPlan:
         if tuple(value.shape) != t.shape and not (t.shape == () and tuple(value.shape) == (1,)):
             raise ContractError(f"{what} {name!r}: expected shape {list(t.shape)}, found {list(value.shape)}")
         if value.dtype != WP_DTYPES[t.dtype]:
-            raise ContractError(
-                f"{what} {name!r}: expected dtype {t.dtype}, found wp.array of {value.dtype.__name__}"
-            )
+            raise ContractError(f"{what} {name!r}: expected dtype {t.dtype}, found wp.array of {value.dtype.__name__}")
         if str(value.device) != self.device:
-            raise ContractError(
-                f"{what} {name!r}: expected an array on {self.device}, found one on {value.device}"
-            )
+            raise ContractError(f"{what} {name!r}: expected an array on {self.device}, found one on {value.device}")
         if not value.is_contiguous:
-            raise ContractError(
-                f"{what} {name!r}: expected a contiguous wp.array, found strides {value.strides}"
-            )
+            raise ContractError(f"{what} {name!r}: expected a contiguous wp.array, found strides {value.strides}")
         for buf in self.buffers.values():
             if buf.ptr is not None and buf.ptr == value.ptr:
                 raise ContractError(
