@@ -79,6 +79,16 @@ from dpt_ir.functions import (
     where,
 )
 from dpt_ir.graph import Graph, Input, Node, Output
+from dpt_ir.imaging import (
+    convolve,
+    convolve1d,
+    correlate,
+    correlate1d,
+    gaussian_filter,
+    gradient,
+    poisson_deviance,
+    squared_error,
+)
 from dpt_ir.interpreter import interpret, interpret_grad
 from dpt_ir.ops import Derivative, GradContext, OpDef, all_ops, get_op, register_op
 from dpt_ir.runtime import Program, TapePass

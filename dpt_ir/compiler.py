@@ -18,7 +18,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import warp as wp
 
@@ -30,9 +30,11 @@ from dpt_ir.backends.warp.plan import ExecutionPlan
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
 from dpt_ir.passes import dumps
-from dpt_ir.passes.manager import PipelineResult, resolve_dump_dir, run_pipeline
-from dpt_ir.passes.options import CompileOptions
+from dpt_ir.passes.dumps import resolve_dump_dir
 from dpt_ir.runtime import Program
+
+if TYPE_CHECKING:
+    from dpt_ir.passes.manager import PipelineResult
 from dpt_ir.version import __version__
 
 _PROGRAMS: dict[str, Program] = {}
@@ -57,6 +59,8 @@ def resolve_device(device: str | None) -> str:
 
 
 def _pipelines(graph: Graph, wrt: tuple[str, ...], loss: str | None, base: dict[str, Any]) -> dict[str, Any]:
+    from dpt_ir.passes.options import CompileOptions
+
     plans: dict[str, CompileOptions] = {"run": CompileOptions(**base)}
     if wrt:
         if loss is not None:
@@ -129,6 +133,8 @@ def _build(
         text = (entry / f"{module_name}.py").read_text()
     else:
         cache = "miss"
+        from dpt_ir.passes.manager import run_pipeline
+
         options = _pipelines(graph, wrt, loss, base)
         results = {name: run_pipeline(graph, opts) for name, opts in options.items()}
         graphs = {name: r.graph for name, r in results.items()}

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from dpt_ir.errors import ContractError
 from dpt_ir.ops.registry import OpDef, Signature, get_op, has_op
 from dpt_ir.types import FrozenModel, TensorType, describe_validation_error
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 _CONFIG = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
@@ -191,6 +193,8 @@ class Graph(FrozenModel):
 
     def to_networkx(self) -> nx.DiGraph:
         """Values as vertices, an edge from each node input to the node."""
+        import networkx as nx
+
         g = nx.DiGraph()
         g.add_nodes_from(self.types)
         for n in self.nodes:
@@ -250,6 +254,11 @@ def verify_graph(graph: Graph) -> None:
 
 
 def _check_acyclic_and_ordered(graph: Graph) -> None:
+    position = {n.name: k for k, n in enumerate(graph.nodes)}
+    if all(position.get(ref, -1) < k for k, node in enumerate(graph.nodes) for ref in node.inputs):
+        return  # every reference points backwards: ordered, hence acyclic
+    import networkx as nx  # only a malformed document gets here: name its cycle
+
     g = nx.DiGraph()
     g.add_nodes_from(n.name for n in graph.nodes)
     g.add_edges_from((i, n.name) for n in graph.nodes for i in n.inputs if i in g)
@@ -260,7 +269,6 @@ def _check_acyclic_and_ordered(graph: Graph) -> None:
     if cycle:
         path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
         raise ContractError(f"node {cycle[0][0]!r}: cycle in the graph ({path}); expected a DAG")
-    position = {n.name: k for k, n in enumerate(graph.nodes)}
     for k, node in enumerate(graph.nodes):
         for ref in node.inputs:
             if position.get(ref, -1) >= k:

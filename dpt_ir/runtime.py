@@ -10,6 +10,7 @@ checkpoints (after a forward, after a backward), and a raised flag becomes a
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +49,7 @@ class Program:
         self.report = report
         self.module_name = module_name
         self.launch_count = 0  # launches of the last evaluation
+        self._pending: weakref.ref[TapePass] | None = None  # the tape pass whose forward ran last
 
     def __repr__(self) -> str:
         kernels = {k: len(p.launches) for k, p in self.plans.items()}
@@ -72,7 +74,9 @@ class Program:
         self._begin()
         self.launch_count = plan.run("forward", bound) + plan.run("backward", bound)
         self.checkpoint("value_and_grad")
-        outs = {o.name: _to_numpy(plan.output_array(o.name), plan.graph, o.value) for o in self.graph.outputs}
+        outs = {
+            o.name: _to_numpy(plan.output_array(o.name), plan.graph, plan.outputs[o.name]) for o in self.graph.outputs
+        }
         grads = {w: _to_numpy(plan.output_array(g), plan.graph, plan.outputs[g]) for w, g in plan.gradients.items()}
         return outs, grads
 
@@ -102,7 +106,8 @@ class Program:
 
 def _describe(slot: StatusSlot) -> str:
     what = "out-of-domain input" if slot.kind == "domain" else "non-finite value"
-    return f"{what} at node {slot.node!r} (op {slot.op}, kernel {slot.kernel})"
+    detail = f": {slot.detail}" if slot.detail else ""
+    return f"{what} at node {slot.node!r} (op {slot.op}, kernel {slot.kernel}){detail}"
 
 
 def _input_types(graph: Graph) -> dict[str, Any]:
@@ -152,7 +157,8 @@ class TapePass:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is not None:
-            self.close()
+            if self.state != "closed":  # forward may have closed it already; keep the user's exception
+                self.close()
             return
         if self.state == "recording":
             self.state = "recorded"
@@ -162,6 +168,13 @@ class TapePass:
         self._require(("recording",), "run forward")
         if self._bound is not None:
             raise LifecycleError("tape pass: forward already ran in this pass (one evaluation per pass)")
+        other = self.program._pending() if self.program._pending is not None else None
+        if other is not None and other is not self and other._bound is not None and other.state != "complete":
+            raise LifecycleError(
+                f"tape pass of {self.program.graph.name!r}: another pass of this program ran its forward and its "
+                f"backward is pending (state {other.state!r}); passes share the program's buffers, so run its "
+                "backward or close it first"
+            )
         types = _input_types(self.program.graph)
         try:
             bound = self.plan.bind(inputs, types)
@@ -173,9 +186,12 @@ class TapePass:
             raise
         self._bound = bound
         self._inputs = inputs
+        self.program._pending = weakref.ref(self)
         fwd = {o.name for o in self.program.graph.outputs}
         outs = {n: self.plan.output_array(n) for n in self.plan.outputs if n in fwd}
         if self.tape is not None:
+            for out in self.plan.cotangents:  # the caller's kernels accumulate into them: start at zero
+                self.plan.output_array(out).grad.zero_()
             arrays = [a for a in outs.values()] + [
                 v for v in inputs.values() if isinstance(v, wp.array) and v.requires_grad
             ]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special
+from scipy import signal, special
 
 import dpt_ir as dp
 
@@ -790,6 +790,52 @@ def arg_reduction_cases() -> list[OpCase]:
     return out
 
 
+# -- stencils and objectives -------------------------------------------------------------
+NP_MODES = {"reflect": "symmetric", "mirror": "reflect", "nearest": "edge", "wrap": "wrap"}
+PAD_MODES = ("reflect", "constant", "nearest", "mirror", "wrap")
+
+
+def _np_pad(a: np.ndarray, before: Sequence[int], after: Sequence[int], mode: str, cval: float) -> np.ndarray:
+    widths = list(zip(before, after, strict=True))
+    if mode == "constant":
+        return np.pad(a, widths, constant_values=cval)
+    return np.pad(a, widths, mode=NP_MODES[mode])
+
+
+def _pad_matrix(shape: tuple[int, ...], before: Sequence[int], after: Sequence[int], mode: str) -> np.ndarray:
+    """The linear part of pad as a matrix, from np.pad of basis arrays (cval 0)."""
+    n = math.prod(shape)
+    cols = [_np_pad(np.eye(n)[k].reshape(shape), before, after, mode, 0.0).ravel() for k in range(n)]
+    return np.stack(cols, axis=1)
+
+
+def stencil_cases() -> list[OpCase]:
+    out = []
+    shape = (4, 5)
+    for mode in PAD_MODES:
+        for before, after in (((2, 1), (1, 3)), ((6, 0), (0, 11))):
+            attrs = {"before": list(before), "after": list(after), "mode": mode, "cval": 0.75}
+            label = f"{mode}_{'x'.join(map(str, before))}_{'x'.join(map(str, after))}"
+            out.append(case("pad", label, [Arg(shape, uniform())], _emit("pad", **attrs),
+                            lambda a, b=before, e=after, m=mode: _np_pad(a, b, e, m, 0.75)))
+            padded = tuple(n + b + e for n, b, e in zip(shape, before, after, strict=True))
+            matrix = _pad_matrix(shape, before, after, mode)
+            out.append(case("pad_adjoint", label, [Arg(padded, uniform())], _emit("pad_adjoint", **attrs),
+                            lambda g, m=matrix: (m.T @ g.ravel()).reshape(shape)))
+    for wshape in ((3, 2), (1, 4), (4, 5)):
+        weights = np.arange(1.0, 1.0 + math.prod(wshape)).reshape(wshape) / 7.0
+        weights[0, 0] = 0.0 if weights.size > 1 else weights[0, 0]
+        out.append(case("correlate_valid", "x".join(map(str, wshape)), [Arg((5, 6), uniform())],
+                        _emit("correlate_valid", weights=weights.tolist()),
+                        lambda a, w=weights: signal.correlate(a, w, mode="valid")))
+    out.append(case("correlate_valid", "batched_1x3", [Arg((2, 4, 5), uniform())],
+                    _emit("correlate_valid", weights=[[[0.5, -1.0, 0.25]]]),
+                    lambda a: signal.correlate(a, np.array([[[0.5, -1.0, 0.25]]]), mode="valid")))
+    out.append(case("guard", "3x4", [Arg((3, 4), uniform()), Arg((3, 4), bools, "bool")],
+                    _emit("guard", message="test"), lambda a, ok: a))
+    return out
+
+
 def all_cases() -> tuple[OpCase, ...]:
     return tuple(
         unary_cases()
@@ -799,6 +845,7 @@ def all_cases() -> tuple[OpCase, ...]:
         + source_cases()
         + shape_cases()
         + reduction_cases()
+        + stencil_cases()
     )
 
 

@@ -21,7 +21,7 @@ from dpt_ir.types import TensorType
 if TYPE_CHECKING:
     from dpt_ir.builder import Tensor
 
-OpKind = Literal["elementwise", "reduction", "shape", "stencil", "composite"]
+OpKind = Literal["elementwise", "reduction", "shape", "stencil"]
 Cost = Literal["cheap", "expensive"]
 AttrValue = Any
 CONSTANT_OP = "constant"  # the op the IR uses for literals (Python scalars, folded values)
@@ -145,12 +145,16 @@ class WarpSite:
 
 @dataclass(frozen=True)
 class IndexSource:
-    """Where a shape op reads one output element: input ``input`` at ``index`` (integer
-    expressions, always in bounds), used when ``when`` holds (None: always)."""
+    """Where a shape or stencil op reads for one output element: input ``input`` at
+    ``index`` (integer expressions, always in bounds), used when ``when`` holds (None:
+    always), multiplied by ``scale`` when given; ``literal`` replaces the read by a
+    constant (a padding value)."""
 
     input: int
     index: tuple[str, ...]
     when: str | None = None
+    scale: str | None = None
+    literal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,8 +185,10 @@ class OpDef:
       output's Warp type, ``{T0}`` input 0's) or a function of a `WarpSite`;
     - ``warp_domain``: a template that is true where the inputs are in the op's domain
       (kernels flag a violation in the status word);
-    - ``warp_index``: shape ops: a function of a `WarpSite` giving the `IndexSource` list
-      of each output element (outside every source the element is 0);
+    - ``warp_index``: shape and stencil ops: a function of a `WarpSite` giving the
+      `IndexSource` list of each output element; ``warp_combine`` says whether the element
+      is the first source whose condition holds (``first``; none: 0) or the sum of all
+      sources whose condition holds (``sum``, in list order: deterministic);
     - ``warp_reduce``: reductions: a function of (input Warp type, output Warp type)
       giving a `ReduceTemplate`;
     - ``warp_helpers``: source of the ``@wp.func`` helpers the templates call.
@@ -198,6 +204,9 @@ class OpDef:
     warp: str | Callable[[WarpSite], str] | None = None
     warp_domain: str | None = None
     warp_index: Callable[[WarpSite], list[IndexSource]] | None = None
+    warp_combine: Literal["first", "sum"] = "first"
+    # Input reads per output element (stencil taps, folded images), from (attrs, output shape):
+    reads_per_element: Callable[[Any, tuple[int, ...]], int] | None = None
     warp_reduce: Callable[[str, str], ReduceTemplate] | None = None
     warp_helpers: str = ""  # Warp @wp.func source the templates call
     cost: Cost = "cheap"
@@ -253,7 +262,7 @@ def register_op(op: OpDef, *, replace: bool = False) -> OpDef:
     """Add ``op`` to the table after checking its name and that its derivative entry is complete."""
     if not isinstance(op, OpDef):
         raise ContractError(f"register_op: expected an OpDef, found {type(op).__name__} {op!r}")
-    if not isinstance(op.name, str) or not _OP_NAME_RE.match(op.name):
+    if not isinstance(op.name, str) or not _OP_NAME_RE.fullmatch(op.name):
         raise ContractError(
             f"register_op: invalid op name {op.name!r}; expected letters, digits and '_', not starting with a digit"
         )

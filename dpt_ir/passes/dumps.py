@@ -4,6 +4,7 @@ the JSON report. All of them read only the graph and its ``meta``."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,14 @@ if TYPE_CHECKING:
 
 NL = "\n"
 PHASE_COLOURS = {"forward": "#dbe9f6", "backward": "#fde5d2"}
+
+
+def resolve_dump_dir(dump_dir: str | os.PathLike[str] | None) -> Path | None:
+    """``dump_dir`` if given, else the ``DPT_IR_DUMP`` environment variable, else None."""
+    if dump_dir is not None:
+        return Path(dump_dir)
+    env = os.environ.get("DPT_IR_DUMP")
+    return Path(env) if env else None
 
 
 def write_all(result: PipelineResult, out_dir: Path) -> None:
@@ -88,7 +97,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def saved_table(graph: Graph) -> str:
     """``saved.txt``: each saved value with bytes, provenance, readers and reason."""
     records = graph.meta.get("saved")
-    if records is None:
+    if records is None or not graph.meta.get("wrt"):
         return "no partition: the graph was compiled without wrt (forward only)\n"
     rows = [
         [r["value"], r["type"], str(r["bytes"]), r["provenance"], ",".join(r["readers"]), r["reason"]] for r in records
@@ -137,6 +146,12 @@ def fusion_table(graph: Graph) -> str:
     text += ["", "boundaries (a value written by one kernel and read by another):"]
     bounds = graph.meta.get("boundaries", [])
     text += [f"  {b['value']}: {b['from']} -> {b['to']}: {b['reason']}" for b in bounds] or ["  (none)"]
+    halo = graph.meta.get("halo", [])
+    if halo:
+        text += ["", "recomputed over a stencil's halo instead of materialised:"]
+        text += [
+            f"  {h['value']} inside {h['stencil']}: {h['cost']} op(s) x {h['reads']} reads per element" for h in halo
+        ]
     return "\n".join(text) + "\n"
 
 

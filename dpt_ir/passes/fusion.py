@@ -24,7 +24,8 @@ from dpt_ir.graph import Graph, Node
 from dpt_ir.passes.util import phase_of
 
 NAME = "fusion"
-POINTWISE = ("elementwise", "shape")
+POINTWISE = ("elementwise", "shape", "stencil")
+HALO_BUDGET = 48  # evaluations per element a stencil may spend recomputing inlined producers
 
 
 @dataclass
@@ -41,11 +42,11 @@ class Group:
 def run(graph: Graph, options: Any = None) -> Graph:
     fuse = getattr(options, "fuse", True)
     limit = getattr(options, "max_inline_consumers", 4)
-    roots, reasons = _materialised(graph, fuse, limit)
+    roots, reasons, halo = _materialised(graph, fuse, limit)
     groups = _closures(graph, roots)
     if fuse:
         groups = _merge_siblings(graph, groups)
-    return _annotate(graph, groups, reasons)
+    return _annotate(graph, groups, reasons, halo)
 
 
 def _is_pointwise(node: Node) -> bool:
@@ -57,7 +58,61 @@ def _is_free(node: Node) -> bool:
     return _is_pointwise(node) and not node.inputs
 
 
-def _materialised(graph: Graph, fuse: bool, limit: int) -> tuple[list[str], dict[str, str]]:
+def _reads(node: Node) -> int:
+    """Input reads per output element: a stencil's taps, 1 for everything else."""
+    op = node.opdef
+    if op.reads_per_element is None:
+        return 1
+    return op.reads_per_element(op.parse_attrs(node.attrs, node.name), node.type.shape)
+
+
+def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:
+    """Operations evaluated per element of ``value`` when everything not materialised
+    below it is recomputed inline (views and constants cost nothing)."""
+    if value in memo:
+        return memo[value]
+    node = graph.node_map.get(value)
+    if node is None or value in reasons:
+        return 0
+    own = 0 if (node.opdef.kind == "shape" and _reads(node) == 1) or _is_free(node) else 1
+    below = sum(_eval_cost(graph, i, reasons, memo) for i in node.inputs)
+    memo[value] = own + below * _reads(node)
+    return memo[value]
+
+
+def _halo(graph: Graph, reasons: dict[str, str]) -> list[dict[str, Any]]:
+    """Decide, for each node that reads its input several times per element (a stencil's
+    taps, a fold's images), whether what it reads is recomputed inline at every read
+    (cheap) or materialised (its cost times the reads exceeds `HALO_BUDGET`)."""
+    notes = []
+    for node in graph.nodes:
+        reads = _reads(node)
+        if reads == 1:
+            continue
+        for value in node.inputs:
+            # Single-read views (pad, slices) are index arithmetic: decide for what they read.
+            while (
+                value in graph.node_map
+                and value not in reasons
+                and graph.node_map[value].opdef.kind == "shape"
+                and len(graph.node_map[value].inputs) == 1
+                and _reads(graph.node_map[value]) == 1
+            ):
+                value = graph.node_map[value].inputs[0]
+            cost = _eval_cost(graph, value, reasons, {})
+            if cost == 0:
+                continue
+            if cost * reads > HALO_BUDGET:
+                reasons[value] = (
+                    f"read {reads} times per element by {node.name}: recomputing its {cost} op(s) "
+                    f"at each read would cost {cost * reads} per element; written once instead"
+                )
+            else:
+                notes.append({"value": value, "stencil": node.name, "reads": reads, "cost": cost})
+    return notes
+
+
+def _materialised(graph: Graph, fuse: bool, limit: int) -> tuple[list[str], dict[str, str], list[dict[str, Any]]]:
     """Nodes whose value is written to memory, and why each one is."""
     outputs = {o.value for o in graph.outputs}
     saved = {r["value"] for r in graph.meta.get("saved", [])}
@@ -73,6 +128,7 @@ def _materialised(graph: Graph, fuse: bool, limit: int) -> tuple[list[str], dict
             reasons[node.name] = "fusion is off"
         elif any(phase_of(graph.node_map[c]) != phase_of(node) for c in graph.consumers[node.name]):
             reasons[node.name] = "read by the other phase"
+    halo = _halo(graph, reasons) if fuse else []
     while True:
         groups = _closures(graph, list(reasons))
         counts: dict[str, int] = {}
@@ -85,7 +141,7 @@ def _materialised(graph: Graph, fuse: bool, limit: int) -> tuple[list[str], dict
         for n in over:
             reasons[n] = f"read by {counts[n]} groups (more than {limit}): computed once, not recomputed in each"
     order = {n.name: k for k, n in enumerate(graph.nodes)}
-    return sorted(reasons, key=order.__getitem__), reasons
+    return sorted(reasons, key=order.__getitem__), reasons, [h for h in halo if h["value"] not in reasons]
 
 
 def _closures(graph: Graph, roots: list[str]) -> list[Group]:
@@ -167,7 +223,7 @@ def _union(a: Group, b: Group) -> Group:
     return Group(a.id, a.phase, kind, a.space, axes, a.roots + b.roots, a.nodes | b.nodes)
 
 
-def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str]) -> Graph:
+def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: list[dict[str, Any]]) -> Graph:
     dag = _group_dag(graph, groups)
     order = list(
         nx.lexicographical_topological_sort(
@@ -210,7 +266,7 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str]) -> Gra
         if v in owner
     ]
     nodes = tuple(n.model_copy(update={"meta": {**n.meta, "group": first_group[n.name]}}) for n in graph.nodes)
-    meta = {**graph.meta, "groups": records, "boundaries": boundaries}
+    meta = {**graph.meta, "groups": records, "boundaries": boundaries, "halo": halo}
     return graph.replace(nodes=nodes, meta=meta)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +30,7 @@ from dpt_ir.passes import (
     schedule,
     verify,
 )
+from dpt_ir.passes.dumps import resolve_dump_dir
 from dpt_ir.passes.options import CompileOptions
 
 PassFn = Callable[[Graph, CompileOptions], Graph]
@@ -94,13 +94,6 @@ class PipelineResult(BaseModel):
             if rec.name == name:
                 return g
         raise ContractError(f"pass {name!r} is not in the pipeline {[r.name for r in self.records]}")
-
-
-def resolve_dump_dir(dump_dir: str | os.PathLike[str] | None) -> Path | None:
-    if dump_dir is not None:
-        return Path(dump_dir)
-    env = os.environ.get("DPT_IR_DUMP")
-    return Path(env) if env else None
 
 
 def run_pipeline(

@@ -39,6 +39,7 @@ class StatusSlot:
     node: str
     op: str
     kind: str  # "domain" or "nonfinite"
+    detail: str = ""  # the op's own explanation (e.g. a guard's message)
 
 
 @dataclass
@@ -90,10 +91,10 @@ class KernelWriter:
             self.params.append(value)
         return param_name(value)
 
-    def flag(self, node: str, op: str, kind: str, bad: str) -> None:
+    def flag(self, node: str, op: str, kind: str, bad: str, detail: str = "") -> None:
         if not self.checks:
             return
-        self.slots.append(StatusSlot(self.kernel, node, op, kind))
+        self.slots.append(StatusSlot(self.kernel, node, op, kind, detail))
         self.param(STATUS)
         self.emit(f"if {bad}:")
         self.emit(f"    {param_name(STATUS)}[{len(self.slots) - 1}] = 1")
@@ -104,14 +105,28 @@ class KernelWriter:
             self.flag(value, node.op if node else "input", "nonfinite", f"not wp.isfinite({var})")
 
     # -- values --
+    def let(self, expr: str, stem: str = "i") -> str:
+        """``expr`` bound once to a variable (names and literals are returned as they
+        are): index arithmetic and conditions shared by many reads are computed once,
+        which keeps kernels small for Warp's code generator and the C++ compiler."""
+        if expr.isidentifier() or expr.lstrip("-").isdigit() or expr in ("True", "False"):
+            return expr
+        key = ("$expr", (expr,))
+        if key not in self.memo:
+            var = self.fresh(stem)
+            self.emit(f"{var} = {expr}")
+            self.memo[key] = var
+        return self.memo[key]
+
     def value_at(self, name: str, index: tuple[str, ...]) -> str:
+        index = tuple(self.let(e) for e in index)
         key = (name, index)
         if key in self.memo:
             return self.memo[key]
         t = self.graph.types[name]
         if name not in self.members:
             var = self.fresh()
-            offset = self.flat.get((index, t.shape)) or idx.linearize(index, t.shape)
+            offset = self.let(self.flat.get((index, t.shape)) or idx.linearize(index, t.shape))
             self.emit(f"{var} = {self.param(name)}[{offset}]")
         else:
             var = self._node_at(name, index)
@@ -125,9 +140,12 @@ class KernelWriter:
         in_shapes = tuple(self.graph.types[i].shape for i in node.inputs)
         in_types = tuple(WP_TYPES[self.graph.types[i].dtype] for i in node.inputs)
         out_t = WP_TYPES[node.type.dtype]
-        if op.kind == "shape":
+        if op.warp_index is not None:
             site = WarpSite(attrs, (), out_t, in_types, node.type.shape, in_shapes, index)
-            return self._select(node.inputs, op.warp_index(site), out_t)  # type: ignore[misc]
+            sources = op.warp_index(site)
+            if op.warp_combine == "sum":
+                return self._sum(node.inputs, sources, out_t)
+            return self._select(node.inputs, sources, out_t)
         if op.warp is None:
             raise NotImplementedError(f"op {op.name!r} has no Warp lowering (node {name!r})")
         args = tuple(
@@ -140,21 +158,41 @@ class KernelWriter:
         site = WarpSite(attrs, args, out_t, in_types, node.type.shape, in_shapes, index)
         expr = op.warp(site) if callable(op.warp) else op.warp.format(*args, **fmt)
         if op.warp_domain:
-            self.flag(name, op.name, "domain", f"not ({op.warp_domain.format(*args, **fmt)})")
+            detail = str(getattr(attrs, "message", ""))
+            self.flag(name, op.name, "domain", f"not ({op.warp_domain.format(*args, **fmt)})", detail)
         var = self.fresh()
         self.emit(f"{var} = {expr}")
         return var
 
+    def _source(self, inputs: tuple[str, ...], s: Any) -> str:
+        if s.literal is not None:
+            return s.literal
+        v = self.value_at(inputs[s.input], s.index)
+        return v if s.scale is None else f"({s.scale} * {v})"
+
     def _select(self, inputs: tuple[str, ...], sources: list[Any], out_t: str) -> str:
         """A view's element: the first source whose condition holds, else zero."""
-        if len(sources) == 1 and sources[0].when is None:
-            return self.value_at(inputs[sources[0].input], sources[0].index)
+        if len(sources) == 1 and sources[0].when is None and sources[0].scale is None:
+            if sources[0].literal is None:
+                return self.value_at(inputs[sources[0].input], sources[0].index)
         result = "False" if out_t == "wp.bool" else f"{out_t}(0)"
         for s in reversed(sources):
-            v = self.value_at(inputs[s.input], s.index)
-            result = v if s.when is None else f"wp.where({s.when}, {v}, {result})"
+            v = self._source(inputs, s)
+            result = v if s.when is None else f"wp.where({self.let(s.when, 'c')}, {v}, {result})"
         var = self.fresh()
         self.emit(f"{var} = {result}")
+        return var
+
+    def _sum(self, inputs: tuple[str, ...], sources: list[Any], out_t: str) -> str:
+        """A stencil's element: the sum, in source order, of the sources whose condition holds."""
+        var = self.fresh()
+        self.emit(f"{var} = {out_t}(0)")
+        for s in sources:
+            v = self._source(inputs, s)
+            if s.when is None:
+                self.emit(f"{var} = {var} + {v}")
+            else:
+                self.emit(f"{var} = {var} + wp.where({self.let(s.when, 'c')}, {v}, {out_t}(0))")
         return var
 
 
@@ -180,11 +218,20 @@ def _header(group: dict[str, Any]) -> str:
 
 
 def pointwise_kernel(
-    graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool
+    graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool, device: str = "cuda"
 ) -> tuple[list[KernelSource], list[str]]:
+    """One thread per element on CUDA; on the CPU (one thread runs the whole launch) one
+    thread loops over every element, which saves Warp's per-element call overhead."""
     w = KernelWriter(graph, group, name, slots, checks)
     space = tuple(group["space"])
-    w.emit("tid = wp.tid()")
+    size = math.prod(space)
+    per_thread = size if device == "cpu" and size > 1 else 1
+    if per_thread > 1:
+        w.emit("t = wp.tid()")
+        w.emit(f"for tid in range(t * {per_thread}, wp.min(t * {per_thread} + {per_thread}, {size})):")
+        w.indent += 1
+    else:
+        w.emit("tid = wp.tid()")
     index = tuple(idx.delinearize("tid", space)) if space else ()
     index = _bind_index(w, index)
     w.flat[(index, space)] = "tid"
@@ -192,7 +239,7 @@ def pointwise_kernel(
         v = w.value_at(root, index)
         w.check_finite(root, v)
         w.emit(f"{w.param(root)}[tid] = {v}")
-    return [_finish(w, graph, group, name, math.prod(space), {})], w.helpers
+    return [_finish(w, graph, group, name, -(-size // per_thread), {})], w.helpers
 
 
 def _bind_index(w: KernelWriter, index: tuple[str, ...]) -> tuple[str, ...]:
@@ -366,7 +413,7 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
             if group["kind"] == "reduction":
                 ks, hs = reduction_kernels(graph, group, name, slots, checks, device)
             else:
-                ks, hs = pointwise_kernel(graph, group, name, slots, checks)
+                ks, hs = pointwise_kernel(graph, group, name, slots, checks, device)
             kernels += ks
             helpers += [h for h in hs if h not in helpers]
     text = "\n".join(

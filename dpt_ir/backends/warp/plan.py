@@ -71,6 +71,16 @@ class ExecutionPlan:
             for p, (dtype, size) in k.partials.items():
                 if p not in self.buffers:
                     self.buffers[p] = wp.zeros(size, dtype=getattr(wp, dtype.split(".")[1]), device=device)
+        # An output whose value is, after the passes, a program or cotangent input (``x * 1.0``;
+        # the gradient of ``sum(x * w)`` wrt ``x`` is ``w``) has no kernel writing it: it gets its
+        # own array all the same, filled from the bound input when a phase runs (`run`).
+        self.copies: dict[str, wp.array] = {}  # input value -> flat view of its output array
+        for o in graph.outputs:
+            if o.value not in self.shaped and o.value in graph.input_map:
+                t = graph.types[o.value]
+                arr = wp.zeros(t.shape or (1,), dtype=WP_DTYPES[t.dtype], device=device, requires_grad=grad_outputs)
+                self.shaped[o.value] = arr
+                self.copies[o.value] = self.buffers[f"$copy:{o.value}"] = arr.flatten()
         self.outputs = {o.name: o.value for o in graph.outputs}
         self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
         self.gradients: dict[str, str] = graph.meta.get("gradients", {})
@@ -87,6 +97,9 @@ class ExecutionPlan:
 
     def run(self, phase: str, bound: dict[str, wp.array]) -> int:
         """Launch every kernel of ``phase`` with inputs ``bound``; returns the launch count."""
+        for value, dst in self.copies.items():
+            if value in bound:
+                wp.copy(dst, bound[value])
         count = 0
         for launch in self.launches_of(phase):
             if launch.dim == 0:
@@ -119,9 +132,18 @@ class ExecutionPlan:
     def _flat(self, name: str, value: Any, t: Any, what: str) -> wp.array:
         if isinstance(value, wp.array):
             return self._check_warp(name, value, t, what)
-        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if arr.dtype == object:
-            raise ContractError(f"{what} {name!r}: expected a numpy array or wp.array, found {type(value).__name__}")
+        try:
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        except ValueError:  # numpy refuses ragged nested sequences
+            raise ContractError(
+                f"{what} {name!r}: expected a rectangular array of shape {list(t.shape)}, "
+                f"found a ragged {type(value).__name__}"
+            ) from None
+        if arr.dtype.kind not in "biuf":
+            raise ContractError(
+                f"{what} {name!r}: expected a numpy array or wp.array of {t.dtype}, "
+                f"found {type(value).__name__} of dtype {arr.dtype}"
+            )
         if arr.shape != t.shape:
             raise ContractError(f"{what} {name!r}: expected shape {list(t.shape)}, found {list(arr.shape)}")
         if arr.dtype != np.dtype(t.dtype):

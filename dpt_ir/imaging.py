@@ -1,0 +1,244 @@
+"""Imaging operators: ``scipy.ndimage``-compatible filters, finite differences and the
+objectives of physical inverse problems, as compositions of the stencil family.
+
+Filters follow ``scipy.ndimage`` names, signatures and boundary semantics (modes
+``reflect``, ``constant`` with ``cval``, ``nearest``, ``mirror``, ``wrap``; integer
+``origin``). Weights with fewer axes than the input apply to its trailing axes (a
+leading batch dimension is left alone).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dpt_ir import functions as F
+from dpt_ir.builder import Tensor
+from dpt_ir.errors import ContractError
+from dpt_ir.types import normalize_axes, normalize_axis
+
+MODES = ("reflect", "constant", "nearest", "mirror", "wrap")
+ALIASES = {"grid-mirror": "reflect", "grid-constant": "constant", "grid-wrap": "wrap"}
+
+
+def _mode(mode: str, where: str) -> str:
+    mode = ALIASES.get(mode, mode)
+    if mode not in MODES:
+        raise ContractError(f"{where}: unknown boundary mode {mode!r}; expected one of {', '.join(MODES)}")
+    return mode
+
+
+def _weights(x: Tensor, weights: Any, where: str) -> np.ndarray:
+    try:
+        w = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ContractError(f"{where}: weights must be an array of numbers, found {weights!r}") from None
+    if w.ndim == 0 or w.ndim > x.ndim or w.size == 0:
+        raise ContractError(f"{where}: weights of shape {list(w.shape)} do not fit an input of rank {x.ndim}")
+    return w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
+
+
+def _origins(origin: int | Sequence[int], w: np.ndarray, where: str) -> list[int]:
+    origins = [origin] * w.ndim if isinstance(origin, int | np.integer) else list(origin)
+    if len(origins) < w.ndim:
+        origins = [0] * (w.ndim - len(origins)) + origins
+    for o, n in zip(origins, w.shape, strict=True):
+        if not -(n // 2) <= o <= (n - 1) // 2:
+            raise ContractError(
+                f"{where}: origin {o} is out of range for a filter of size {n} "
+                f"(expected {-(n // 2)} <= origin <= {(n - 1) // 2})"
+            )
+    return [int(o) for o in origins]
+
+
+def _filter(x: Tensor, w: np.ndarray, mode: str, cval: float, origins: list[int], where: str) -> Tensor:
+    """correlate_valid(pad(x)): the correlation of scipy.ndimage with centre len//2 + origin."""
+    mode = _mode(mode, where)
+    (x,) = F.lift([x], where)
+    before = [n // 2 + o for n, o in zip(w.shape, origins, strict=True)]
+    after = [n - 1 - b for n, b in zip(w.shape, before, strict=True)]
+    padded = x.builder.emit("pad", [x], {"before": before, "after": after, "mode": mode, "cval": float(cval)})
+    return F.apply("correlate_valid", padded, weights=w.tolist())
+
+
+def correlate(
+    x: Tensor, weights: Any, mode: str = "reflect", cval: float = 0.0, origin: int | Sequence[int] = 0
+) -> Tensor:
+    """Multidimensional correlation with constant weights (``scipy.ndimage.correlate``)."""
+    where = "dp.correlate"
+    w = _weights(x, weights, where)
+    return _filter(x, w, mode, cval, _origins(origin, w, where), where)
+
+
+def convolve(
+    x: Tensor, weights: Any, mode: str = "reflect", cval: float = 0.0, origin: int | Sequence[int] = 0
+) -> Tensor:
+    """Multidimensional convolution with constant weights (``scipy.ndimage.convolve``)."""
+    where = "dp.convolve"
+    w = _weights(x, weights, where)
+    origins = _origins(origin, w, where)
+    flipped = w[tuple(slice(None, None, -1) for _ in w.shape)]
+    shifted = [-o - (1 if n % 2 == 0 else 0) for o, n in zip(origins, w.shape, strict=True)]
+    return _filter(x, flipped, mode, cval, shifted, where)
+
+
+def _along(x: Tensor, weights: Any, axis: int, where: str) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.size == 0:
+        raise ContractError(f"{where}: weights must be a non-empty 1-D sequence, found shape {list(w.shape)}")
+    ax = normalize_axis(axis, x.ndim, where)
+    shape = [1] * x.ndim
+    shape[ax] = w.size
+    return w.reshape(shape)
+
+
+def correlate1d(
+    x: Tensor, weights: Any, axis: int = -1, mode: str = "reflect", cval: float = 0.0, origin: int = 0
+) -> Tensor:
+    """1-D correlation along ``axis`` (``scipy.ndimage.correlate1d``)."""
+    where = "dp.correlate1d"
+    w = _along(x, weights, axis, where)
+    origins = [origin if n > 1 else 0 for n in w.shape]
+    return _filter(x, w, mode, cval, _origins(origins, w, where), where)
+
+
+def convolve1d(
+    x: Tensor, weights: Any, axis: int = -1, mode: str = "reflect", cval: float = 0.0, origin: int = 0
+) -> Tensor:
+    """1-D convolution along ``axis`` (``scipy.ndimage.convolve1d``)."""
+    where = "dp.convolve1d"
+    w = _along(x, weights, axis, where)
+    origins = [origin if n > 1 else 0 for n in w.shape]
+    return convolve(x, w, mode, cval, _origins(origins, w, where))
+
+
+def gaussian_kernel1d(sigma: float, truncate: float = 4.0) -> np.ndarray:
+    """The normalised 1-D Gaussian weights ``scipy.ndimage.gaussian_filter1d`` uses."""
+    radius = int(truncate * float(sigma) + 0.5)
+    t = np.arange(-radius, radius + 1, dtype=np.float64)
+    phi = np.exp(-0.5 / (float(sigma) ** 2) * t * t)
+    return phi / phi.sum()
+
+
+def gaussian_filter(
+    x: Tensor, sigma: float | Sequence[float], mode: str = "reflect", cval: float = 0.0, truncate: float = 4.0
+) -> Tensor:
+    """Separable Gaussian blur (``scipy.ndimage.gaussian_filter``, order 0): one 1-D
+    correlation per axis whose sigma is non-zero."""
+    where = "dp.gaussian_filter"
+    sigmas = [float(sigma)] * x.ndim if isinstance(sigma, int | float) else [float(s) for s in sigma]
+    if len(sigmas) != x.ndim or any(s < 0 or not math.isfinite(s) for s in sigmas):
+        raise ContractError(
+            f"{where}: sigma must be one non-negative value or one per axis ({x.ndim}), found {sigma!r}"
+        )
+    out = x
+    for axis, s in enumerate(sigmas):
+        if s > 0:
+            out = correlate1d(out, gaussian_kernel1d(s, truncate)[::-1], axis, mode, cval)
+    return out
+
+
+def gradient(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor | list[Tensor]:
+    """Finite differences like ``numpy.gradient`` (unit spacing, edge_order=1): central
+    differences inside, one-sided at the ends. A list when several axes are asked for."""
+    where = "dp.gradient"
+    (x,) = F.lift([x], where)
+    axes = normalize_axes(axis, x.ndim, where)
+    out = []
+    for ax in axes:
+        n = x.shape[ax]
+        if n < 2:
+            raise ContractError(f"{where}: axis {ax} has size {n}; at least 2 samples are needed")
+
+        def take(s: slice, ax: int = ax) -> Tensor:
+            return x[tuple(s if k == ax else slice(None) for k in range(x.ndim))]
+
+        parts = [take(slice(1, 2)) - take(slice(0, 1))]
+        if n > 2:
+            parts.append((take(slice(2, None)) - take(slice(None, -2))) * 0.5)
+        parts.append(take(slice(n - 1, n)) - take(slice(n - 2, n - 1)))
+        out.append(F.concatenate(parts, axis=ax))
+    if axis is None and x.ndim == 1:
+        return out[0]
+    return out[0] if isinstance(axis, int | np.integer) else out
+
+
+# -- objectives -----------------------------------------------------------------------
+def _valid(x: Tensor, mask: Tensor | None, where: str) -> Tensor | None:
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor):
+        raise ContractError(f"{where}: mask must be a dp tensor (bool or uint8), found {type(mask).__name__}")
+    if mask.dtype == "uint8":
+        return mask != 0
+    if mask.dtype != "bool":
+        raise ContractError(f"{where}: mask must be bool or uint8, found {mask.dtype}")
+    return mask
+
+
+def _reduce(loss: Tensor, reduction: str, where: str) -> Tensor:
+    if reduction == "sum":
+        return F.sum(loss)
+    if reduction == "mean":
+        return F.sum(loss) / float(max(loss.size, 1))
+    raise ContractError(f"{where}: reduction must be 'sum' or 'mean', found {reduction!r}")
+
+
+def _guarded_weights(weights: Tensor | None, valid: Tensor | None, where: str) -> Tensor | None:
+    if weights is None:
+        return None
+    ok = weights >= 0 if valid is None else (weights >= 0) | F.logical_not(valid)
+    return weights.builder.emit("guard", [weights, ok], {"message": f"{where}: weights must be non-negative"})
+
+
+def squared_error(
+    pred: Tensor, obs: Tensor, weights: Tensor | None = None, mask: Tensor | None = None, reduction: str = "sum"
+) -> Tensor:
+    """sum or mean over pixels of ``w * (pred - obs)**2``; masked-out lanes contribute
+    exactly zero loss and gradient, whatever their values (NaN included). ``mean``
+    divides by the pixel count, not by the sum of weights."""
+    where = "dp.squared_error"
+    pred, obs = F.lift([pred, obs], where)
+    valid = _valid(pred, mask, where)
+    if valid is not None:
+        pred, obs = F.where(valid, pred, 0.0), F.where(valid, obs, 0.0)
+    loss = F.square(pred - obs)
+    w = _guarded_weights(weights, valid, where)
+    if w is not None:
+        loss = w * loss
+    if valid is not None:
+        loss = F.where(valid, loss, 0.0)
+    return _reduce(loss, reduction, where)
+
+
+def poisson_deviance(
+    mean: Tensor, counts: Tensor, weights: Tensor | None = None, mask: Tensor | None = None, reduction: str = "sum"
+) -> Tensor:
+    """The Poisson half deviance ``sum(w * (mean - counts + counts * log(counts / mean)))``
+    with ``counts * log(counts / mean) = 0`` where counts is 0.
+
+    Written for stable values and gradients: the logarithm only ever sees positive
+    operands in the lanes where its branch is not taken, so masked lanes and zero counts
+    give exact zeros, never NaN. An unmasked lane with a zero mean and positive count
+    gives an infinite loss (a NumericalError at the checkpoint); negative counts or
+    weights raise it too.
+    """
+    where = "dp.poisson_deviance"
+    mean, counts = F.lift([mean, counts], where)
+    valid = _valid(mean, mask, where)
+    if valid is not None:
+        mean, counts = F.where(valid, mean, 1.0), F.where(valid, counts, 0.0)
+    ok = counts >= 0 if valid is None else (counts >= 0) | F.logical_not(valid)
+    counts = counts.builder.emit("guard", [counts, ok], {"message": f"{where}: counts must be non-negative"})
+    positive = counts > 0
+    ratio = F.where(positive, counts, 1.0) / F.where(positive, mean, 1.0)
+    loss = mean - counts + F.where(positive, counts * F.log(ratio), 0.0)
+    w = _guarded_weights(weights, valid, where)
+    if w is not None:
+        loss = w * loss
+    if valid is not None:
+        loss = F.where(valid, loss, 0.0)
+    return _reduce(loss, reduction, where)

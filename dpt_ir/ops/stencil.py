@@ -1,0 +1,292 @@
+"""Stencil family: boundary extension (`pad`), its adjoint (`pad_adjoint`) and the
+constant-weight correlation without boundary (`correlate_valid`).
+
+The user-facing filters (`dp.correlate`, `dp.convolve`, `dp.gaussian_filter`... in
+`dpt_ir.imaging`) are ``correlate_valid(pad(x, mode))``, which reproduces
+``scipy.ndimage``'s boundary modes exactly. Every adjoint is a gather: the adjoint of
+``correlate_valid`` correlates the zero-padded cotangent with the flipped weights; the
+adjoint of ``pad`` folds each padded position back onto the input element it copied,
+summing in a fixed order. No scatter, no atomics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Literal
+
+import numpy as np
+
+from dpt_ir import functions as F
+from dpt_ir.errors import ContractError
+from dpt_ir.ops import indexing as idx
+from dpt_ir.ops.elementwise import warp_literal
+from dpt_ir.ops.registry import Derivative, GradContext, IndexSource, OpDef, WarpSite, register_op
+from dpt_ir.ops.rules import Attrs
+from dpt_ir.types import FLOAT_DTYPES, TensorType
+
+Mode = Literal["reflect", "constant", "nearest", "mirror", "wrap"]
+NUMPY_MODES = {"reflect": "symmetric", "mirror": "reflect", "nearest": "edge", "wrap": "wrap", "constant": "constant"}
+
+
+class PadAttrs(Attrs):
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    mode: Mode = "reflect"
+    cval: float = 0.0
+
+
+class CorrelateAttrs(Attrs):
+    weights: list[Any]  # nested lists, one level per axis of the input
+
+
+def _check_pad(x: TensorType, a: PadAttrs, where: str) -> None:
+    if not len(a.before) == len(a.after) == x.ndim:
+        raise ContractError(
+            f"{where}: before and after need one width per axis ({x.ndim}), found {list(a.before)} and {list(a.after)}"
+        )
+    if any(w < 0 for w in (*a.before, *a.after)):
+        raise ContractError(f"{where}: pad widths must be non-negative, found {list(a.before)}, {list(a.after)}")
+    for k, n in enumerate(x.shape):
+        if n == 0 and (a.before[k] or a.after[k]) and a.mode != "constant":
+            raise ContractError(f"{where}: cannot extend an empty axis {k} in mode {a.mode!r}")
+
+
+def _infer_pad(inputs: tuple[TensorType, ...], a: PadAttrs, where: str) -> TensorType:
+    (x,) = inputs
+    _check_pad(x, a, where)
+    shape = tuple(n + b + e for n, b, e in zip(x.shape, a.before, a.after, strict=True))
+    return TensorType(shape=shape, dtype=x.dtype)
+
+
+def _infer_pad_adjoint(inputs: tuple[TensorType, ...], a: PadAttrs, where: str) -> TensorType:
+    (g,) = inputs
+    shape = tuple(n - b - e for n, b, e in zip(g.shape, a.before, a.after, strict=True))
+    if len(a.before) != g.ndim or any(d < 0 for d in shape):
+        raise ContractError(f"{where}: pad widths {list(a.before)}, {list(a.after)} exceed the shape {list(g.shape)}")
+    t = TensorType(shape=shape, dtype=g.dtype)
+    _check_pad(t, a, where)
+    return t
+
+
+def _pad_ref(a: PadAttrs, x: np.ndarray) -> np.ndarray:
+    widths = list(zip(a.before, a.after, strict=True))
+    if a.mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=np.asarray(a.cval, x.dtype))
+    return np.pad(x, widths, mode=NUMPY_MODES[a.mode])
+
+
+def _pad_adjoint_ref(a: PadAttrs, g: np.ndarray) -> np.ndarray:
+    shape = tuple(n - b - e for n, b, e in zip(g.shape, a.before, a.after, strict=True))
+    size = math.prod(shape)
+    flat = np.arange(size).reshape(shape)
+    if a.mode == "constant":
+        owner = np.pad(flat, list(zip(a.before, a.after, strict=True)), constant_values=-1)
+    else:
+        owner = np.pad(flat, list(zip(a.before, a.after, strict=True)), mode=NUMPY_MODES[a.mode])
+    keep = owner >= 0
+    out = np.bincount(owner[keep].ravel(), weights=g[keep].ravel().astype(np.float64), minlength=size)
+    return out.reshape(shape).astype(g.dtype)
+
+
+def extend_index(p: str, n: int, mode: str) -> str:
+    """Index of the input element that extended position ``p`` (may be out of range)
+    copies, for a non-constant mode (scipy.ndimage semantics)."""
+    if mode == "nearest":
+        return idx.clamp(p, 0, n - 1)
+    if mode == "wrap":
+        return f"((({p}) % {n} + {n}) % {n})"
+    if mode == "mirror" and n == 1:
+        return "0"
+    period = 2 * n if mode == "reflect" else 2 * n - 2
+    m = f"((({p}) % {period} + {period}) % {period})"
+    far = period - 1 if mode == "reflect" else period
+    return f"wp.where({m} < {n}, {m}, {far} - {m})"
+
+
+def _pad_index(site: WarpSite) -> list[IndexSource]:
+    a, (shape,) = site.attrs, site.in_shapes
+    index, conds = [], []
+    for j, n, b in zip(site.index, shape, a.before, strict=True):
+        p = idx.add(j, -b)
+        if a.mode == "constant":
+            if b or a.after:
+                conds += [f"{p} >= 0", f"{p} < {n}"]
+            index.append(idx.clamp(p, 0, max(n - 1, 0)))
+        else:
+            index.append(extend_index(p, n, a.mode))
+    when = " and ".join(conds) or None
+    sources = [IndexSource(0, tuple(index), when)] if math.prod(shape) else []
+    if when is not None or not sources:
+        sources.append(IndexSource(0, (), literal=warp_literal(float(a.cval), site.out_type)))
+    return sources
+
+
+def _preimages(k: str, n: int, b: int, e: int, mode: str) -> list[tuple[str, str | None]]:
+    """Positions of a padded axis (length n + b + e) that copy input element ``k``, each
+    with the condition under which it is one (None: always). Only the images that can
+    land inside the padded axis for some ``k`` are listed."""
+    length = n + b + e
+    if mode == "constant":
+        return [(idx.add(k, b), None)]
+    if mode == "nearest":
+        out: list[tuple[str, str | None]] = [(idx.add(k, b), None)]
+        out += [(str(q), f"{k} == 0") for q in range(b)]
+        out += [(str(q), f"{k} == {n - 1}") for q in range(n + b, length)]
+        return out
+    if mode == "mirror" and n == 1:
+        return [(str(q), None) for q in range(length)]
+    period = {"wrap": n, "reflect": 2 * n, "mirror": 2 * n - 2}[mode]
+    # (expression of k, the range it spans as k runs over 0..n-1, an extra condition)
+    families: list[tuple[str, int, int, str | None]] = [(k, 0, n - 1, None)]
+    if mode == "reflect":
+        families.append((f"({period - 1} - {k})", n, 2 * n - 1, None))
+    elif mode == "mirror":
+        families.append((f"({period} - {k})", n - 1, 2 * n - 2, f"{k} != 0 and {k} != {n - 1}"))
+    out = []
+    for base, lo, hi, cond in families:
+        first = math.floor((-b - hi) / period)
+        last = math.ceil((length - 1 - b - lo) / period)
+        for m in range(first, last + 1):
+            shift = m * period + b
+            if hi + shift < 0 or lo + shift > length - 1:
+                continue  # this image never lands inside the padded axis
+            pos = idx.add(base, shift)
+            always = lo + shift >= 0 and hi + shift <= length - 1
+            inside = None if always else f"{pos} >= 0 and {pos} < {length}"
+            out.append((pos, " and ".join(c for c in (cond, inside) if c) or None))
+    return out
+
+
+def preimage_count(a: PadAttrs, shape: tuple[int, ...]) -> int:
+    """Reads per element of pad_adjoint (the product over axes of the images listed)."""
+    return math.prod(len(_preimages("k", n, b, e, a.mode)) for n, b, e in zip(shape, a.before, a.after, strict=True))
+
+
+def _pad_adjoint_index(site: WarpSite) -> list[IndexSource]:
+    a = site.attrs
+    (gshape,) = site.in_shapes
+    per_axis = [
+        _preimages(k, n, b, e, a.mode) for k, n, b, e in zip(site.index, site.out_shape, a.before, a.after, strict=True)
+    ]
+    sources = []
+    for combo in itertools.product(*per_axis):
+        index = tuple(
+            idx.clamp(pos, 0, length - 1) if cond else pos for (pos, cond), length in zip(combo, gshape, strict=True)
+        )
+        conds = [c for _, c in combo if c]
+        sources.append(IndexSource(0, index, " and ".join(f"({c})" for c in conds) or None))
+    return sources
+
+
+def _pad_grad(c: GradContext) -> Any:
+    return c.gy.builder.emit("pad_adjoint", [c.gy], c.attrs.model_dump())
+
+
+def _pad_adjoint_grad(c: GradContext) -> Any:
+    # The transpose of the linear part of pad: the padding value contributes nothing.
+    return c.gy.builder.emit("pad", [c.gy], {**c.attrs.model_dump(), "cval": 0.0})
+
+
+register_op(
+    OpDef(
+        name="pad",
+        kind="shape",
+        arity=1,
+        attrs=PadAttrs,
+        infer=_infer_pad,
+        reference=_pad_ref,
+        derivative=Derivative({0: _pad_grad}),
+        warp_index=_pad_index,
+        doc="extend by before/after elements per axis with a scipy.ndimage boundary mode",
+    )
+)
+register_op(
+    OpDef(
+        name="pad_adjoint",
+        kind="shape",
+        arity=1,
+        attrs=PadAttrs,
+        infer=_infer_pad_adjoint,
+        reference=_pad_adjoint_ref,
+        derivative=Derivative({0: _pad_adjoint_grad}),
+        warp_index=_pad_adjoint_index,
+        warp_combine="sum",
+        doc="the adjoint of pad: each input element sums the padded positions that copied it",
+    )
+)
+
+
+def weights_array(attrs: CorrelateAttrs) -> np.ndarray:
+    return np.asarray(attrs.weights, dtype=np.float64)
+
+
+def _infer_correlate(inputs: tuple[TensorType, ...], a: CorrelateAttrs, where: str) -> TensorType:
+    (x,) = inputs
+    try:
+        w = weights_array(a)
+    except ValueError:
+        raise ContractError(f"{where}: weights must be a rectangular nested list of numbers") from None
+    if x.dtype not in FLOAT_DTYPES:
+        raise ContractError(f"{where}: expected a float32 or float64 input, found {x.dtype}")
+    if w.ndim != x.ndim or any(k < 1 or k > n for k, n in zip(w.shape, x.shape, strict=True)):
+        raise ContractError(
+            f"{where}: weights of shape {list(w.shape)} do not fit an input of shape "
+            f"{list(x.shape)} (expected one axis per input axis, each 1..size)"
+        )
+    if not np.all(np.isfinite(w)):
+        raise ContractError(f"{where}: weights must be finite")
+    return TensorType(shape=tuple(n - k + 1 for n, k in zip(x.shape, w.shape, strict=True)), dtype=x.dtype)
+
+
+def _correlate_ref(a: CorrelateAttrs, x: np.ndarray) -> np.ndarray:
+    w = weights_array(a).astype(x.dtype)
+    out_shape = tuple(n - k + 1 for n, k in zip(x.shape, w.shape, strict=True))
+    out = np.zeros(out_shape, dtype=x.dtype)
+    for t in np.ndindex(*w.shape):
+        if w[t] != 0:
+            out += w[t] * x[tuple(slice(o, o + n) for o, n in zip(t, out_shape, strict=True))]
+    return out
+
+
+def _correlate_index(site: WarpSite) -> list[IndexSource]:
+    w = weights_array(site.attrs)
+    return [
+        IndexSource(
+            0,
+            tuple(idx.add(e, o) for e, o in zip(site.index, t, strict=True)),
+            scale=warp_literal(float(w[t]), site.out_type),
+        )
+        for t in np.ndindex(*w.shape)
+        if w[t] != 0
+    ]
+
+
+def _correlate_grad(c: GradContext) -> Any:
+    w = weights_array(c.attrs)
+    k = [d - 1 for d in w.shape]
+    padded = c.gy.builder.emit("pad", [c.gy], {"before": k, "after": k, "mode": "constant", "cval": 0.0})
+    flipped = w[tuple(slice(None, None, -1) for _ in w.shape)]
+    return F.apply("correlate_valid", padded, weights=flipped.tolist())
+
+
+def taps(attrs: CorrelateAttrs, shape: tuple[int, ...] = ()) -> int:
+    """Non-zero weights: the reads per output element (fusion's recompute cost)."""
+    return int(np.count_nonzero(weights_array(attrs)))
+
+
+register_op(
+    OpDef(
+        name="correlate_valid",
+        kind="stencil",
+        arity=1,
+        attrs=CorrelateAttrs,
+        infer=_infer_correlate,
+        reference=_correlate_ref,
+        derivative=Derivative({0: _correlate_grad}),
+        warp_index=_correlate_index,
+        warp_combine="sum",
+        reads_per_element=taps,
+        doc="sum_t w[t] * x[i + t] over the positions where the weights fit (no boundary)",
+    )
+)

@@ -1,0 +1,85 @@
+"""Random graphs (`tests/strategies.py`) compiled and compared with the interpreter, values
+and gradients (DESIGN §8).
+
+Each Hypothesis example is a list of `PER_PROGRAM` random graphs (with inputs) compiled as
+one program, the disjoint union of the graphs: ``run``, ``value_and_grad`` (the union's
+loss is the sum of every graph's ``loss`` and of ``sum(aux * seed)`` over its float extra
+outputs) and a tape pass seeded the same way must give ``dp.interpret`` /
+``dp.interpret_grad`` of each graph. Generation is derandomized (the same graphs every run,
+so the compiled modules come from the cache after the first run) and never shrinks: a
+failure names the graph, and the message holds its textual IR.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import strategies as st
+from strategies import LOSS, differentiable_inputs, graph_and_inputs
+
+import dpt_ir as dp
+from dpt_ir.types import is_float
+
+from .harness import MODERATE_TOLERANCES, Batch, compare_batch
+
+PER_PROGRAM = 50
+PROGRAMS = 4
+MIN_GRAPHS = 200
+
+_SEEN: set[str] = set()  # textual IR of every graph compared
+_PROGRAMS: list[str] = []  # names of the compiled batches
+
+
+def _batch(items: list[tuple[dp.Graph, dict[str, np.ndarray]]], index: int) -> Batch:
+    graphs, inputs, wrt, seeds = {}, {}, {}, {}
+    rng = np.random.default_rng(index)
+    for k, (graph, ins) in enumerate(items):
+        pid = f"g{k:02d}"
+        graphs[pid], inputs[pid] = graph, ins
+        wrt[pid] = tuple(differentiable_inputs(graph))
+        seeds[pid] = {}
+        for out in graph.outputs:
+            t = graph.types[out.value]
+            if is_float(t.dtype):
+                value = 1.0 if out.name == LOSS else rng.uniform(-1.0, 1.0, t.shape)
+                seeds[pid][out.name] = np.asarray(value, dtype=t.dtype)
+    return Batch(f"random_{index}", graphs, inputs, wrt, seeds)
+
+
+@settings(
+    max_examples=PROGRAMS,
+    derandomize=True,
+    database=None,
+    phases=[Phase.generate],
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+@given(st.lists(graph_and_inputs(), min_size=PER_PROGRAM, max_size=PER_PROGRAM))
+def _compiled_batches_match(items: list[tuple[dp.Graph, dict[str, np.ndarray]]]) -> None:
+    texts = [g.to_text() for g, _ in items]
+    # Hypothesis starts with its simplest example (the same minimal graph 50 times):
+    # skip it, so that every compiled program holds many distinct graphs.
+    assume(len(set(texts)) >= PER_PROGRAM // 2)
+    batch = _batch(items, len(_PROGRAMS))
+    _PROGRAMS.append(batch.name)
+    batch.compile()
+    problems = compare_batch(batch, MODERATE_TOLERANCES)
+    _SEEN.update(texts)
+    failed = {pid: msgs for pid, msgs in problems.items() if msgs}
+    report = [
+        f"graph {pid} (inputs {list(batch.inputs[pid])}, wrt {list(batch.wrt[pid])}):\n  "
+        + "\n  ".join(msgs)
+        + "\n"
+        + batch.graphs[pid].to_text()
+        for pid, msgs in failed.items()
+    ]
+    assert not failed, f"{len(failed)} of {len(items)} random graphs differ:\n" + "\n".join(report)
+
+
+def test_random_graphs_compiled_match_interpreter() -> None:
+    """`PROGRAMS` batches of random graphs match the interpreter; at least `MIN_GRAPHS`
+    distinct graphs were compared."""
+    _SEEN.clear()
+    _PROGRAMS.clear()
+    _compiled_batches_match()
+    assert len(_SEEN) >= MIN_GRAPHS, f"only {len(_SEEN)} distinct random graphs were compared in {_PROGRAMS}"

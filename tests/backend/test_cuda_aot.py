@@ -1,0 +1,110 @@
+"""The generated modules also compile for CUDA (sm_90) with NVRTC, without a GPU (DESIGN §6).
+
+Two kinds of module are compiled ahead of time:
+
+- modules this session generated for the CPU (`harness.MODULES`; these tests run after
+  every other test, see `conftest.pytest_collection_modifyitems`): the same source runs
+  on both devices. The op-table and random-graph unions are left out: at several
+  thousand lines each, NVRTC takes minutes per module; their ops are covered by the
+  sampler below. The others are taken in name order, at most `MAX_SESSION_MODULES`.
+- CUDA variants, generated the way ``dp.compile`` would for a GPU (reductions split into
+  per-block partials plus a combine kernel): the determinism graphs (beer, softmax
+  cross-entropy, normalisation; forward, ``value_and_grad`` and tape pipelines) and an op
+  sampler, one forward case of every op for each combination of dtypes in the op table.
+
+Artifacts go to a directory under Warp's kernel cache, so a later run with the same
+generated source skips NVRTC.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import warp as wp
+from op_cases import CASES
+
+import dpt_ir as dp
+from dpt_ir.backends.warp import codegen
+from dpt_ir.backends.warp.module import cache_root, content_key, import_source
+from dpt_ir.passes.manager import run_pipeline
+from dpt_ir.passes.options import CompileOptions
+
+from .conftest import case_id
+from .harness import MODULES, Batch, float_atomics, module_of, union
+
+ARCH = 90
+MAX_SESSION_MODULES = 8
+TOO_LARGE = ("ops_", "random_")  # labels of the union modules left out (see the module docstring)
+
+
+def aot_dir() -> Path:
+    base = os.environ.get("WARP_CACHE_PATH") or tempfile.gettempdir()
+    path = Path(base) / f"aot_sm{ARCH}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def compile_sm90(module: ModuleType) -> list[Path]:
+    """AOT-compile ``module`` for sm_90; the artifact paths (a cubin or PTX each)."""
+    wp.init()
+    paths = [Path(p) for p in wp.compile_aot_module(module, arch=ARCH, module_dir=aot_dir())]
+    assert paths and all(p.exists() and p.stat().st_size > 0 for p in paths), paths
+    return paths
+
+
+def cuda_variant(graph: dp.Graph, wrt: tuple[str, ...] = (), loss: str | None = None) -> ModuleType:
+    """The module ``dp.compile(graph, wrt=wrt, loss=loss)`` would generate for a GPU
+    (same pipelines and options), imported but not built for the CPU."""
+    pipelines = {"run": CompileOptions()}
+    if wrt:
+        if loss is not None:
+            pipelines["vg"] = CompileOptions(wrt=wrt, seeds=(loss,), seed_values={loss: 1.0}, loss=loss)
+        pipelines["tp"] = CompileOptions(wrt=wrt)
+    graphs = {prefix: run_pipeline(graph, options).graph for prefix, options in pipelines.items()}
+    source = codegen.generate(graphs, graph.name, "CUDA variant for the AOT test", True, "cuda")
+    name = f"dpt_ir_cuda_{content_key(source.text)}"
+    return import_source(source.text, cache_root() / "cuda_variants", name)
+
+
+def sampler_graph() -> dp.Graph:
+    """One case of every op per combination of the op's input and output dtypes."""
+    chosen: dict[tuple, tuple[str, dp.Graph]] = {}
+    for k, case in enumerate(CASES):
+        for dtype in case.dtypes:
+            graph = case.build(dtype)
+            nodes = [n for n in graph.nodes if n.op == case.op]
+            sig = sorted({(n.op, tuple(graph.types[i].dtype for i in n.inputs), n.type.dtype) for n in nodes})
+            chosen.setdefault((case.op, tuple(sig)), (f"{case_id(k)}_{dtype}", graph))
+    return union("op_sampler", dict(chosen.values()))
+
+
+def _session_modules() -> list[str]:
+    names = sorted(n for n, label in MODULES.items() if not label.startswith(TOO_LARGE))
+    return names[:MAX_SESSION_MODULES]
+
+
+def test_session_modules_compile_for_sm90(beer_program: dp.Program, det_batch: Batch) -> None:
+    """The CPU modules of this session (at least beer and the determinism graphs)."""
+    names = _session_modules()
+    assert beer_program.module_name in names or len(names) == MAX_SESSION_MODULES
+    for name in names:
+        compile_sm90(module_of(name))
+
+
+def test_cuda_variant_of_determinism_graphs_compiles(det_batch: Batch) -> None:
+    assert det_batch.full is not None and det_batch.program is not None
+    module = cuda_variant(det_batch.full, det_batch.program.wrt, det_batch.program.loss)
+    source = Path(module.__file__).read_text()
+    assert "_final(" in source, "the 256 x 256 sums should be split into partials on CUDA"
+    assert not float_atomics(source)
+    compile_sm90(module)
+
+
+def test_every_op_template_compiles_for_sm90() -> None:
+    graph = sampler_graph()
+    missing = {op.name for op in dp.all_ops()} - {n.op for n in graph.nodes}
+    assert not missing, f"ops without a case in the sampler: {sorted(missing)}"
+    compile_sm90(cuda_variant(graph))

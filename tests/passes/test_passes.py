@@ -1,0 +1,312 @@
+"""Unit tests of the passes and the pass manager, and the DESIGN §5 must-shows: what
+the saved set holds and how many kernels the fusion makes for the reference graphs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dpt_ir as dp
+from benchmarks.graphs import beer, normalisation, softmax_xent
+from dpt_ir.passes import canonicalize, cse, dce, manager, verify
+from dpt_ir.passes.manager import DEFAULT_PIPELINE, PassSpec, run_pipeline
+from dpt_ir.passes.options import CompileOptions
+from dpt_ir.passes.util import phase_of
+
+from .graphs import CASES
+
+F64 = "float64"
+
+
+def _run(name: str, **options: Any) -> manager.PipelineResult:
+    case = CASES[name]
+    return run_pipeline(case.graph, CompileOptions(wrt=case.wrt, **options))
+
+
+def _ops(graph: dp.Graph) -> list[str]:
+    return [n.op for n in graph.nodes]
+
+
+def _simplify(graph: dp.Graph) -> dp.Graph:
+    return dce.run(cse.run(canonicalize.run(graph)))
+
+
+# -- verify --------------------------------------------------------------------------------
+def test_verify_rejects_forward_node_reading_backward_value() -> None:
+    b = dp.GraphBuilder("broken")
+    x = b.input("x", (4,), F64)
+    back = b.emit("exp", [x], name="late", meta={"phase": "backward"})
+    b.output("y", b.emit("sin", [back], name="early"))
+    with pytest.raises(dp.ContractError, match=r"node 'early'.*backward value 'late'"):
+        verify.run(b.build())
+
+
+def test_verify_rejects_unknown_phase() -> None:
+    b = dp.GraphBuilder("broken")
+    x = b.input("x", (4,), F64)
+    b.output("y", b.emit("exp", [x], name="odd", meta={"phase": "sideways"}))
+    with pytest.raises(dp.ContractError, match=r"node 'odd'.*unknown phase 'sideways'"):
+        verify.run(b.build())
+
+
+def _with_first_group(graph: dp.Graph, **changes: Any) -> dp.Graph:
+    groups = [dict(g) for g in graph.meta["groups"]]
+    groups[0].update(changes)
+    return graph.replace(meta={**graph.meta, "groups": groups})
+
+
+def test_verify_rejects_group_naming_a_missing_node() -> None:
+    graph = _run("beer").graph
+    first = graph.meta["groups"][0]
+    broken = _with_first_group(graph, nodes=[*first["nodes"], "ghost"])
+    with pytest.raises(dp.ContractError, match=rf"fusion group '{first['id']}'.*node 'ghost'"):
+        verify.run(broken)
+
+
+def test_verify_rejects_group_without_its_fields() -> None:
+    graph = _run("beer").graph
+    groups = [{k: v for k, v in g.items() if k != "outputs"} for g in graph.meta["groups"]]
+    with pytest.raises(dp.ContractError, match=r"missing field 'outputs'"):
+        verify.run(graph.replace(meta={**graph.meta, "groups": groups}))
+
+
+def test_manager_names_the_pass_that_broke_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    def breaker(graph: dp.Graph, options: CompileOptions) -> dp.Graph:
+        node = graph.nodes[0].model_copy(update={"meta": {"phase": "nowhere"}})
+        return graph.replace(nodes=(node, *graph.nodes[1:]))
+
+    monkeypatch.setitem(manager.PASSES, "breaker", breaker)
+    with pytest.raises(dp.ContractError, match=r"pass 'breaker' produced an invalid graph: node"):
+        run_pipeline(CASES["beer"].graph, pipeline=["verify", "breaker"])
+
+
+# -- canonicalize --------------------------------------------------------------------------
+def test_canonicalize_removes_identities_and_folds_constants() -> None:
+    graph = _simplify(CASES["identities"].graph)
+    assert _ops(graph) == ["constant", "square", "mul", "sum"]
+    (six,) = (n for n in graph.nodes if n.op == "constant")
+    assert six.attrs["value"] == 6.0
+    assert graph.node_map["square_15"].inputs == ("x",)
+
+
+def test_canonicalize_keeps_non_identities() -> None:
+    b = dp.GraphBuilder("kept")
+    x = b.input("x", (6,), F64)
+    zeros = b.constant(0.0, F64, (8, 6))
+    b.output("a", x + zeros)  # broadcasts: the result is not x's shape
+    b.output("b", 0.0 - x)  # sub is not commutative
+    b.output("c", 1.0 / x)  # div is not commutative
+    b.output("d", x * 2.0)
+    graph = b.build()
+    assert canonicalize.run(graph) is graph
+
+
+def test_canonicalize_folds_reductions_and_shape_ops_of_constants() -> None:
+    b = dp.GraphBuilder("fold")
+    x = b.input("x", (4, 3), F64)
+    c = b.constant(2.0, F64, (4, 3))
+    total = dp.sum(dp.transpose(c), axis=1)  # 4 * 2.0 in every element
+    b.output("y", x * total)
+    graph = _simplify(b.build())
+    assert _ops(graph) == ["constant", "mul"]
+    assert graph.nodes[0].attrs == {"value": 8.0, "dtype": F64, "shape": [3]}
+
+
+def test_canonicalize_does_not_fold_a_non_uniform_shape_op() -> None:
+    # embed_slice (the gradient of slice) pads a constant with zeros: not a uniform result.
+    b = dp.GraphBuilder("embed")
+    x = b.input("x", (2,), F64)
+    one = b.constant(1.0, F64, (1,))
+    padded = b.emit("embed_slice", [one], {"starts": [0], "stops": [1], "steps": [1], "shape": [2]})
+    b.output("y", x * padded)
+    graph = canonicalize.run(b.build())
+    assert "embed_slice" in _ops(graph)
+    assert dp.interpret(graph, x=[3.0, 4.0])["y"].tolist() == [3.0, 0.0]
+
+
+def test_canonicalize_removes_double_negation_only() -> None:
+    b = dp.GraphBuilder("neg")
+    x = b.input("x", (3,), F64)
+    b.output("y", dp.negative(dp.negative(x)))
+    b.output("z", dp.negative(dp.negative(dp.negative(x))))
+    graph = _simplify(b.build())
+    assert graph.output_value("y") == "x"
+    assert _ops(graph) == ["neg"]
+
+
+# -- cse and dce ---------------------------------------------------------------------------
+def test_cse_merges_duplicates_but_not_different_attributes() -> None:
+    b = dp.GraphBuilder("dups")
+    x = b.input("x", (4, 3), F64)
+    b.output("y", dp.exp(x) + dp.exp(x) + dp.sum(x, axis=0) + dp.sum(x, axis=0))
+    b.output("z", dp.sum(x, axis=1))
+    graph = dce.run(cse.run(b.build()))
+    assert _ops(graph).count("exp") == 1
+    assert _ops(graph).count("sum") == 2
+
+
+def test_cse_keeps_recomputations_after_partition() -> None:
+    partitioned = _run("beer").after("saved_attributes")
+    clones = [n.name for n in partitioned.nodes if "recompute_of" in n.meta]
+    assert clones
+    after = dce.run(cse.run(partitioned))
+    assert [n.name for n in after.nodes if "recompute_of" in n.meta] == clones
+
+
+def test_dce_removes_dead_nodes_and_keeps_inputs() -> None:
+    b = dp.GraphBuilder("dead")
+    x = b.input("x", (3,), F64)
+    b.input("unused", (3,), F64)
+    dp.exp(dp.sin(x))
+    b.output("y", dp.cos(x))
+    graph = dce.run(b.build())
+    assert _ops(graph) == ["cos"]
+    assert [i.name for i in graph.inputs] == ["x", "unused"]
+
+
+# -- the pass manager ----------------------------------------------------------------------
+def test_unknown_pass_name_raises() -> None:
+    with pytest.raises(dp.ContractError, match=r"unknown pass 'fuse_everything'.*known passes"):
+        run_pipeline(CASES["beer"].graph, pipeline=["verify", "fuse_everything"])
+
+
+def test_pass_spec_options_apply_to_that_pass_only() -> None:
+    case = CASES["beer"]
+    pipeline = [PassSpec(name=p, options={"fuse": False}) if p == "fusion" else p for p in DEFAULT_PIPELINE]
+    result = run_pipeline(case.graph, CompileOptions(wrt=case.wrt), pipeline=pipeline)
+    default = _run("beer").graph
+    assert len(result.graph.meta["groups"]) > len(default.meta["groups"])
+    # saved_attributes still ran with recompute on: its clones are there.
+    assert any("recompute_of" in n.meta for n in result.graph.nodes)
+
+
+def test_fuse_off_gives_one_kernel_per_non_constant_node() -> None:
+    graph = _run("beer", fuse=False).graph
+    assert len(graph.meta["groups"]) == sum(n.op != "constant" for n in graph.nodes)
+
+
+def test_recompute_off_saves_intermediates() -> None:
+    graph = _run("beer", recompute=False).graph
+    assert not any("recompute_of" in n.meta for n in graph.nodes)
+    assert graph.meta["saved_bytes"] > 0
+
+
+def test_after_names_the_last_run_of_a_pass() -> None:
+    result = _run("beer")
+    assert result.after("canonicalize") is result.stages[5]
+    with pytest.raises(dp.ContractError, match="not in the pipeline"):
+        result.after("lower")
+
+
+def test_every_pass_result_is_recorded() -> None:
+    result = _run("softmax_xent")
+    assert [r.name for r in result.records] == list(DEFAULT_PIPELINE)
+    assert [r.nodes for r in result.records] == [len(g.nodes) for g in result.stages]
+    assert all(r.seconds >= 0 for r in result.records)
+
+
+# -- dumps ---------------------------------------------------------------------------------
+def _check_dump_dir(folder: Path, result: manager.PipelineResult) -> None:
+    for rec, stage in zip(result.records, result.stages, strict=True):
+        stem = folder / f"{rec.index:02d}-{rec.name}"
+        assert dp.Graph.from_text(stem.with_suffix(".ir").read_text()) == stage
+        assert stem.with_suffix(".dot").read_text().startswith("digraph ")
+    report = json.loads((folder / "report.json").read_text())
+    groups = result.graph.meta["groups"]
+    assert report["kernel_count"] == len(groups)
+    assert [k["id"] for k in report["kernels"]] == [g["id"] for g in groups]
+    assert [p["name"] for p in report["passes"]] == list(DEFAULT_PIPELINE)
+    assert report["saved_bytes"] == result.graph.meta["saved_bytes"]
+    fusion = (folder / "fusion.txt").read_text()
+    assert all(f"{g['id']} [{g['phase']}]" in fusion for g in groups)
+
+
+def test_dump_dir_writes_every_stage(tmp_path: Path) -> None:
+    case = CASES["exp_minus_max"]
+    result = run_pipeline(case.graph, CompileOptions(wrt=case.wrt), dump_dir=tmp_path)
+    _check_dump_dir(tmp_path, result)
+    saved = (tmp_path / "saved.txt").read_text()
+    for record in result.graph.meta["saved"]:
+        assert record["value"] in saved and record["reason"] in saved
+
+
+def test_dump_env_var_writes_dumps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DPT_IR_DUMP", str(tmp_path / "env"))
+    case = CASES["beer"]
+    result = run_pipeline(case.graph, CompileOptions(wrt=case.wrt))
+    _check_dump_dir(tmp_path / "env", result)
+
+
+def test_forward_only_dumps_say_so(tmp_path: Path) -> None:
+    run_pipeline(CASES["beer"].graph, dump_dir=tmp_path)
+    assert "forward only" in (tmp_path / "saved.txt").read_text()
+
+
+# -- partition and fusion invariants ---------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_partition_and_groups_are_consistent(name: str) -> None:
+    graph = _run(name).graph
+    phases = {n.name: phase_of(n) for n in graph.nodes}
+    for record in graph.meta["saved"]:
+        assert phases[record["value"]] == "forward"
+        assert record["readers"] and all(phases[r] == "backward" for r in record["readers"])
+        assert record["bytes"] == graph.types[record["value"]].nbytes and record["reason"]
+    assert graph.meta["saved_bytes"] == sum(r["bytes"] for r in graph.meta["saved"])
+    covered = set()
+    for group in graph.meta["groups"]:
+        assert {phases[n] for n in group["nodes"]} == {group["phase"]}
+        covered.update(group["nodes"])
+    assert covered == set(phases)
+
+
+# -- DESIGN §5 must-shows --------------------------------------------------------------------
+def _kernels(graph: dp.Graph, phase: str) -> int:
+    return sum(g["phase"] == phase for g in graph.meta["groups"])
+
+
+def _largest_saved(graph: dp.Graph) -> int:
+    return max((r["bytes"] for r in graph.meta["saved"]), default=0)
+
+
+def test_beer_at_512_saves_no_image_and_fuses_into_two_kernels() -> None:
+    graph = beer((512, 512), "float32")
+    result = run_pipeline(graph, CompileOptions(wrt=("x",)))
+    final = result.graph
+    image = 512 * 512 * 4
+    assert _largest_saved(final) < image
+    assert _kernels(final, "forward") <= 2 and _kernels(final, "backward") <= 2
+
+
+@pytest.mark.parametrize("build", [softmax_xent, normalisation])
+def test_row_reductions_save_only_row_statistics(build: Any) -> None:
+    graph = build((64, 32), F64)
+    final = run_pipeline(graph, CompileOptions(wrt=(graph.inputs[0].name,))).graph
+    assert 0 < _largest_saved(final) <= 64 * 8
+    assert all(r["op"] in ("logsumexp", "mean") for r in final.meta["saved"])
+
+
+def test_mean_saves_only_its_element_count(tmp_path: Path) -> None:
+    case = CASES["mean_count"]
+    result = run_pipeline(case.graph, CompileOptions(wrt=case.wrt), dump_dir=tmp_path)
+    final = result.graph
+    (mean,) = (n.name for n in case.graph.nodes if n.op == "mean")
+    assert final.meta["saved"] == []
+    assert final.meta["derived_attributes"] == [{"node": mean, "op": "mean", "attribute": "count", "value": 48}]
+    saved = (tmp_path / "saved.txt").read_text()
+    assert "nothing saved" in saved
+    assert any(line.split() == [mean, "mean", "count", "48"] for line in saved.splitlines())
+
+
+def test_exp_minus_max_saves_the_small_reduction_result(tmp_path: Path) -> None:
+    case = CASES["exp_minus_max"]
+    result = run_pipeline(case.graph, CompileOptions(wrt=case.wrt), dump_dir=tmp_path)
+    final = result.graph
+    (peak,) = (n.name for n in case.graph.nodes if n.op == "max")
+    records = {r["value"]: r for r in final.meta["saved"]}
+    assert records[peak]["bytes"] == 8 * 1 * 8
+    assert _largest_saved(final) < 8 * 6 * 8  # the exp is recomputed, not saved
+    (line,) = (ln for ln in (tmp_path / "saved.txt").read_text().splitlines() if ln.startswith(peak + " "))
+    assert "reduction" in line
