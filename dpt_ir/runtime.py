@@ -69,6 +69,11 @@ class Program:
         """Outputs and the gradients of the loss output (seeded with 1) wrt ``wrt``."""
         if not self.wrt:
             raise ContractError(f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile")
+        if "value_and_grad" not in self.plans:
+            raise ContractError(
+                f"program {self.graph.name!r}: value_and_grad needs the output to differentiate; the graph "
+                f"has no single scalar float output, so compile with loss='<output name>'"
+            )
         plan = self.plans["value_and_grad"]
         bound = plan.bind(inputs, _input_types(self.graph))
         self._begin()

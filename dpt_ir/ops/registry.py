@@ -205,6 +205,9 @@ class OpDef:
     warp_domain: str | None = None
     warp_index: Callable[[WarpSite], list[IndexSource]] | None = None
     warp_combine: Literal["first", "sum"] = "first"
+    # Constant-weight correlations: the tap weights (input index = output index + tap
+    # position); kernels loop over the taps instead of unrolling them.
+    warp_weights: Callable[[Any], np.ndarray] | None = None
     # Input reads per output element (stencil taps, folded images), from (attrs, output shape):
     reads_per_element: Callable[[Any, tuple[int, ...]], int] | None = None
     warp_reduce: Callable[[str, str], ReduceTemplate] | None = None
@@ -212,6 +215,7 @@ class OpDef:
     cost: Cost = "cheap"
     doc: str = ""
     # Algebraic traits read by canonicalize (never the op's name):
+    preserves_layout: bool = False  # a view whose flat row-major order is its input's (reshape, squeeze)
     identity: float | None = None  # x op identity == x (right identity; both sides if commutative)
     commutative: bool = False
     involution: bool = False  # op(op(x)) == x

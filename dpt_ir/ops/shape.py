@@ -203,6 +203,7 @@ def _shape_op(
     doc: str,
     index: Any,
     arity: int | None = 1,
+    preserves_layout: bool = False,
 ) -> None:
     register_op(
         OpDef(
@@ -214,6 +215,7 @@ def _shape_op(
             reference=ref,
             derivative=Derivative({0 if arity else "*": grad}),
             warp_index=index,
+            preserves_layout=preserves_layout,
             doc=doc,
         )
     )
@@ -313,6 +315,7 @@ _shape_op(
     _back_to_input,
     "row-major reshape",
     _reshape_index,
+    preserves_layout=True,
 )
 _shape_op(
     "expand_dims",
@@ -322,6 +325,7 @@ _shape_op(
     _back_to_input,
     "insert size-1 axes",
     _expand_index,
+    preserves_layout=True,
 )
 _shape_op(
     "squeeze",
@@ -331,6 +335,7 @@ _shape_op(
     _back_to_input,
     "remove size-1 axes",
     _squeeze_index,
+    preserves_layout=True,
 )
 _shape_op(
     "transpose",

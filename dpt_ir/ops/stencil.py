@@ -107,12 +107,13 @@ def extend_index(p: str, n: int, mode: str) -> str:
 def _pad_index(site: WarpSite) -> list[IndexSource]:
     a, (shape,) = site.attrs, site.in_shapes
     index, conds = [], []
-    for j, n, b in zip(site.index, shape, a.before, strict=True):
+    for j, n, b, e in zip(site.index, shape, a.before, a.after, strict=True):
         p = idx.add(j, -b)
         if a.mode == "constant":
-            if b or a.after:
+            if b or e:
                 conds += [f"{p} >= 0", f"{p} < {n}"]
-            index.append(idx.clamp(p, 0, max(n - 1, 0)))
+                p = idx.clamp(p, 0, max(n - 1, 0))
+            index.append(p)
         else:
             index.append(extend_index(p, n, a.mode))
     when = " and ".join(conds) or None
@@ -249,19 +250,6 @@ def _correlate_ref(a: CorrelateAttrs, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _correlate_index(site: WarpSite) -> list[IndexSource]:
-    w = weights_array(site.attrs)
-    return [
-        IndexSource(
-            0,
-            tuple(idx.add(e, o) for e, o in zip(site.index, t, strict=True)),
-            scale=warp_literal(float(w[t]), site.out_type),
-        )
-        for t in np.ndindex(*w.shape)
-        if w[t] != 0
-    ]
-
-
 def _correlate_grad(c: GradContext) -> Any:
     w = weights_array(c.attrs)
     k = [d - 1 for d in w.shape]
@@ -284,8 +272,7 @@ register_op(
         infer=_infer_correlate,
         reference=_correlate_ref,
         derivative=Derivative({0: _correlate_grad}),
-        warp_index=_correlate_index,
-        warp_combine="sum",
+        warp_weights=weights_array,
         reads_per_element=taps,
         doc="sum_t w[t] * x[i + t] over the positions where the weights fit (no boundary)",
     )

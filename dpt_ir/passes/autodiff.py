@@ -14,7 +14,7 @@ from dpt_ir.autodiff import joint_graph
 from dpt_ir.graph import Graph, Node
 from dpt_ir.ops.registry import CONSTANT_OP
 from dpt_ir.passes.options import CompileOptions
-from dpt_ir.passes.util import substitute
+from dpt_ir.passes.util import phase_of, substitute
 
 NAME = "autodiff"
 
@@ -51,7 +51,11 @@ def _fix_seeds(joint: Graph, values: dict[str, float]) -> Graph:
     }
     # The input list shrinks before the uses are rewritten: validate only the final graph.
     unvalidated = joint.model_copy(update={"inputs": inputs})
-    return substitute(unvalidated, subst, [*seed_nodes, *joint.nodes]).replace(meta=meta)
+    # Seeds go after the forward nodes: cse keeps the first of two equal nodes, and a
+    # forward constant equal to a seed must not be redirected to a backward node.
+    nodes = list(joint.nodes)
+    first = next((k for k, n in enumerate(nodes) if phase_of(n) == "backward"), len(nodes))
+    return substitute(unvalidated, subst, [*nodes[:first], *seed_nodes, *nodes[first:]]).replace(meta=meta)
 
 
 def _unique(base: str, taken: set[str]) -> str:

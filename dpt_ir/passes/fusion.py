@@ -15,6 +15,7 @@ Values are unchanged; only ``meta`` (graph and nodes) is added.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from dpt_ir.passes.util import phase_of
 
 NAME = "fusion"
 POINTWISE = ("elementwise", "shape", "stencil")
+MAX_GROUP_NODES = 64  # independent groups merge only up to this size (compile time grows with kernel size)
 HALO_BUDGET = 48  # evaluations per element a stencil may spend recomputing inlined producers
 
 
@@ -37,6 +39,7 @@ class Group:
     axes: tuple[int, ...] = ()
     roots: list[str] = field(default_factory=list)
     nodes: set[str] = field(default_factory=set)
+    epilogue: list[str] = field(default_factory=list)  # roots computed from the finished reduction
 
 
 def run(graph: Graph, options: Any = None) -> Graph:
@@ -46,11 +49,17 @@ def run(graph: Graph, options: Any = None) -> Graph:
     groups = _closures(graph, roots)
     if fuse:
         groups = _merge_siblings(graph, groups)
+        groups = _merge_epilogues(graph, groups)
     return _annotate(graph, groups, reasons, halo)
 
 
 def _is_pointwise(node: Node) -> bool:
     return node.opdef.kind in POINTWISE
+
+
+def _is_view(node: Node) -> bool:
+    """Constants and single-read views of a value: recomputing them costs index arithmetic only."""
+    return _is_free(node) or (node.opdef.kind == "shape" and _reads(node) == 1)
 
 
 def _is_free(node: Node) -> bool:
@@ -135,7 +144,7 @@ def _materialised(graph: Graph, fuse: bool, limit: int) -> tuple[list[str], dict
         for g in groups:
             for n in g.nodes - set(g.roots):
                 counts[n] = counts.get(n, 0) + 1
-        over = [n for n, k in counts.items() if k > limit and not _is_free(graph.node_map[n])]
+        over = [n for n, k in counts.items() if k > limit and not _is_view(graph.node_map[n])]
         if not over:
             break
         for n in over:
@@ -204,7 +213,7 @@ def _merge_siblings(graph: Graph, groups: list[Group]) -> list[Group]:
         by_id = {g.id: g for g in groups}
         for a in groups:
             for b in groups:
-                if a.id >= b.id or not _compatible(a, b):
+                if a.id >= b.id or not _compatible(a, b) or len(a.nodes | b.nodes) > MAX_GROUP_NODES:
                     continue
                 if nx.has_path(dag, a.id, b.id) or nx.has_path(dag, b.id, a.id):
                     continue
@@ -220,7 +229,66 @@ def _merge_siblings(graph: Graph, groups: list[Group]) -> list[Group]:
 def _union(a: Group, b: Group) -> Group:
     kind = "reduction" if "reduction" in (a.kind, b.kind) else "pointwise"
     axes = a.axes if a.kind == "reduction" else b.axes
-    return Group(a.id, a.phase, kind, a.space, axes, a.roots + b.roots, a.nodes | b.nodes)
+    return Group(a.id, a.phase, kind, a.space, axes, a.roots + b.roots, a.nodes | b.nodes, a.epilogue + b.epilogue)
+
+
+def _epilogue_fits(graph: Graph, red: Group, ep: Group) -> bool:
+    """Can ``ep`` run after ``red``'s loop, one element per reduction output ``o``?
+
+    The reduction results, and layout-preserving views of them (reshape, squeeze), are
+    known only at flat position ``o``; ``ep`` must iterate over a space of that size and
+    read them only there: through such views, or elementwise at its own index (no
+    broadcast, no other view). It must not read what ``red`` writes at its input space.
+    """
+    if red.kind != "reduction" or ep.kind != "pointwise" or ep.phase != red.phase or ep.epilogue:
+        return False
+    results = {r for r in red.roots if graph.node_map[r].opdef.kind == "reduction"}
+    size = math.prod(ep.space)
+    if any(graph.types[r].size != size for r in results) or set(red.roots) - results - set(red.epilogue):
+        return False
+    at_o, frontier, read = set(results), list(results), False
+    while frontier:
+        value = frontier.pop()
+        for user in graph.consumers[value]:
+            if user not in ep.nodes:
+                continue
+            read = True
+            node = graph.node_map[user]
+            if node.opdef.preserves_layout:
+                if user not in at_o:
+                    at_o.add(user)
+                    frontier.append(user)
+            elif (
+                node.opdef.kind != "elementwise" or ep.space != node.type.shape or ep.space != graph.types[value].shape
+            ):
+                return False
+    return read
+
+
+def _merge_epilogues(graph: Graph, groups: list[Group]) -> list[Group]:
+    """Fuse a pointwise consumer of reduction results into the reduction's kernel when it
+    iterates over the reductions' output space and no other kernel sits between them."""
+    merged = True
+    while merged:
+        merged = False
+        dag = _group_dag(graph, groups)
+        for red in groups:
+            for ep in groups:
+                if red is ep or not dag.has_edge(red.id, ep.id) or not _epilogue_fits(graph, red, ep):
+                    continue
+                dag.remove_edge(red.id, ep.id)
+                detour = nx.has_path(dag, red.id, ep.id)
+                dag.add_edge(red.id, ep.id)
+                if detour:
+                    continue
+                fused = _union(red, ep)
+                fused.epilogue = red.epilogue + ep.roots
+                groups = [fused if g is red else g for g in groups if g is not ep]
+                merged = True
+                break
+            if merged:
+                break
+    return groups
 
 
 def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: list[dict[str, Any]]) -> Graph:
@@ -241,7 +309,10 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
             {i for n in nodes for i in graph.node_map[n].inputs if i not in g.nodes},
             key=lambda v: (v not in node_order, node_order.get(v, 0), v),
         )
-        writes = sorted(set(g.roots), key=node_order.__getitem__)
+        roots = sorted(set(g.roots), key=node_order.__getitem__)
+        # A root read only inside its own kernel (a reduction feeding its epilogue) stays in registers.
+        graph_outputs = {o.value for o in graph.outputs}
+        writes = [r for r in roots if r in graph_outputs or any(c not in g.nodes for c in graph.consumers[r])]
         records.append(
             {
                 "id": renumber[gid],
@@ -249,8 +320,9 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
                 "kind": g.kind,
                 "space": list(g.space),
                 "axes": list(g.axes),
+                "epilogue": sorted(g.epilogue, key=node_order.__getitem__),
                 "nodes": nodes,
-                "roots": writes,
+                "roots": roots,
                 "inputs": reads,
                 "outputs": writes,
                 "bytes_read": sum(graph.types[v].nbytes for v in reads),

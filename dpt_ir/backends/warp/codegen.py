@@ -53,6 +53,7 @@ class KernelSource:
     dim: int
     group: str
     partials: dict[str, tuple[str, int]] = field(default_factory=dict)  # param -> (wp type, size)
+    constants: dict[str, tuple[str, list[float]]] = field(default_factory=dict)  # param -> (wp type, values)
 
 
 def param_name(value: str) -> str:
@@ -74,6 +75,8 @@ class KernelWriter:
         self.params: list[str] = []
         self.counter = 0
         self.helpers: list[str] = []
+        self.constants: dict[str, tuple[str, list[float]]] = {}
+        self.finished: dict[str, str] = {}  # reduction results available after the loop
         # (index, shape) -> flat offset already known (the loop's own counter), so that
         # reads at the iteration index do not re-linearise a delinearised counter.
         self.flat: dict[tuple[tuple[str, ...], tuple[int, ...]], str] = {}
@@ -119,6 +122,9 @@ class KernelWriter:
         return self.memo[key]
 
     def value_at(self, name: str, index: tuple[str, ...]) -> str:
+        if name in self.finished:
+            # A finished reduction: fusion only lets epilogues read it at output ``o``.
+            return self.finished[name]
         index = tuple(self.let(e) for e in index)
         key = (name, index)
         if key in self.memo:
@@ -140,6 +146,8 @@ class KernelWriter:
         in_shapes = tuple(self.graph.types[i].shape for i in node.inputs)
         in_types = tuple(WP_TYPES[self.graph.types[i].dtype] for i in node.inputs)
         out_t = WP_TYPES[node.type.dtype]
+        if op.warp_weights is not None:
+            return self._correlate(name, node.inputs[0], op.warp_weights(attrs), index, out_t)
         if op.warp_index is not None:
             site = WarpSite(attrs, (), out_t, in_types, node.type.shape, in_shapes, index)
             sources = op.warp_index(site)
@@ -183,6 +191,23 @@ class KernelWriter:
         self.emit(f"{var} = {result}")
         return var
 
+    def _correlate(self, name: str, source: str, weights: Any, index: tuple[str, ...], out_t: str) -> str:
+        """sum_t w[t] * source[index + t]: a loop over the taps, weights in a constant array."""
+        param = f"$weights:{name}"
+        self.constants[param] = (out_t, [float(v) for v in weights.ravel()])
+        self.param(param)
+        acc, tap = self.fresh("s"), self.fresh("t")
+        self.emit(f"{acc} = {out_t}(0)")
+        self.emit(f"for {tap} in range({weights.size}):")
+        self.indent += 1
+        outside = dict(self.memo)  # values computed in the loop body stay in it
+        offsets = idx.delinearize(tap, weights.shape)
+        v = self.value_at(source, tuple(idx.add(e, o) for e, o in zip(index, offsets, strict=True)))
+        self.emit(f"{acc} = {acc} + {param_name(param)}[{tap}] * {v}")
+        self.memo = outside
+        self.indent -= 1
+        return acc
+
     def _sum(self, inputs: tuple[str, ...], sources: list[Any], out_t: str) -> str:
         """A stencil's element: the sum, in source order, of the sources whose condition holds."""
         var = self.fresh()
@@ -196,13 +221,15 @@ class KernelWriter:
         return var
 
 
-def _signature(params: list[str], graph: Graph, partials: dict[str, tuple[str, int]]) -> str:
+def _signature(params: list[str], graph: Graph, partials: dict[str, tuple[str, int]], constants: dict[str, Any]) -> str:
     parts = []
     for p in params:
         if p == STATUS:
             dtype = "wp.int32"
         elif p in partials:
             dtype = partials[p][0]
+        elif p in constants:
+            dtype = constants[p][0]
         else:
             dtype = WP_TYPES[graph.types[p].dtype]
         parts.append(f"{param_name(p)}: wp.array(dtype={dtype})")
@@ -264,8 +291,9 @@ def _finish(
 ) -> KernelSource:
     params = w.params
     body = "\n".join(w.lines)
-    text = f"{_header(group)}\n@wp.kernel\ndef {name}({_signature(params, graph, partials)}):\n{body}\n"
-    return KernelSource(name, text, list(params), dim, group["id"], dict(partials))
+    signature = _signature(params, graph, partials, w.constants)
+    text = f"{_header(group)}\n@wp.kernel\ndef {name}({signature}):\n{body}\n"
+    return KernelSource(name, text, list(params), dim, group["id"], dict(partials), dict(w.constants))
 
 
 def partial_count(group: dict[str, Any], n_out: int, count: int, device: str) -> int:
@@ -286,8 +314,9 @@ def reduction_kernels(
     n_out, count = math.prod(kept), math.prod(red)
     parts = partial_count(group, n_out, count, device)
     chunk = -(-count // parts) if count else 0
-    roots = [v for v in group["outputs"] if graph.node_map[v].opdef.kind == "reduction"]
-    pointwise_roots = [v for v in group["outputs"] if v not in roots]
+    roots = [v for v in group["roots"] if graph.node_map[v].opdef.kind == "reduction"]
+    epilogue = group.get("epilogue", [])
+    pointwise_roots = [v for v in group["outputs"] if v not in roots and v not in epilogue]
     w = KernelWriter(graph, group, name, slots, checks)
     w.emit("tid = wp.tid()")
     w.emit(f"o = tid // {parts}" if parts > 1 else "o = tid")
@@ -306,6 +335,7 @@ def reduction_kernels(
     end = f"wp.min({begin} + {chunk}, {count})" if parts > 1 else str(count)
     w.emit(f"for r in range({begin}, {end}):")
     w.indent += 1
+    outside = dict(w.memo)  # values computed inside the loop are not visible after it
     kept_vals = list(kept_index)
     red_index = list(_bind_index(w, tuple(idx.delinearize("r", red))))
     full = tuple(red_index.pop(0) if k in axes else kept_vals.pop(0) for k in range(len(space)))
@@ -320,17 +350,20 @@ def reduction_kernels(
         offset = w.flat.get((full, space)) or idx.linearize(full, space)
         w.emit(f"{w.param(root)}[{offset}] = {v}")
     w.indent -= 1
+    w.memo = outside
     partials: dict[str, tuple[str, int]] = {}
     for root in roots:
         t = templates[root]
         if parts == 1:
-            _write_result(w, root, t, count)
+            _write_result(w, root, t, count, group["outputs"])
         else:
             for acc, acc_t, _ in t.accumulators:
                 p = f"$partial:{root}:{acc}"
                 partials[p] = (acc_t, n_out * parts)
                 w.param(p)
                 w.emit(f"{param_name(p)}[tid] = {_acc(w, root, acc)}")
+    if parts == 1:
+        _epilogue(w, graph, epilogue, group["outputs"])
     kernels = [_finish(w, graph, group, name, n_out * parts, partials)]
     if parts > 1:
         kernels.append(
@@ -353,12 +386,30 @@ def _emit_template(w: KernelWriter, template: str, root: str, values: dict[str, 
         w.emit(line)
 
 
-def _write_result(w: KernelWriter, root: str, t: Any, count: int) -> None:
+def _write_result(w: KernelWriter, root: str, t: Any, count: int, outputs: list[str]) -> None:
+    """Finalise reduction ``root`` for output ``o``; write it if other kernels read it.
+    Epilogue nodes then read the finished value (`KernelWriter.finished`)."""
     subst = {f"acc_{a}": _acc(w, root, a) for a in "msi"}
     var = w.fresh()
     w.emit(f"{var} = {t.finalize.format(count=count, **subst)}")
     w.check_finite(root, var)
-    w.emit(f"{w.param(root)}[o] = {var}")
+    if root in outputs:
+        w.emit(f"{w.param(root)}[o] = {var}")
+    w.finished[root] = var
+
+
+def _out_index(w: KernelWriter, shape: tuple[int, ...]) -> tuple[str, ...]:
+    return tuple(w.let(e) for e in idx.delinearize("o", shape)) if shape else ()
+
+
+def _epilogue(w: KernelWriter, graph: Graph, epilogue: list[str], outputs: list[str]) -> None:
+    """Pointwise roots computed from the finished reductions, at output ``o``."""
+    for root in epilogue:
+        index = _out_index(w, graph.types[root].shape)
+        v = w.value_at(root, index)
+        if root in outputs:
+            w.check_finite(root, v)
+            w.emit(f"{w.param(root)}[o] = {v}")
 
 
 def _combine_kernel(
@@ -389,7 +440,8 @@ def _combine_kernel(
             w.emit(f"other_{param_name(root)[2:]}_{acc} = {param_name(f'$partial:{root}:{acc}')}[o * {parts} + q]")
         _emit_template(w, t.combine, root, {})
         w.indent -= 1
-        _write_result(w, root, t, count)
+        _write_result(w, root, t, count, group["outputs"])
+    _epilogue(w, graph, group.get("epilogue", []), group["outputs"])
     return _finish(w, graph, group, name, n_out, partials)
 
 

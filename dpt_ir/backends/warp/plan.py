@@ -68,6 +68,8 @@ class ExecutionPlan:
             for v in buf["values"]:
                 self.buffers[v] = arr
         for k in kernels:
+            for p, (dtype, values) in k.constants.items():
+                self.buffers[p] = wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
             for p, (dtype, size) in k.partials.items():
                 if p not in self.buffers:
                     self.buffers[p] = wp.zeros(size, dtype=getattr(wp, dtype.split(".")[1]), device=device)
