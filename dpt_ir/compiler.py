@@ -25,7 +25,7 @@ import warp as wp
 from dpt_ir.autodiff import check_wrt, default_loss
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.codegen import KernelSource, StatusSlot
-from dpt_ir.backends.warp.module import cache_root, content_key, import_source, load
+from dpt_ir.backends.warp.module import cache_root, content_key, import_source, load, source_fingerprint
 from dpt_ir.backends.warp.plan import ExecutionPlan
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
@@ -38,6 +38,11 @@ if TYPE_CHECKING:
 from dpt_ir.version import __version__
 
 _PROGRAMS: dict[str, Program] = {}
+# Work per element a stencil may spend recomputing its producers rather than reading them
+# from memory (see CompileOptions.halo_budget): the CPU backend runs one thread and is
+# compute bound; a GPU is bandwidth bound, so recomputing over the halo pays longer.
+CPU_HALO_BUDGET = 48
+CUDA_HALO_BUDGET = 160
 
 
 def resolve_device(device: str | None) -> str:
@@ -78,8 +83,16 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     checks: bool = True,
     fuse: bool = True,
     recompute: bool = True,
+    halo_budget: int | None = None,
 ) -> Program:
-    """Compile ``graph`` for ``device``; differentiate wrt the inputs named in ``wrt``."""
+    """Compile ``graph`` for ``device``; differentiate wrt the inputs named in ``wrt``.
+
+    ``loss`` names the output `Program.value_and_grad` differentiates (default: the only
+    scalar float output). ``checks`` compiles the status word in; ``fuse`` and
+    ``recompute`` switch fusion and backward recomputation off (for comparison);
+    ``halo_budget`` sets how much work a stencil may spend recomputing its producers
+    (default: by device). All options are part of the cache key.
+    """
     start = time.perf_counter()
     if not isinstance(graph, Graph):
         raise ContractError(f"compile: expected a dp.Graph, found {type(graph).__name__}")
@@ -92,13 +105,16 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         except ContractError:
             loss = None  # value_and_grad then needs loss=...; tape passes still work
     dev = resolve_device(device)
-    base = {"checks": bool(checks), "fuse": bool(fuse), "recompute": bool(recompute)}
+    if halo_budget is None:
+        halo_budget = CPU_HALO_BUDGET if dev == "cpu" else CUDA_HALO_BUDGET
+    base = {"checks": bool(checks), "fuse": bool(fuse), "recompute": bool(recompute), "halo_budget": int(halo_budget)}
     key = content_key(
         graph.model_dump_json(),
         json.dumps([wrt_names, loss, base], sort_keys=True),
         "cpu" if dev == "cpu" else "cuda",
         __version__,
         wp.config.version,
+        source_fingerprint(),
     )
     out_dir = resolve_dump_dir(dump_dir)
     cached = _PROGRAMS.get(f"{key}:{dev}")

@@ -41,10 +41,14 @@ def _weights(x: Tensor, weights: Any, where: str) -> np.ndarray:
     return w.reshape((1,) * (x.ndim - w.ndim) + w.shape)
 
 
-def _origins(origin: int | Sequence[int], w: np.ndarray, where: str) -> list[int]:
-    origins = [origin] * w.ndim if isinstance(origin, int | np.integer) else list(origin)
+def _origins(origin: int | Sequence[int], w: np.ndarray, where: str, rank: int | None = None) -> list[int]:
+    """One origin per axis of ``w``; a scalar applies to the ``rank`` trailing axes the
+    user's weights have (leading batch axes get 0), a short sequence is padded with 0."""
+    origins = [origin] * (rank or w.ndim) if isinstance(origin, int | np.integer) else list(origin)
     if len(origins) < w.ndim:
         origins = [0] * (w.ndim - len(origins)) + origins
+    if len(origins) != w.ndim:
+        raise ContractError(f"{where}: {len(origins)} origins for weights of rank {w.ndim}")
     for o, n in zip(origins, w.shape, strict=True):
         if not -(n // 2) <= o <= (n - 1) // 2:
             raise ContractError(
@@ -70,7 +74,7 @@ def correlate(
     """Multidimensional correlation with constant weights (``scipy.ndimage.correlate``)."""
     where = "dp.correlate"
     w = _weights(x, weights, where)
-    return _filter(x, w, mode, cval, _origins(origin, w, where), where)
+    return _filter(x, w, mode, cval, _origins(origin, w, where, np.ndim(weights)), where)
 
 
 def convolve(
@@ -79,7 +83,7 @@ def convolve(
     """Multidimensional convolution with constant weights (``scipy.ndimage.convolve``)."""
     where = "dp.convolve"
     w = _weights(x, weights, where)
-    origins = _origins(origin, w, where)
+    origins = _origins(origin, w, where, np.ndim(weights))
     flipped = w[tuple(slice(None, None, -1) for _ in w.shape)]
     shifted = [-o - (1 if n % 2 == 0 else 0) for o, n in zip(origins, w.shape, strict=True)]
     return _filter(x, flipped, mode, cval, shifted, where)
@@ -143,10 +147,13 @@ def gaussian_filter(
 
 def gradient(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor | list[Tensor]:
     """Finite differences like ``numpy.gradient`` (unit spacing, edge_order=1): central
-    differences inside, one-sided at the ends. A list when several axes are asked for."""
+    differences inside, one-sided at the ends. A list when several axes are asked for
+    (in the order asked for), else one tensor."""
     where = "dp.gradient"
     (x,) = F.lift([x], where)
     axes = normalize_axes(axis, x.ndim, where)
+    if isinstance(axis, Sequence):  # numpy.gradient returns the axes in the order asked for
+        axes = tuple(normalize_axis(a, x.ndim, where) for a in axis)
     out = []
     for ax in axes:
         n = x.shape[ax]
@@ -161,9 +168,7 @@ def gradient(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor | lis
             parts.append((take(slice(2, None)) - take(slice(None, -2))) * 0.5)
         parts.append(take(slice(n - 1, n)) - take(slice(n - 2, n - 1)))
         out.append(F.concatenate(parts, axis=ax))
-    if axis is None and x.ndim == 1:
-        return out[0]
-    return out[0] if isinstance(axis, int | np.integer) else out
+    return out[0] if len(out) == 1 else out  # like numpy.gradient: one axis, one array
 
 
 # -- objectives -----------------------------------------------------------------------

@@ -101,8 +101,8 @@ _unary(
     (0,),
     doc="|x|; gradient sign(x), 0 at 0",
 )
-_unary("exp", "float", np.exp, "wp.exp({0})", lambda c: c.gy * c.out, saved_output=True)
-_unary("log", "float", np.log, "wp.log({0})", lambda c: c.gy / _x(c), (0,), warp_domain="{0} >= {T}(0.0)")
+_unary("exp", "float", np.exp, "wp.exp({0})", lambda c: c.gy * c.out, saved_output=True, work=8)
+_unary("log", "float", np.log, "wp.log({0})", lambda c: c.gy / _x(c), (0,), warp_domain="{0} >= {T}(0.0)", work=8)
 _unary(
     "log1p",
     "float",
@@ -112,6 +112,7 @@ _unary(
     (0,),
     warp_domain="{0} >= {T}(-1.0)",
     warp_helpers=HELPERS,
+    work=8,
 )
 _unary(
     "expm1",
@@ -121,6 +122,7 @@ _unary(
     lambda c: c.gy * (c.out + 1.0),
     saved_output=True,
     warp_helpers=HELPERS,
+    work=8,
 )
 _unary(
     "sqrt",
@@ -130,6 +132,7 @@ _unary(
     lambda c: c.gy * 0.5 / c.out,
     saved_output=True,
     warp_domain="{0} >= {T}(0.0)",
+    work=4,
 )
 _unary(
     "rsqrt",
@@ -139,19 +142,15 @@ _unary(
     lambda c: c.gy * -0.5 * c.out * c.out * c.out,
     saved_output=True,
     warp_domain="{0} >= {T}(0.0)",
+    work=4,
 )
 _unary("square", "numeric", np.square, "({0} * {0})", lambda c: c.gy * 2.0 * _x(c), (0,))
 _unary(
-    "reciprocal",
-    "float",
-    np.reciprocal,
-    "({T}(1.0) / {0})",
-    lambda c: -c.gy * c.out * c.out,
-    saved_output=True,
+    "reciprocal", "float", np.reciprocal, "({T}(1.0) / {0})", lambda c: -c.gy * c.out * c.out, saved_output=True, work=4
 )
-_unary("sin", "float", np.sin, "wp.sin({0})", lambda c: c.gy * F.cos(_x(c)), (0,))
-_unary("cos", "float", np.cos, "wp.cos({0})", lambda c: -c.gy * F.sin(_x(c)), (0,))
-_unary("tanh", "float", np.tanh, "wp.tanh({0})", lambda c: c.gy * (1.0 - c.out * c.out), saved_output=True)
+_unary("sin", "float", np.sin, "wp.sin({0})", lambda c: c.gy * F.cos(_x(c)), (0,), work=8)
+_unary("cos", "float", np.cos, "wp.cos({0})", lambda c: -c.gy * F.sin(_x(c)), (0,), work=8)
+_unary("tanh", "float", np.tanh, "wp.tanh({0})", lambda c: c.gy * (1.0 - c.out * c.out), saved_output=True, work=8)
 _unary(
     "sigmoid",
     "float",
@@ -159,6 +158,7 @@ _unary(
     "({T}(1.0) / ({T}(1.0) + wp.exp(-{0})))",
     lambda c: c.gy * c.out * (1.0 - c.out),
     saved_output=True,
+    work=8,
 )
 _unary(
     "relu",
@@ -177,6 +177,7 @@ _unary(
     lambda c: c.gy * F.sigmoid(_x(c)),
     (0,),
     warp_helpers=HELPERS,
+    work=8,
 )
 _unary(
     "erf",
@@ -185,6 +186,7 @@ _unary(
     "wp.erf({0})",
     lambda c: c.gy * (2.0 / math.sqrt(math.pi)) * F.exp(-F.square(_x(c))),
     (0,),
+    work=8,
 )
 _unary(
     "sign",
@@ -275,6 +277,7 @@ _binary(
     (1,),
     True,
     identity=1.0,
+    work=4,
 )
 _binary(
     "pow",
@@ -287,6 +290,7 @@ _binary(
     doc="a ** b; gradient wrt b is 0 where a == 0",
     warp_domain="{0} >= {T}(0.0) or {1} == wp.floor({1})",
     identity=1.0,
+    work=8,
 )
 _binary(
     "maximum",
@@ -313,6 +317,7 @@ _binary(
     "wp.atan2({0}, {1})",
     {0: lambda c: _atan2_scale(c) * _b(c), 1: lambda c: -_atan2_scale(c) * _a(c)},
     (0, 1),
+    work=8,
 )
 for _name, _ref, _sym in [
     ("lt", np.less, "<"),

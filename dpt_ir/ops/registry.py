@@ -213,6 +213,7 @@ class OpDef:
     warp_reduce: Callable[[str, str], ReduceTemplate] | None = None
     warp_helpers: str = ""  # Warp @wp.func source the templates call
     cost: Cost = "cheap"
+    work: int = 1  # relative cost of one evaluation (arithmetic 1, division 4, transcendental 8)
     doc: str = ""
     # Algebraic traits read by canonicalize (never the op's name):
     preserves_layout: bool = False  # a view whose flat row-major order is its input's (reshape, squeeze)

@@ -89,19 +89,27 @@ def _pad_adjoint_ref(a: PadAttrs, g: np.ndarray) -> np.ndarray:
     return out.reshape(shape).astype(g.dtype)
 
 
-def extend_index(p: str, n: int, mode: str) -> str:
-    """Index of the input element that extended position ``p`` (may be out of range)
-    copies, for a non-constant mode (scipy.ndimage semantics)."""
+def extend_index(p: str, n: int, mode: str, lo: int, hi: int) -> str:
+    """Index of the input element that extended position ``p`` copies, for a
+    non-constant mode (scipy.ndimage semantics); ``p`` is known to lie in [lo, hi]. When
+    the extension reaches at most one period beyond the input (the usual case) this is
+    a couple of comparisons; farther extensions use modular arithmetic."""
     if mode == "nearest":
         return idx.clamp(p, 0, n - 1)
-    if mode == "wrap":
-        return f"((({p}) % {n} + {n}) % {n})"
     if mode == "mirror" and n == 1:
         return "0"
+    if mode == "wrap":
+        if -n <= lo and hi < 2 * n:
+            return f"wp.where({p} < 0, {p} + {n}, wp.where({p} >= {n}, {p} - {n}, {p}))"
+        return f"((({p}) % {n} + {n}) % {n})"
+    # reflect mirrors about the half-sample (-1 -> 0), mirror about the sample (-1 -> 1).
+    low, high = (-1, 2 * n - 1) if mode == "reflect" else (0, 2 * n - 2)
+    reach = n if mode == "reflect" else n - 1
+    if -reach <= lo and hi < n + reach:
+        return f"wp.where({p} < 0, {low} - {p}, wp.where({p} >= {n}, {high} - {p}, {p}))"
     period = 2 * n if mode == "reflect" else 2 * n - 2
     m = f"((({p}) % {period} + {period}) % {period})"
-    far = period - 1 if mode == "reflect" else period
-    return f"wp.where({m} < {n}, {m}, {far} - {m})"
+    return f"wp.where({m} < {n}, {m}, {period - 1 if mode == 'reflect' else period} - {m})"
 
 
 def _pad_index(site: WarpSite) -> list[IndexSource]:
@@ -115,7 +123,7 @@ def _pad_index(site: WarpSite) -> list[IndexSource]:
                 p = idx.clamp(p, 0, max(n - 1, 0))
             index.append(p)
         else:
-            index.append(extend_index(p, n, a.mode))
+            index.append(extend_index(p, n, a.mode, -b, n - 1 + e))
     when = " and ".join(conds) or None
     sources = [IndexSource(0, tuple(index), when)] if math.prod(shape) else []
     if when is not None or not sources:

@@ -27,7 +27,7 @@ from dpt_ir.passes.util import phase_of
 NAME = "fusion"
 POINTWISE = ("elementwise", "shape", "stencil")
 MAX_GROUP_NODES = 64  # independent groups merge only up to this size (compile time grows with kernel size)
-HALO_BUDGET = 48  # evaluations per element a stencil may spend recomputing inlined producers
+HALO_BUDGET = 48  # default work per element a multi-read node may spend recomputing what it reads
 
 
 @dataclass
@@ -45,7 +45,8 @@ class Group:
 def run(graph: Graph, options: Any = None) -> Graph:
     fuse = getattr(options, "fuse", True)
     limit = getattr(options, "max_inline_consumers", 4)
-    roots, reasons, halo = _materialised(graph, fuse, limit)
+    budget = getattr(options, "halo_budget", None) or HALO_BUDGET
+    roots, reasons, halo = _materialised(graph, fuse, limit, budget)
     groups = _closures(graph, roots)
     if fuse:
         groups = _merge_siblings(graph, groups)
@@ -76,23 +77,28 @@ def _reads(node: Node) -> int:
 
 
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:
-    """Operations evaluated per element of ``value`` when everything not materialised
-    below it is recomputed inline (views and constants cost nothing)."""
+    """Work per element of ``value`` when everything not materialised below it is
+    recomputed inline: each op counts its `OpDef.work` (transcendentals weigh more than
+    arithmetic), a stencil its reads; views and constants cost nothing."""
     if value in memo:
         return memo[value]
     node = graph.node_map.get(value)
     if node is None or value in reasons:
         return 0
-    own = 0 if (node.opdef.kind == "shape" and _reads(node) == 1) or _is_free(node) else 1
+    reads = _reads(node)
+    if _is_view(node):
+        own = 0
+    else:
+        own = reads if reads > 1 else node.opdef.work  # a stencil's own work is its multiply-adds
     below = sum(_eval_cost(graph, i, reasons, memo) for i in node.inputs)
-    memo[value] = own + below * _reads(node)
+    memo[value] = own + below * reads
     return memo[value]
 
 
-def _halo(graph: Graph, reasons: dict[str, str]) -> list[dict[str, Any]]:
+def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[dict[str, Any]]:
     """Decide, for each node that reads its input several times per element (a stencil's
     taps, a fold's images), whether what it reads is recomputed inline at every read
-    (cheap) or materialised (its cost times the reads exceeds `HALO_BUDGET`)."""
+    (cheap) or materialised (its cost times the reads exceeds ``budget``)."""
     notes = []
     for node in graph.nodes:
         reads = _reads(node)
@@ -111,7 +117,7 @@ def _halo(graph: Graph, reasons: dict[str, str]) -> list[dict[str, Any]]:
             cost = _eval_cost(graph, value, reasons, {})
             if cost == 0:
                 continue
-            if cost * reads > HALO_BUDGET:
+            if cost * reads > budget:
                 reasons[value] = (
                     f"read {reads} times per element by {node.name}: recomputing its {cost} op(s) "
                     f"at each read would cost {cost * reads} per element; written once instead"
@@ -121,7 +127,9 @@ def _halo(graph: Graph, reasons: dict[str, str]) -> list[dict[str, Any]]:
     return notes
 
 
-def _materialised(graph: Graph, fuse: bool, limit: int) -> tuple[list[str], dict[str, str], list[dict[str, Any]]]:
+def _materialised(
+    graph: Graph, fuse: bool, limit: int, budget: int
+) -> tuple[list[str], dict[str, str], list[dict[str, Any]]]:
     """Nodes whose value is written to memory, and why each one is."""
     outputs = {o.value for o in graph.outputs}
     saved = {r["value"] for r in graph.meta.get("saved", [])}
@@ -137,7 +145,7 @@ def _materialised(graph: Graph, fuse: bool, limit: int) -> tuple[list[str], dict
             reasons[node.name] = "fusion is off"
         elif any(phase_of(graph.node_map[c]) != phase_of(node) for c in graph.consumers[node.name]):
             reasons[node.name] = "read by the other phase"
-    halo = _halo(graph, reasons) if fuse else []
+    halo = _halo(graph, reasons, budget) if fuse else []
     while True:
         groups = _closures(graph, list(reasons))
         counts: dict[str, int] = {}
@@ -244,7 +252,10 @@ def _epilogue_fits(graph: Graph, red: Group, ep: Group) -> bool:
         return False
     results = {r for r in red.roots if graph.node_map[r].opdef.kind == "reduction"}
     size = math.prod(ep.space)
-    if any(graph.types[r].size != size for r in results) or set(red.roots) - results - set(red.epilogue):
+    if any(graph.types[r].size != size for r in results):
+        return False
+    elsewhere = set(red.roots) - results - set(red.epilogue)  # written at the reduction's input space
+    if any(i in elsewhere for n in ep.nodes for i in graph.node_map[n].inputs):
         return False
     at_o, frontier, read = set(results), list(results), False
     while frontier:

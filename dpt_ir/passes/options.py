@@ -25,6 +25,10 @@ class CompileOptions(BaseModel):
     - ``checks``: kernels report non-finite and out-of-domain values.
     - ``max_inline_consumers``: a cheap value read by more fusion groups than this is
       materialised once instead of being recomputed in each.
+    - ``halo_budget``: the work per element a stencil (or any node reading its input
+      several times) may spend recomputing what it reads before that is materialised
+      (None: the fusion default, suited to the CPU; compute is cheaper than memory
+      traffic on GPUs, so `dp.compile` raises it for CUDA).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -37,6 +41,7 @@ class CompileOptions(BaseModel):
     fuse: bool = True
     checks: bool = True
     max_inline_consumers: int = 4
+    halo_budget: int | None = None
 
     def seed_outputs(self, graph: Graph) -> list[str]:
         """The outputs that receive a cotangent, checked against ``graph``."""

@@ -8,6 +8,7 @@ process that imports the same file reuses the compiled kernels.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -24,6 +25,18 @@ def cache_root() -> Path:
     """``DPT_IR_CACHE`` if set, else ``~/.cache/dpt_ir``."""
     env = os.environ.get("DPT_IR_CACHE")
     return Path(env) if env else DEFAULT_CACHE
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """A hash of dpt_ir's own source: a changed compiler never reuses stale plans, even
+    when its version number did not change."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def content_key(*parts: str) -> str:
