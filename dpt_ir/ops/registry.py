@@ -205,6 +205,10 @@ class OpDef:
     warp_domain: str | None = None
     warp_index: Callable[[WarpSite], list[IndexSource]] | None = None
     warp_combine: Literal["first", "sum"] = "first"
+    # A fast path for the interior of a view (pad, pad_adjoint): given the first element's
+    # index and a window size per axis, a condition under which every element j of the
+    # window is input[j + shift], and that shift (None: no fast path here).
+    warp_interior: Callable[[WarpSite, tuple[int, ...]], tuple[str, tuple[int, ...]] | None] | None = None
     # Constant-weight correlations: the tap weights (input index = output index + tap
     # position); kernels loop over the taps instead of unrolling them.
     warp_weights: Callable[[Any], np.ndarray] | None = None

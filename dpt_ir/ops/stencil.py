@@ -122,13 +122,62 @@ def _pad_index(site: WarpSite) -> list[IndexSource]:
                 conds += [f"{p} >= 0", f"{p} < {n}"]
                 p = idx.clamp(p, 0, max(n - 1, 0))
             index.append(p)
-        else:
+        elif b or e:
             index.append(extend_index(p, n, a.mode, -b, n - 1 + e))
+        else:
+            index.append(j)
     when = " and ".join(conds) or None
     sources = [IndexSource(0, tuple(index), when)] if math.prod(shape) else []
     if when is not None or not sources:
         sources.append(IndexSource(0, (), literal=warp_literal(float(a.cval), site.out_type)))
     return sources
+
+
+def _pad_interior(site: WarpSite, spans: tuple[int, ...]) -> tuple[str, tuple[int, ...]] | None:
+    """Where a window of the padded tensor lies inside the input, it is a plain shift."""
+    a, (shape,) = site.attrs, site.in_shapes
+    conds = []
+    for j, n, b, e, span in zip(site.index, shape, a.before, a.after, spans, strict=True):
+        if b or e:
+            conds += [f"{j} >= {b}", f"{j} <= {n - span + b}"]
+    return " and ".join(conds) or "True", tuple(-b for b in a.before)
+
+
+def _pad_adjoint_interior(site: WarpSite, spans: tuple[int, ...]) -> tuple[str, tuple[int, ...]] | None:
+    """Input elements that only their own padded position copied: a plain shift. The
+    range per axis is found by evaluating the images' conditions at every index."""
+    a = site.attrs
+    conds = []
+    for j, n, b, e, span in zip(site.index, site.out_shape, a.before, a.after, spans, strict=True):
+        plain = [_only_interior(k, n, b, e, a.mode) for k in range(n)]
+        if all(plain):
+            continue
+        run = _longest_run(plain)
+        if run is None:
+            return None
+        lo, hi = run
+        conds += [f"{j} >= {lo}", f"{j} <= {hi - span + 1}"]
+    return " and ".join(conds) or "True", tuple(a.before)
+
+
+def _longest_run(flags: list[bool]) -> tuple[int, int] | None:
+    """First and last index of the longest run of True (None if there is none)."""
+    best, start = None, None
+    for k, flag in enumerate([*flags, False]):
+        if flag and start is None:
+            start = k
+        elif not flag and start is not None:
+            if best is None or k - start > best[1] - best[0] + 1:
+                best = (start, k - 1)
+            start = None
+    return best
+
+
+def _only_interior(k: int, n: int, b: int, e: int, mode: str) -> bool:
+    """Is element ``k`` copied by its own padded position only (one active image)?"""
+    images = _preimages("k", n, b, e, mode)
+    active = [cond is None or eval(cond, {"k": k}) for _, cond in images]  # noqa: S307 (our own expressions)
+    return sum(active) == 1
 
 
 def _preimages(k: str, n: int, b: int, e: int, mode: str) -> list[tuple[str, str | None]]:
@@ -207,6 +256,7 @@ register_op(
         reference=_pad_ref,
         derivative=Derivative({0: _pad_grad}),
         warp_index=_pad_index,
+    warp_interior=_pad_interior,
         doc="extend by before/after elements per axis with a scipy.ndimage boundary mode",
     )
 )
@@ -220,6 +270,7 @@ register_op(
         reference=_pad_adjoint_ref,
         derivative=Derivative({0: _pad_adjoint_grad}),
         warp_index=_pad_adjoint_index,
+    warp_interior=_pad_adjoint_interior,
         warp_combine="sum",
         doc="the adjoint of pad: each input element sums the padded positions that copied it",
     )

@@ -150,10 +150,18 @@ class KernelWriter:
             return self._correlate(name, node.inputs[0], op.warp_weights(attrs), index, out_t)
         if op.warp_index is not None:
             site = WarpSite(attrs, (), out_t, in_types, node.type.shape, in_shapes, index)
-            sources = op.warp_index(site)
-            if op.warp_combine == "sum":
-                return self._sum(node.inputs, sources, out_t)
-            return self._select(node.inputs, sources, out_t)
+            fast = op.warp_interior(site, (1,) * len(index)) if op.warp_interior else None
+            if fast is not None and fast[0] != "True":
+                return self._branch(
+                    fast[0],
+                    lambda: self.value_at(node.inputs[0], _shifted(index, fast[1])),
+                    lambda: self._view(node.inputs, op, site, out_t),
+                    out_t,
+                )
+            if fast is not None:
+                return self.value_at(node.inputs[0], _shifted(index, fast[1]))
+            return self._view(node.inputs, op, site, out_t)
+
         if op.warp is None:
             raise NotImplementedError(f"op {op.name!r} has no Warp lowering (node {name!r})")
         args = tuple(
@@ -191,11 +199,50 @@ class KernelWriter:
         self.emit(f"{var} = {result}")
         return var
 
+    def _view(self, inputs: tuple[str, ...], op: Any, site: WarpSite, out_t: str) -> str:
+        sources = op.warp_index(site)
+        if op.warp_combine == "sum":
+            return self._sum(inputs, sources, out_t)
+        return self._select(inputs, sources, out_t)
+
+    def _branch(self, cond: str, fast: Any, general: Any, out_t: str) -> str:
+        """``var = fast() if cond else general()``, each side in its own scope."""
+        var = self.fresh()
+        self.emit(f"{var} = {out_t}(0)")
+        for head, make in ((f"if {cond}:", fast), ("else:", general)):
+            self.emit(head)
+            self.indent += 1
+            outside = dict(self.memo)
+            self.emit(f"{var} = {make()}")
+            self.memo = outside
+            self.indent -= 1
+        return var
+
     def _correlate(self, name: str, source: str, weights: Any, index: tuple[str, ...], out_t: str) -> str:
-        """sum_t w[t] * source[index + t]: a loop over the taps, weights in a constant array."""
+        """sum_t w[t] * source[index + t]: a loop over the taps, weights in a constant
+        array. When the source is a view with an interior fast path (a padded input),
+        windows inside the interior read the unpadded input directly."""
         param = f"$weights:{name}"
         self.constants[param] = (out_t, [float(v) for v in weights.ravel()])
         self.param(param)
+        node = self.graph.node_map.get(source) if source in self.members else None
+        op = node.opdef if node is not None else None
+        if op is not None and op.warp_interior is not None:
+            attrs = op.parse_attrs(node.attrs, source)
+            in_shapes = tuple(self.graph.types[i].shape for i in node.inputs)
+            site = WarpSite(attrs, (), out_t, (), node.type.shape, in_shapes, index)
+            fast = op.warp_interior(site, tuple(weights.shape))
+            if fast is not None:
+                inner, shift = node.inputs[0], fast[1]
+                return self._branch(
+                    fast[0],
+                    lambda: self._taps(param, weights, inner, _shifted(index, shift), out_t),
+                    lambda: self._taps(param, weights, source, index, out_t),
+                    out_t,
+                )
+        return self._taps(param, weights, source, index, out_t)
+
+    def _taps(self, param: str, weights: Any, source: str, index: tuple[str, ...], out_t: str) -> str:
         acc, tap = self.fresh("s"), self.fresh("t")
         self.emit(f"{acc} = {out_t}(0)")
         self.emit(f"for {tap} in range({weights.size}):")
@@ -219,6 +266,10 @@ class KernelWriter:
             else:
                 self.emit(f"{var} = {var} + wp.where({self.let(s.when, 'c')}, {v}, {out_t}(0))")
         return var
+
+
+def _shifted(index: tuple[str, ...], shift: tuple[int, ...]) -> tuple[str, ...]:
+    return tuple(idx.add(e, k) for e, k in zip(index, shift, strict=True))
 
 
 def _signature(params: list[str], graph: Graph, partials: dict[str, tuple[str, int]], constants: dict[str, Any]) -> str:
