@@ -33,8 +33,9 @@ import scipy.ndimage as ndi
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
-import dpt_ir as dp  # noqa: E402
 import transmission_pipeline as tp  # noqa: E402
+
+import dpt_ir as dp  # noqa: E402
 
 GOALS = {"numpy+scipy": 2.0, "unfused warp": 3.0}
 
@@ -57,8 +58,9 @@ def gaussian_adjoint_1d(g: np.ndarray, weights: np.ndarray, axis: int) -> np.nda
     return out
 
 
-def numpy_value_and_grad(mu: np.ndarray, counts: np.ndarray, weights: np.ndarray,
-                         mask: np.ndarray) -> tuple[float, np.ndarray]:
+def numpy_value_and_grad(
+    mu: np.ndarray, counts: np.ndarray, weights: np.ndarray, mask: np.ndarray
+) -> tuple[float, np.ndarray]:
     """The pipeline's loss and gradient in NumPy/SciPy, backward written by hand."""
     transmission = tp.I0 * np.exp(-mu)
     expected = ndi.gaussian_filter(transmission, tp.SIGMA, mode="reflect")
@@ -82,7 +84,7 @@ def median_times(contenders: dict[str, Callable[[], Any]], reps: int) -> dict[st
     times: dict[str, list[float]] = {k: [] for k in contenders}
     names = list(contenders)
     for rep in range(reps):
-        for name in names[rep % len(names):] + names[: rep % len(names)]:
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
             start = time.perf_counter()
             contenders[name]()
             times[name].append(time.perf_counter() - start)
@@ -121,16 +123,17 @@ def main() -> None:
     times = median_times(contenders, args.reps)
 
     base = times["dpt_ir"]
-    print(f"transmission pipeline {args.size}x{args.size} float32, forward + backward, CPU, "
-          f"median of {args.reps}")
+    print(f"transmission pipeline {args.size}x{args.size} float32, forward + backward, CPU, median of {args.reps}")
     print(f"{'contender':<18} {'ms':>9} {'launches':>9} {'dpt_ir is x faster':>19} {'goal':>6}")
     rows = []
     for name, t in times.items():
         ratio = t / base
         goal = GOALS.get(name)
         verdict = "" if goal is None else ("met" if ratio >= goal else "NOT met")
-        print(f"{name:<18} {t * 1e3:9.1f} {launches.get(name, '-'):>9} {ratio:19.2f} "
-              f"{'' if goal is None else f'>={goal:g}':>6} {verdict}")
+        print(
+            f"{name:<18} {t * 1e3:9.1f} {launches.get(name, '-'):>9} {ratio:19.2f} "
+            f"{'' if goal is None else f'>={goal:g}':>6} {verdict}"
+        )
         rows.append({"contender": name, "seconds": t, "launches": launches.get(name), "ratio": ratio, "goal": goal})
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

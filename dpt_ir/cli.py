@@ -1,10 +1,14 @@
-"""The ``dpt-ir`` command line: ``dpt-ir ops`` (the op table), ``dpt-ir show GRAPH.json``
-(the textual IR of a graph document).
+"""The ``dpt-ir`` command line: ``dpt-ir ops`` (the op table), ``dpt-ir show GRAPH.json
+[--after PASS]`` (the textual IR of a graph document, optionally after a pass of the
+default pipeline), ``dpt-ir compile`` (compile and summarise), ``dpt-ir run`` (evaluate on
+inputs from an ``.npz``, optionally with gradients) and ``dpt-ir bench`` (the benchmark
+scripts of the repository).
 
 Contract: `main` returns the exit status instead of raising. A `ContractError` (a bad
 graph, a file that cannot be read or is not a graph document) prints one line
 ``error: ...`` on stderr and returns 2; ``--debug`` lets the exception propagate with
-its traceback instead. Each subcommand is one ``cmd_<name>(args) -> int`` function
+its traceback instead. A `NumericalError` (non-finite values found at a checkpoint)
+prints one ``error:`` line and returns 1. Each subcommand is one ``cmd_<name>(args) -> int`` function
 registered in `build_parser`.
 """
 
@@ -13,15 +17,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import time
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from dpt_ir.errors import ContractError
+import numpy as np
+
+from dpt_ir.errors import ContractError, NumericalError
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import ALL_INPUTS, OpDef, all_ops
 
 EXIT_USAGE = 2
+EXIT_NUMERICAL = 1
 Command = Callable[[argparse.Namespace], int]
 _DEBUG_HELP = "show the full traceback of an error"
 
@@ -48,6 +59,39 @@ def load_graph(path: str) -> Graph:
         return Graph.model_validate_json(doc)
     except ContractError as exc:
         raise ContractError(f"{path}: {exc}") from None
+
+
+def names_of(values: Sequence[str] | None) -> list[str]:
+    """Repeated ``--wrt x --wrt y`` and comma lists ``--wrt x,y`` as one list of names."""
+    return [n for v in values or () for n in v.split(",") if n]
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr (stdout stays the command's result)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes in B, KiB or MiB."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def compile_graph(graph: Graph, path: str, wrt: list[str], loss: str | None, **kwargs: Any) -> Any:
+    """`dp.compile` with a progress line first (the first compile in a process is slow)."""
+    import warp as wp
+
+    from dpt_ir.autodiff import check_wrt
+    from dpt_ir.compiler import compile as dp_compile
+
+    check_wrt(graph, wrt)  # a bad name fails before the slow part
+    wp.config.log_level = 30  # WARNING: Warp's banner and module-load lines would mix into the result on stdout
+    what = f"{graph.name!r} from {path}" + (f" wrt {wrt}" if wrt else "")
+    progress(f"compiling {what} (first compile in a process takes several seconds) ...")
+    return dp_compile(graph, wrt=wrt or None, loss=loss, **kwargs)
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -100,10 +144,178 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Print the textual IR of the graph document ``args.graph``."""
-    text = load_graph(args.graph).to_text()
+    """Print the textual IR of the graph document ``args.graph``; with ``--after PASS`` the
+    graph after the last run of that pass of the default pipeline (``--wrt`` differentiates)."""
+    graph = load_graph(args.graph)
+    wrt = names_of(args.wrt)
+    if args.after is None:
+        if wrt:
+            raise ContractError("show: --wrt only applies with --after PASS")
+    else:
+        from dpt_ir.autodiff import check_wrt
+        from dpt_ir.passes.manager import DEFAULT_PIPELINE, run_pipeline
+        from dpt_ir.passes.options import CompileOptions
+
+        known = list(dict.fromkeys(DEFAULT_PIPELINE))
+        if args.after not in known:
+            raise ContractError(f"show: unknown pass {args.after!r}; the default pipeline's passes are {known}")
+        options = CompileOptions(wrt=check_wrt(graph, wrt))
+        graph = run_pipeline(graph, options).after(args.after)
+    text = graph.to_text()
     print(text, end="" if text.endswith("\n") else "\n")
     return 0
+
+
+# -- dpt-ir compile ------------------------------------------------------------------
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Compile the graph document and print a summary of the program `dp.compile` built."""
+    graph = load_graph(args.graph)
+    program = compile_graph(
+        graph,
+        args.graph,
+        names_of(args.wrt),
+        args.loss,
+        device=args.device,
+        dump_dir=args.dump_dir,
+        checks=not args.no_checks,
+    )
+    report = program.report
+    cache = {"miss": "miss (compiled)", "disk": "hit (disk)", "memory": "hit (memory)"}.get(report["cache"])
+    print(f"graph {report['graph']!r} on {report['device']}: module {report['module']}")
+    print(f"wrt {list(program.wrt) or '-'}; loss {program.loss or '-'}; checks {'off' if args.no_checks else 'on'}")
+    rows = [
+        (
+            name,
+            str(p["kernels"]),
+            str(p["forward_launches"]),
+            str(p["backward_launches"]),
+            format_bytes(p["saved_bytes"]),
+            format_bytes(p["workspace_bytes"]),
+        )
+        for name, p in report["plans"].items()
+    ]
+    print(format_table(("plan", "kernels", "fwd launches", "bwd launches", "saved", "workspace"), rows))
+    print(f"cache {cache or report['cache']}; compile {report['compile_seconds']:.2f} s")
+    if args.dump_dir is not None:
+        print(f"dumps (per-pass IR, fusion, saved values, kernels, report.json) in {Path(args.dump_dir).resolve()}")
+    return 0
+
+
+# -- dpt-ir run ----------------------------------------------------------------------
+
+
+def load_inputs(path: str) -> dict[str, np.ndarray]:
+    """The arrays of the ``.npz`` file at ``path``; ContractError naming the file otherwise."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ContractError(f"{path}: expected an .npz archive (np.savez), found a single .npy array")
+        with loaded as npz:
+            return {name: npz[name] for name in npz.files}
+    except ContractError:
+        raise
+    except OSError as exc:
+        reason = exc.strerror if exc.strerror else str(exc)
+        raise ContractError(f"{path}: cannot read inputs file ({reason})") from None
+    except (ValueError, zipfile.BadZipFile, EOFError) as exc:
+        # np.load takes a file without the zip or .npy magic for a pickle, which it refuses.
+        detail = "" if "pickle" in str(exc) else f" ({exc})"
+        raise ContractError(f"{path}: not an .npz archive of arrays written by np.savez{detail}") from None
+
+
+def describe(name: str, arr: np.ndarray) -> str:
+    """``name  shape (4, 4)  float32`` and, for a scalar, ``= value``."""
+    line = f"{name}  shape {tuple(arr.shape)}  {arr.dtype}"
+    if arr.ndim == 0 or arr.size == 1:
+        line += f"  = {arr.reshape(()).item()!r}"
+    return line
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Evaluate the graph on the inputs of an ``.npz``; write outputs (and ``grad.<name>``)."""
+    from dpt_ir.interpreter import check_inputs
+
+    graph = load_graph(args.graph)
+    inputs = load_inputs(args.inputs)
+    try:
+        check_inputs(graph, inputs)  # before the (slow) compile: wrong names, shapes, dtypes
+    except ContractError as exc:
+        raise ContractError(f"{args.inputs}: {exc}") from None
+    out_path = Path(args.out)
+    if not out_path.parent.is_dir():
+        raise ContractError(f"--out {args.out}: folder {str(out_path.parent)!r} does not exist")
+    grad = names_of(args.grad)
+    program = compile_graph(graph, args.graph, grad, args.loss, device=args.device, checks=not args.no_checks)
+    if grad:
+        outs, grads = program.value_and_grad(**inputs)
+        results = {**outs, **{f"grad.{name}": g for name, g in grads.items()}}
+    else:
+        results = program.run(**inputs)
+    try:
+        with out_path.open("wb") as fh:
+            np.savez(fh, **results)
+    except OSError as exc:
+        raise ContractError(f"--out {args.out}: cannot write ({exc.strerror or exc})") from None
+    for name, arr in results.items():
+        print(describe(name, np.asarray(arr)))
+    progress(f"wrote {len(results)} array(s) to {out_path}")
+    return 0
+
+
+# -- dpt-ir bench --------------------------------------------------------------------
+
+
+def benchmarks_dir() -> Path | None:
+    """The repository's ``benchmarks/`` folder (next to the package, or in the current
+    folder), or None for an installed package without the repository."""
+    import dpt_ir
+
+    for root in (Path(dpt_ir.__file__).resolve().parents[1], Path.cwd()):
+        folder = root / "benchmarks"
+        if (folder / "bench_backend.py").is_file() and (folder / "bench_imaging.py").is_file():
+            return folder
+    return None
+
+
+def bench_commands(quick: bool) -> list[tuple[str, list[str]]]:
+    """(title, script arguments) of each benchmark; ``quick`` sizes them for a small CPU."""
+    if quick:
+        return [
+            (
+                "backend: fused vs unfused Warp vs NumPy",
+                ["bench_backend.py", "--n", "16", "--reps", "3", "--skip-compile"],
+            ),
+            ("imaging: transmission pipeline", ["bench_imaging.py", "--size", "256", "--reps", "3"]),
+        ]
+    return [
+        ("backend: fused vs unfused Warp vs NumPy, compile times", ["bench_backend.py"]),
+        ("imaging: transmission pipeline", ["bench_imaging.py"]),
+    ]
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark scripts of the repository as subprocesses, streaming their output."""
+    folder = benchmarks_dir()
+    if folder is None:
+        raise ContractError(
+            "bench: the benchmarks/ folder is not here; `dpt-ir bench` runs the repository's benchmark "
+            "scripts, so run it from a checkout of the dpt_ir repository"
+        )
+    commands = bench_commands(args.quick)
+    start = time.perf_counter()
+    status = 0
+    for k, (title, script) in enumerate(commands, 1):
+        cmd = [sys.executable, str(folder / script[0]), *script[1:]]
+        progress(f"[{k}/{len(commands)}] {title}: python benchmarks/{' '.join(script)}")
+        sys.stdout.flush()
+        t0 = time.perf_counter()
+        rc = subprocess.run(cmd, cwd=folder.parent, check=False).returncode
+        progress(f"[{k}/{len(commands)}] done in {time.perf_counter() - t0:.1f} s" + (f", exit {rc}" if rc else ""))
+        status = status or rc
+    progress(f"bench: {len(commands)} benchmark(s) in {time.perf_counter() - start:.1f} s")
+    return 1 if status else 0
 
 
 # -- entry point ---------------------------------------------------------------------
@@ -126,8 +338,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = sub.add_parser("show", parents=[debug], help="print the textual IR of a graph JSON document")
     show.add_argument("graph", metavar="GRAPH.json", help="graph document (Graph.model_dump_json())")
+    show.add_argument("--after", metavar="PASS", help="the IR after this pass of the default pipeline")
+    show.add_argument("--wrt", action="append", metavar="NAME", help=_WRT_HELP)
     show.set_defaults(func=cmd_show)
+
+    comp = sub.add_parser("compile", parents=[debug], help="compile a graph JSON document and summarise the program")
+    comp.add_argument("graph", metavar="GRAPH.json", help="graph document (Graph.model_dump_json())")
+    comp.add_argument("--wrt", action="append", metavar="NAME", help=_WRT_HELP)
+    comp.add_argument("--loss", metavar="NAME", help="the output value_and_grad differentiates")
+    comp.add_argument("--dump-dir", metavar="DIR", help="write per-pass IR, fusion and kernel dumps here")
+    _add_device_options(comp)
+    comp.set_defaults(func=cmd_compile)
+
+    run = sub.add_parser("run", parents=[debug], help="evaluate a graph on inputs from an .npz file")
+    run.add_argument("graph", metavar="GRAPH.json", help="graph document (Graph.model_dump_json())")
+    run.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per graph input (np.savez)")
+    run.add_argument("--out", required=True, metavar="OUT.npz", help="write outputs (and grad.<name>) here")
+    run.add_argument(
+        "--grad", action="append", metavar="NAME", help="also write the gradient wrt this input " + _REPEAT
+    )
+    run.add_argument("--loss", metavar="NAME", help="the output --grad differentiates (default: the scalar output)")
+    _add_device_options(run)
+    run.set_defaults(func=cmd_run)
+
+    bench = sub.add_parser("bench", parents=[debug], help="run the repository's benchmark scripts")
+    bench.add_argument("--quick", action="store_true", help="small sizes, few repetitions (about a minute on 2 cores)")
+    bench.set_defaults(func=cmd_bench)
     return parser
+
+
+_REPEAT = "(repeat, or a comma list)"
+_WRT_HELP = "differentiate with respect to this input " + _REPEAT
+
+
+def _add_device_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default=None, help="cpu or cuda:N (default: cuda:0 if present, else cpu)")
+    p.add_argument("--no-checks", action="store_true", help="compile without the non-finite value checks")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,6 +387,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except NumericalError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NUMERICAL
     except BrokenPipeError:
         # The reader went away (`dpt-ir ops | head`): stop quietly, as Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

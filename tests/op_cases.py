@@ -171,10 +171,7 @@ def case(
         return g.build()
 
     def inputs(rng: np.random.Generator, dtype: str) -> dict[str, np.ndarray]:
-        return {
-            n: np.array(a.domain(rng, a.shape), dtype=a.dtype_for(dtype))
-            for n, a in zip(names, args, strict=True)
-        }
+        return {n: np.array(a.domain(rng, a.shape), dtype=a.dtype_for(dtype)) for n, a in zip(names, args, strict=True)}
 
     wrt = tuple(n for n, a in zip(names, args, strict=True) if grad and a.differentiable("float64"))
     return OpCase(
@@ -224,19 +221,13 @@ UNARY: tuple[tuple[str, Callable[..., dp.Tensor], Callable[..., np.ndarray], Dom
 
 
 def unary_cases() -> list[OpCase]:
-    out = [
-        case(op, f"rank{len(shape)}", [Arg(shape, dom)], fn, ref)
-        for op, fn, ref, dom in UNARY
-        for shape in SHAPES
-    ]
+    out = [case(op, f"rank{len(shape)}", [Arg(shape, dom)], fn, ref) for op, fn, ref, dom in UNARY for shape in SHAPES]
     int32 = [Arg((3, 4), small_ints(-4, 5), "int32")]
     out += [
         case("neg", "operator", [Arg((3, 4), uniform())], operator.neg, np.negative),
         case("abs", "builtin", [Arg((2, 3), avoiding([0.0]))], abs, np.abs),
         case("sigmoid", "wide", [Arg((8,), uniform(-40.0, 40.0))], dp.sigmoid, special.expit),
-        case(
-            "softplus", "wide", [Arg((8,), uniform(-40.0, 40.0))], dp.softplus, lambda a: np.logaddexp(0, a)
-        ),
+        case("softplus", "wide", [Arg((8,), uniform(-40.0, 40.0))], dp.softplus, lambda a: np.logaddexp(0, a)),
         case("sign", "nonzero", [Arg((3, 4), avoiding([0.0]))], dp.sign, np.sign),
         case("floor", "integers", [Arg((3, 4), small_ints())], dp.floor, np.floor),
         case("ceil", "integers", [Arg((3, 4), small_ints())], dp.ceil, np.ceil),
@@ -351,9 +342,7 @@ def select_cases() -> list[OpCase]:
     """where, clamp and cast."""
     cond = Arg((3, 1), bools, "bool")
     out = [
-        case(
-            "where", "broadcast", [cond, Arg((1, 4), uniform()), Arg((3, 4), uniform())], dp.where, np.where
-        ),
+        case("where", "broadcast", [cond, Arg((1, 4), uniform()), Arg((3, 4), uniform())], dp.where, np.where),
         case(
             "where",
             "scalar_condition",
@@ -399,9 +388,7 @@ def select_cases() -> list[OpCase]:
             lambda a: dp.clamp(a, -0.5, 0.7),
             lambda a: np.clip(a, -0.5, 0.7),
         ),
-        case(
-            "clamp", "lo", [Arg((5,), bounds)], lambda a: dp.clamp(a, lo=-0.5), lambda a: np.maximum(a, -0.5)
-        ),
+        case("clamp", "lo", [Arg((5,), bounds)], lambda a: dp.clamp(a, lo=-0.5), lambda a: np.maximum(a, -0.5)),
         case(
             "clamp",
             "hi",
@@ -424,9 +411,7 @@ def _other(dtype: str) -> str:
     return "float32" if dtype == "float64" else "float64"
 
 
-def _cast_case(
-    label: str, fn: Callable[[dp.Tensor, str], dp.Tensor], input_dtype: Callable[[str], str]
-) -> OpCase:
+def _cast_case(label: str, fn: Callable[[dp.Tensor, str], dp.Tensor], input_dtype: Callable[[str], str]) -> OpCase:
     """A cast between the float dtypes, on dyadic values so a finite-difference step of
     2**-8 stays exact in float32 and the derivative (1) is exact."""
 
@@ -485,9 +470,7 @@ def cast_cases() -> list[OpCase]:
 
 
 # -- source ops: constant, iota -----------------------------------------------------------
-def _source_case(
-    op: str, label: str, make: Callable[[dp.GraphBuilder, str], dp.Tensor], expect: Any
-) -> OpCase:
+def _source_case(op: str, label: str, make: Callable[[dp.GraphBuilder, str], dp.Tensor], expect: Any) -> OpCase:
     """A case whose graph has no input: ``out = make(builder, dtype)``."""
 
     def build(dtype: str) -> dp.Graph:
@@ -510,9 +493,7 @@ def _iota(shape: tuple[int, ...], axes: tuple[int, ...]) -> Callable[[dp.GraphBu
 def source_cases() -> list[OpCase]:
     x = [Arg((3, 4), uniform())]
     return [
-        _source_case(
-            "constant", "shaped", lambda g, d: g.constant(2.5, d, (2, 3)), lambda: np.full((2, 3), 2.5)
-        ),
+        _source_case("constant", "shaped", lambda g, d: g.constant(2.5, d, (2, 3)), lambda: np.full((2, 3), 2.5)),
         _source_case("constant", "int32", lambda g, d: g.constant(-3, "int32", (4,)), lambda: np.full(4, -3)),
         _source_case("constant", "bool", lambda g, d: g.constant(True, "bool"), lambda: np.array(True)),
         case("constant", "scalar_operand", x, lambda a: a * 1.5 + 0.25, lambda a: a * 1.5 + 0.25, grad=True),
@@ -574,9 +555,7 @@ def shape_cases() -> list[OpCase]:
         case("reshape", "flatten", arg(2, 3, 2), lambda a: dp.reshape(a, -1), lambda a: a.reshape(-1)),
         case("reshape", "6_to_2x1x3", arg(6), lambda a: a.reshape(2, 1, 3), lambda a: a.reshape(2, 1, 3)),
         case("reshape", "scalar_to_1x1", arg(), lambda a: a.reshape((1, 1)), lambda a: a.reshape(1, 1)),
-        case(
-            "expand_dims", "axis0", arg(3, 4), lambda a: dp.expand_dims(a, 0), lambda a: np.expand_dims(a, 0)
-        ),
+        case("expand_dims", "axis0", arg(3, 4), lambda a: dp.expand_dims(a, 0), lambda a: np.expand_dims(a, 0)),
         case(
             "expand_dims",
             "axis_neg",
@@ -641,9 +620,7 @@ def shape_cases() -> list[OpCase]:
     ]
     three = [Arg((2, 3), uniform()), Arg((1, 3), uniform()), Arg((3, 3), uniform())]
     out += [
-        case(
-            "concat", "axis0", three, lambda *xs: dp.concatenate(xs, axis=0), lambda *xs: np.concatenate(xs)
-        ),
+        case("concat", "axis0", three, lambda *xs: dp.concatenate(xs, axis=0), lambda *xs: np.concatenate(xs)),
         case(
             "concat",
             "axis_neg",
@@ -816,23 +793,57 @@ def stencil_cases() -> list[OpCase]:
         for before, after in (((2, 1), (1, 3)), ((6, 0), (0, 11))):
             attrs = {"before": list(before), "after": list(after), "mode": mode, "cval": 0.75}
             label = f"{mode}_{'x'.join(map(str, before))}_{'x'.join(map(str, after))}"
-            out.append(case("pad", label, [Arg(shape, uniform())], _emit("pad", **attrs),
-                            lambda a, b=before, e=after, m=mode: _np_pad(a, b, e, m, 0.75)))
+            out.append(
+                case(
+                    "pad",
+                    label,
+                    [Arg(shape, uniform())],
+                    _emit("pad", **attrs),
+                    lambda a, b=before, e=after, m=mode: _np_pad(a, b, e, m, 0.75),
+                )
+            )
             padded = tuple(n + b + e for n, b, e in zip(shape, before, after, strict=True))
             matrix = _pad_matrix(shape, before, after, mode)
-            out.append(case("pad_adjoint", label, [Arg(padded, uniform())], _emit("pad_adjoint", **attrs),
-                            lambda g, m=matrix: (m.T @ g.ravel()).reshape(shape)))
+            out.append(
+                case(
+                    "pad_adjoint",
+                    label,
+                    [Arg(padded, uniform())],
+                    _emit("pad_adjoint", **attrs),
+                    lambda g, m=matrix: (m.T @ g.ravel()).reshape(shape),
+                )
+            )
     for wshape in ((3, 2), (1, 4), (4, 5)):
         weights = np.arange(1.0, 1.0 + math.prod(wshape)).reshape(wshape) / 7.0
         weights[0, 0] = 0.0 if weights.size > 1 else weights[0, 0]
-        out.append(case("correlate_valid", "x".join(map(str, wshape)), [Arg((5, 6), uniform())],
-                        _emit("correlate_valid", weights=weights.tolist()),
-                        lambda a, w=weights: signal.correlate(a, w, mode="valid")))
-    out.append(case("correlate_valid", "batched_1x3", [Arg((2, 4, 5), uniform())],
-                    _emit("correlate_valid", weights=[[[0.5, -1.0, 0.25]]]),
-                    lambda a: signal.correlate(a, np.array([[[0.5, -1.0, 0.25]]]), mode="valid")))
-    out.append(case("guard", "3x4", [Arg((3, 4), uniform()), Arg((3, 4), bools, "bool")],
-                    _emit("guard", message="test"), lambda a, ok: a))
+        out.append(
+            case(
+                "correlate_valid",
+                "x".join(map(str, wshape)),
+                [Arg((5, 6), uniform())],
+                _emit("correlate_valid", weights=weights.tolist()),
+                lambda a, w=weights: signal.correlate(a, w, mode="valid"),
+            )
+        )
+    out.append(
+        case(
+            "correlate_valid",
+            "batched_1x3",
+            [Arg((2, 4, 5), uniform())],
+            _emit("correlate_valid", weights=[[[0.5, -1.0, 0.25]]]),
+            lambda a: signal.correlate(a, np.array([[[0.5, -1.0, 0.25]]]), mode="valid"),
+        )
+    )
+    # The condition holds everywhere: compiled programs report a false one as a NumericalError.
+    out.append(
+        case(
+            "guard",
+            "3x4",
+            [Arg((3, 4), uniform()), Arg((3, 4), lambda rng, shape: np.ones(shape, bool), "bool")],
+            _emit("guard", message="test"),
+            lambda a, ok: a,
+        )
+    )
     return out
 
 

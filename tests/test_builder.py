@@ -322,9 +322,7 @@ def test_json_round_trip_of_a_built_graph_evaluates_the_same() -> None:
     assert again == graph
     x = RNG.standard_normal((4, 4)).astype(np.float32)
     obs = RNG.standard_normal((4, 4)).astype(np.float32)
-    np.testing.assert_array_equal(
-        dp.interpret(again, x=x, obs=obs)["loss"], dp.interpret(graph, x=x, obs=obs)["loss"]
-    )
+    np.testing.assert_array_equal(dp.interpret(again, x=x, obs=obs)["loss"], dp.interpret(graph, x=x, obs=obs)["loss"])
 
 
 # -- user ops -------------------------------------------------------------------------------
@@ -355,9 +353,7 @@ def cube_op(derivative: dp.Derivative | None) -> dp.OpDef:
 
 
 def test_register_user_op_and_differentiate_it(private_registry: None) -> None:
-    dp.register_op(
-        cube_op(dp.Derivative({0: lambda c: c.gy * 3.0 * dp.square(c.input(0))}, saved_inputs=(0,)))
-    )
+    dp.register_op(cube_op(dp.Derivative({0: lambda c: c.gy * 3.0 * dp.square(c.input(0))}, saved_inputs=(0,))))
     assert dp.get_op("test_cube").differentiable
     g = dp.GraphBuilder("cube")
     x = g.input("x", (5,), "float64")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import dpt_ir as dp
@@ -28,9 +29,7 @@ def _graph() -> dp.Graph:
 def _run_module(*args: str) -> subprocess.CompletedProcess[str]:
     paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    return subprocess.run(
-        [sys.executable, "-m", "dpt_ir", *args], capture_output=True, text=True, env=env, timeout=120
-    )
+    return subprocess.run([sys.executable, "-m", "dpt_ir", *args], capture_output=True, text=True, env=env, timeout=120)
 
 
 def _rows(table: str) -> dict[str, list[str]]:
@@ -103,9 +102,7 @@ def _invalid_graph_doc() -> str:
     ],
     ids=["missing-file", "not-json", "not-a-graph", "dangling-reference"],
 )
-def test_show_errors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, fragment: str
-) -> None:
+def test_show_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, fragment: str) -> None:
     path = tmp_path / "graph.json"
     if content is not None:
         path.write_text(content)
@@ -138,3 +135,176 @@ def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["no-such-command"])
     assert exc.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+# -- compile / run / show --after / bench: driven as a new user would -------------------
+# One small graph for all of them: Warp compiles its module once per session (the
+# compile caches make the repeats cheap).
+
+
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A graph document, an inputs .npz, and inputs with a wrong shape / dtype / name."""
+    root = tmp_path_factory.mktemp("cli_user")
+    rng = np.random.default_rng(0)
+    x = rng.random((4, 4), dtype=np.float32)
+    obs = rng.random((4, 4), dtype=np.float32)
+    files = {
+        "graph": root / "beer.json",
+        "inputs": root / "in.npz",
+        "shape": root / "wrong_shape.npz",
+        "dtype": root / "wrong_dtype.npz",
+        "missing_input": root / "missing_input.npz",
+        "not_npz": root / "not_npz.npz",
+        "root": root,
+    }
+    files["graph"].write_text(_graph().model_dump_json())
+    np.savez(files["inputs"], x=x, obs=obs)
+    np.savez(files["shape"], x=x[:, :3], obs=obs)
+    np.savez(files["dtype"], x=x.astype(np.float64), obs=obs)
+    np.savez(files["missing_input"], x=x)
+    files["not_npz"].write_text("these are not arrays")
+    return files
+
+
+def _inputs(files: dict[str, Path]) -> dict[str, np.ndarray]:
+    with np.load(files["inputs"]) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def test_compile_prints_summary_and_dumps(
+    user_files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dump = tmp_path / "dumps"
+    assert main(["compile", str(user_files["graph"]), "--wrt", "x", "--dump-dir", str(dump)]) == 0
+    captured = capsys.readouterr()
+    assert "compiling 'beer'" in captured.err and "several seconds" in captured.err
+    out = captured.out
+    for fragment in ("plan", "kernels", "value_and_grad", "tape", "run", "saved", "workspace", "cache", "compile"):
+        assert fragment in out, out
+    assert str(dump.resolve()) in out
+    assert (dump / "report.json").is_file() and (dump / "kernels").is_dir()
+    assert any(p.name.endswith("-fusion.ir") for p in dump.iterdir())
+    # The same compile again (no dumps): the in-process cache answers.
+    assert main(["compile", str(user_files["graph"]), "--wrt", "x"]) == 0
+    assert "cache hit" in capsys.readouterr().out
+
+
+def test_run_forward_matches_interpreter(user_files: dict[str, Path], tmp_path: Path, capsys) -> None:
+    out_path = tmp_path / "out.npz"
+    argv = ["run", str(user_files["graph"]), "--inputs", str(user_files["inputs"]), "--out", str(out_path)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    expected = dp.interpret(_graph(), **_inputs(user_files))
+    with np.load(out_path) as got:
+        assert got.files == ["loss"]
+        np.testing.assert_allclose(got["loss"], expected["loss"], rtol=1e-5)
+    assert len(lines) == 1 and lines[0].startswith("loss  shape ()  float32  = ")
+    assert float(lines[0].split("= ")[1]) == pytest.approx(float(expected["loss"]), rel=1e-5)
+
+
+def test_run_grad_matches_interpreter(user_files: dict[str, Path], tmp_path: Path, capsys) -> None:
+    out_path = tmp_path / "out.npz"
+    argv = ["run", str(user_files["graph"]), "--inputs", str(user_files["inputs"]), "--grad", "x"]
+    assert main([*argv, "--out", str(out_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    inputs = _inputs(user_files)
+    expected = dp.interpret(_graph(), **inputs)
+    grad = dp.interpret_grad(_graph(), ["x"], **inputs)
+    with np.load(out_path) as got:
+        assert sorted(got.files) == ["grad.x", "loss"]
+        np.testing.assert_allclose(got["loss"], expected["loss"], rtol=1e-5)
+        np.testing.assert_allclose(got["grad.x"], grad["x"], rtol=1e-4, atol=1e-6)
+        assert got["grad.x"].dtype == np.float32
+    assert [line.split()[0] for line in lines] == ["loss", "grad.x"]
+    assert lines[1] == "grad.x  shape (4, 4)  float32"
+
+
+def test_show_after_fusion(user_files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", str(user_files["graph"]), "--after", "fusion", "--wrt", "x"]) == 0
+    out = capsys.readouterr().out
+    shown = dp.Graph.from_text(out)
+    from dpt_ir.passes.manager import run_pipeline
+    from dpt_ir.passes.options import CompileOptions
+
+    assert shown == run_pipeline(_graph(), CompileOptions(wrt=("x",))).after("fusion")
+    assert shown.meta["groups"] and "grad.x" in {o.name for o in shown.outputs}
+
+
+def test_show_after_unknown_pass(user_files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", str(user_files["graph"]), "--after", "fuse"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "'fuse'" in err and "fusion" in err and "schedule" in err
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["compile", "{root}/no_such_graph.json", "--wrt", "x"], "cannot read graph file"),
+        (["run", "{root}/no_such_graph.json", "--inputs", "{inputs}", "--out", "{root}/o.npz"], "cannot read graph"),
+        (["run", "{graph}", "--inputs", "{root}/no_such.npz", "--out", "{root}/o.npz"], "cannot read inputs file"),
+        (["run", "{graph}", "--inputs", "{not_npz}", "--out", "{root}/o.npz"], "not an .npz archive"),
+        (["run", "{graph}", "--inputs", "{shape}", "--out", "{root}/o.npz"], "expected shape [4, 4], found [4, 3]"),
+        (["run", "{graph}", "--inputs", "{dtype}", "--out", "{root}/o.npz"], "expected dtype float32, found float64"),
+        (["run", "{graph}", "--inputs", "{missing_input}", "--out", "{root}/o.npz"], "missing input(s) ['obs']"),
+        (["run", "{graph}", "--inputs", "{inputs}", "--out", "{root}/o.npz", "--grad", "obs"], "requires_grad=False"),
+        (["run", "{graph}", "--inputs", "{inputs}", "--out", "{root}/no_dir/o.npz"], "does not exist"),
+        (["compile", "{graph}", "--wrt", "nope"], "'nope' is not an input"),
+    ],
+    ids=[
+        "compile-bad-graph",
+        "run-bad-graph",
+        "missing-inputs-file",
+        "inputs-not-npz",
+        "wrong-shape",
+        "wrong-dtype",
+        "missing-input",
+        "grad-of-nograd-input",
+        "out-folder-missing",
+        "compile-unknown-wrt",
+    ],
+)
+def test_compile_and_run_errors(
+    user_files: dict[str, Path], capsys: pytest.CaptureFixture[str], argv: list[str], fragment: str
+) -> None:
+    names = {k: str(v) for k, v in user_files.items()}
+    assert main([a.format(**names) for a in argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = [line for line in captured.err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and fragment in lines[0], captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_run_wrong_shape_in_a_real_process(user_files: dict[str, Path]) -> None:
+    proc = _run_module(
+        "run",
+        str(user_files["graph"]),
+        "--inputs",
+        str(user_files["shape"]),
+        "--out",
+        str(user_files["root"] / "o.npz"),
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: ") and "Traceback" not in proc.stderr
+    assert "input 'x': expected shape [4, 4], found [4, 3]" in proc.stderr
+
+
+def test_bench_without_benchmarks_folder(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    import dpt_ir.cli as cli
+
+    monkeypatch.setattr(cli, "benchmarks_dir", lambda: None)
+    assert main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: bench: the benchmarks/ folder") and "Traceback" not in err
+
+
+@pytest.mark.skipif(os.environ.get("DPT_IR_BENCH_TESTS") != "1", reason="slow; set DPT_IR_BENCH_TESTS=1")
+def test_bench_quick() -> None:
+    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    cmd = [sys.executable, "-m", "dpt_ir", "bench", "--quick"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[1/2]" in proc.stderr and "[2/2]" in proc.stderr
+    assert "launches per forward+backward" in proc.stdout and "transmission pipeline" in proc.stdout

@@ -99,23 +99,17 @@ def test_attribute_of_wrong_type() -> None:
 
 def test_unknown_attribute_key() -> None:
     g, x = builder()
-    expect_contract_error(
-        lambda: g.emit("sum", [x], {"axes": [0], "bogus": 1}), "op 'sum' on %x", "attribute bogus"
-    )
+    expect_contract_error(lambda: g.emit("sum", [x], {"axes": [0], "bogus": 1}), "op 'sum' on %x", "attribute bogus")
 
 
 def test_missing_attribute_key() -> None:
     g, x = builder()
-    expect_contract_error(
-        lambda: g.emit("sum", [x], {}), "op 'sum' on %x", "attribute axes", "Field required"
-    )
+    expect_contract_error(lambda: g.emit("sum", [x], {}), "op 'sum' on %x", "attribute axes", "Field required")
 
 
 def test_attributes_not_a_mapping() -> None:
     g, x = builder()
-    expect_contract_error(
-        lambda: g.emit("sum", [x], [0, 1]), "op 'sum' on %x", "must be a mapping", "found list"
-    )
+    expect_contract_error(lambda: g.emit("sum", [x], [0, 1]), "op 'sum' on %x", "must be a mapping", "found list")
 
 
 def test_bad_attribute_in_json() -> None:
@@ -151,9 +145,7 @@ def test_reduction_repeated_axis() -> None:
 
 def test_expand_dims_axis_out_of_range() -> None:
     _, x = builder()
-    expect_contract_error(
-        lambda: dp.expand_dims(x, 3), "op 'expand_dims' on %x", "axis 3 is out of range", "rank 3"
-    )
+    expect_contract_error(lambda: dp.expand_dims(x, 3), "op 'expand_dims' on %x", "axis 3 is out of range", "rank 3")
 
 
 def test_squeeze_axis_out_of_range() -> None:
@@ -168,17 +160,13 @@ def test_squeeze_of_non_unit_axis() -> None:
 
 def test_concatenate_axis_out_of_range() -> None:
     _, x = builder()
-    expect_contract_error(
-        lambda: dp.concatenate([x, x], axis=2), "op 'concat' on %x, %x", "axis 2 is out of range"
-    )
+    expect_contract_error(lambda: dp.concatenate([x, x], axis=2), "op 'concat' on %x, %x", "axis 2 is out of range")
 
 
 def test_concatenate_mismatched_sizes() -> None:
     g, x = builder()
     y = g.input("y", (3, 5))
-    expect_contract_error(
-        lambda: dp.concatenate([x, y], axis=0), "op 'concat' on %x, %y", "input 1 has type f32[3,5]"
-    )
+    expect_contract_error(lambda: dp.concatenate([x, y], axis=0), "op 'concat' on %x, %y", "input 1 has type f32[3,5]")
 
 
 def test_concatenate_of_rank_zero() -> None:
@@ -323,9 +311,7 @@ def test_unsupported_dtype(dtype: object) -> None:
 
 
 def test_negative_dimension() -> None:
-    expect_contract_error(
-        lambda: dp.GraphBuilder("g").input("x", (2, -1)), "input 'x'", "non-negative", "found -1"
-    )
+    expect_contract_error(lambda: dp.GraphBuilder("g").input("x", (2, -1)), "input 'x'", "non-negative", "found -1")
 
 
 @pytest.mark.parametrize("shape", [(2, 2.5), (2, 2.0), (True, 2), "ab", None])
@@ -360,9 +346,7 @@ def test_json_graph_with_no_output() -> None:
 
 def test_where_with_non_bool_condition() -> None:
     g, x = builder()
-    expect_contract_error(
-        lambda: dp.where(x, x, 0.0), "op 'where'", "condition %x must be bool", "found float32"
-    )
+    expect_contract_error(lambda: dp.where(x, x, 0.0), "op 'where'", "condition %x must be bool", "found float32")
 
 
 def test_bool_of_a_tensor() -> None:
@@ -412,16 +396,12 @@ def test_exp_of_int_tensor() -> None:
 
 def test_numpy_array_in_expression() -> None:
     _, x = builder()
-    expect_contract_error(
-        lambda: x + np.ones((3, 4), np.float32), "op 'add'", "expected a dp tensor", "found ndarray"
-    )
+    expect_contract_error(lambda: x + np.ones((3, 4), np.float32), "op 'add'", "expected a dp tensor", "found ndarray")
 
 
 def test_numpy_array_on_the_left() -> None:
     _, x = builder()
-    expect_contract_error(
-        lambda: np.ones((3, 4), np.float32) * x, "op 'mul'", "expected a dp tensor", "found ndarray"
-    )
+    expect_contract_error(lambda: np.ones((3, 4), np.float32) * x, "op 'mul'", "expected a dp tensor", "found ndarray")
 
 
 def test_constant_that_does_not_fit() -> None:

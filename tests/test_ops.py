@@ -169,9 +169,7 @@ def test_float32_close_to_float64(case: OpCase) -> None:
 
 
 # -- documented behaviour at ties and bounds -------------------------------------------------
-def _grad_of(
-    fn: Callable[..., dp.Tensor], *arrays: np.ndarray, wrt: tuple[str, ...] = ("a",)
-) -> dict[str, np.ndarray]:
+def _grad_of(fn: Callable[..., dp.Tensor], *arrays: np.ndarray, wrt: tuple[str, ...] = ("a",)) -> dict[str, np.ndarray]:
     """Gradient of sum(fn(a, b, ...)) for float64 inputs a, b, ..."""
     g = dp.GraphBuilder("t")
     names = "abc"[: len(arrays)]

@@ -256,7 +256,7 @@ register_op(
         reference=_pad_ref,
         derivative=Derivative({0: _pad_grad}),
         warp_index=_pad_index,
-    warp_interior=_pad_interior,
+        warp_interior=_pad_interior,
         doc="extend by before/after elements per axis with a scipy.ndimage boundary mode",
     )
 )
@@ -270,7 +270,7 @@ register_op(
         reference=_pad_adjoint_ref,
         derivative=Derivative({0: _pad_adjoint_grad}),
         warp_index=_pad_adjoint_index,
-    warp_interior=_pad_adjoint_interior,
+        warp_interior=_pad_adjoint_interior,
         warp_combine="sum",
         doc="the adjoint of pad: each input element sums the padded positions that copied it",
     )

@@ -49,9 +49,7 @@ def origins(wshape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
 # -- correlate / convolve -----------------------------------------------------------------
 @pytest.mark.parametrize("which", sorted(FILTERS))
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize(
-    ("rank", "wshape"), [(rank, wshape) for rank, shapes in KERNELS.items() for wshape in shapes]
-)
+@pytest.mark.parametrize(("rank", "wshape"), [(rank, wshape) for rank, shapes in KERNELS.items() for wshape in shapes])
 @pytest.mark.parametrize("origin_kind", ["zero", "low", "high"])
 def test_nd_filter_matches_scipy(which: str, mode: str, rank: str, wshape: tuple[int, ...], origin_kind: str) -> None:
     """correlate/convolve with odd, even and lower-rank weights and every origin."""
