@@ -5,15 +5,13 @@ the compile caches.
 Caches: unless the environment already names them, Warp's kernel cache
 (``WARP_CACHE_PATH``) and dpt_ir's (``DPT_IR_CACHE``) live under ``.dpt_ir_cache/tests/``
 in the repository (git-ignored; ``DPT_IR_TEST_CACHE`` moves it), so tests never touch the
-user's caches and a second run reuses the compiled modules. dpt_ir keys its on-disk cache
-on its version, not its source, so the test cache is keyed on a digest of the ``dpt_ir``
-sources: editing the compiler never serves a stale generated module. Warp keys its binaries
-on the generated source, so its cache is shared. Set before any test initialises Warp.
+user's caches and a second run reuses the compiled modules (both caches are keyed on
+content: dpt_ir's on the graph, options and a fingerprint of its sources, Warp's on the
+generated source). Set at collection, before any test initialises Warp.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -25,18 +23,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def _source_digest() -> str:
-    """A digest of every ``dpt_ir/**/*.py`` file (names and contents)."""
-    h = hashlib.sha256()
-    for path in sorted((ROOT / "dpt_ir").rglob("*.py")):
-        h.update(path.relative_to(ROOT).as_posix().encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
 TEST_CACHE = Path(os.environ.get("DPT_IR_TEST_CACHE") or ROOT / ".dpt_ir_cache" / "tests")
 os.environ.setdefault("WARP_CACHE_PATH", str(TEST_CACHE / "warp"))
-os.environ.setdefault("DPT_IR_CACHE", str(TEST_CACHE / f"dpt_ir-{_source_digest()}"))
+os.environ.setdefault("DPT_IR_CACHE", str(TEST_CACHE / "dpt_ir"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -312,6 +312,12 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
     renumber = {gid: f"{'f' if _by_id(groups, gid).phase == 'forward' else 'b'}{k}" for k, gid in enumerate(order)}
     node_order = {n.name: k for k, n in enumerate(graph.nodes)}
     owner = {r: g.id for g in groups for r in g.roots}
+    read_by: dict[str, set[str]] = {}  # value -> groups that read it from memory
+    for g in groups:
+        for n in g.nodes:
+            for i in graph.node_map[n].inputs:
+                if i not in g.nodes:
+                    read_by.setdefault(i, set()).add(g.id)
     records, first_group = [], {}
     for gid in order:
         g = _by_id(groups, gid)
@@ -321,9 +327,10 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
             key=lambda v: (v not in node_order, node_order.get(v, 0), v),
         )
         roots = sorted(set(g.roots), key=node_order.__getitem__)
-        # A root read only inside its own kernel (a reduction feeding its epilogue) stays in registers.
+        # A root read only inside its own kernel (a reduction feeding its epilogue) stays in registers;
+        # one that another kernel reads is written, even if its direct consumers are recomputed here too.
         graph_outputs = {o.value for o in graph.outputs}
-        writes = [r for r in roots if r in graph_outputs or any(c not in g.nodes for c in graph.consumers[r])]
+        writes = [r for r in roots if r in graph_outputs or read_by.get(r, set()) - {gid}]
         records.append(
             {
                 "id": renumber[gid],

@@ -77,6 +77,8 @@ class KernelWriter:
         self.helpers: list[str] = []
         self.constants: dict[str, tuple[str, list[float]]] = {}
         self.finished: dict[str, str] = {}  # reduction results available after the loop
+        self.probes: list[tuple[str, int, str]] | None = None  # (variable, status slot, Warp type)
+        self._probe_at = (0, 0)
         # (index, shape) -> flat offset already known (the loop's own counter), so that
         # reads at the iteration index do not re-linearise a delinearised counter.
         self.flat: dict[tuple[tuple[str, ...], tuple[int, ...]], str] = {}
@@ -103,9 +105,34 @@ class KernelWriter:
         self.emit(f"    {param_name(STATUS)}[{len(self.slots) - 1}] = 1")
 
     def check_finite(self, value: str, var: str) -> None:
-        if self.graph.types[value].dtype in ("float32", "float64"):
-            node = self.graph.node_map.get(value)
-            self.flag(value, node.op if node else "input", "nonfinite", f"not wp.isfinite({var})")
+        dtype = self.graph.types[value].dtype
+        if dtype not in ("float32", "float64"):
+            return
+        node = self.graph.node_map.get(value)
+        op = node.opdef.name if node else "input"
+        if self.probes is None or not self.checks:
+            self.flag(value, op, "nonfinite", f"not wp.isfinite({var})")
+            return
+        # Inside an element loop: fold the value into a probe (v * 0 is 0 unless v is NaN or
+        # infinite) and test the probe once after the loop instead of branching per element.
+        self.slots.append(StatusSlot(self.kernel, value, op, "nonfinite"))
+        self.param(STATUS)
+        probe, t = self.fresh("probe"), WP_TYPES[dtype]
+        self.probes.append((probe, len(self.slots) - 1, t))
+        self.emit(f"{probe} = {probe} + {var} * {t}(0.0)")
+
+    def begin_probes(self) -> None:
+        """Non-finite checks from here to `end_probes` are folded into per-thread probes."""
+        self.probes = []
+        self._probe_at = (len(self.lines), self.indent)
+
+    def end_probes(self) -> None:
+        at, indent = self._probe_at
+        self.lines[at:at] = ["    " * indent + f"{p} = {t}(0.0)" for p, _, t in self.probes]
+        for probe, slot, _ in self.probes:
+            self.emit(f"if not wp.isfinite({probe}):")
+            self.emit(f"    {param_name(STATUS)}[{slot}] = 1")
+        self.probes = None
 
     # -- values --
     def let(self, expr: str, stem: str = "i") -> str:
@@ -306,6 +333,7 @@ def pointwise_kernel(
     per_thread = size if device == "cpu" and size > 1 else 1
     if per_thread > 1:
         w.emit("t = wp.tid()")
+        w.begin_probes()
         w.emit(f"for tid in range(t * {per_thread}, wp.min(t * {per_thread} + {per_thread}, {size})):")
         w.indent += 1
     else:
@@ -317,6 +345,9 @@ def pointwise_kernel(
         v = w.value_at(root, index)
         w.check_finite(root, v)
         w.emit(f"{w.param(root)}[tid] = {v}")
+    if per_thread > 1:
+        w.indent -= 1
+        w.end_probes()
     return [_finish(w, graph, group, name, -(-size // per_thread), {})], w.helpers
 
 
@@ -384,6 +415,7 @@ def reduction_kernels(
             w.emit(f"{_acc(w, root, acc)} = {init}")
     begin = "p * " + str(chunk) if parts > 1 else "0"
     end = f"wp.min({begin} + {chunk}, {count})" if parts > 1 else str(count)
+    w.begin_probes()
     w.emit(f"for r in range({begin}, {end}):")
     w.indent += 1
     outside = dict(w.memo)  # values computed inside the loop are not visible after it
@@ -401,6 +433,7 @@ def reduction_kernels(
         offset = w.flat.get((full, space)) or idx.linearize(full, space)
         w.emit(f"{w.param(root)}[{offset}] = {v}")
     w.indent -= 1
+    w.end_probes()
     w.memo = outside
     partials: dict[str, tuple[str, int]] = {}
     for root in roots:
