@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -134,7 +135,28 @@ def op_row(op: OpDef) -> tuple[str, str, str, str, str]:
     return (op.name, op.kind, arity, grads, ",".join(saved) or "-")
 
 
+def ops_markdown() -> str:
+    """The op reference (``docs/ops.md``), generated from the op table."""
+    lines = [
+        "# Op reference",
+        "",
+        "Generated from the op table by `dpt-ir ops --markdown > docs/ops.md`; a test fails when",
+        "this file is stale. *saved*: what the backward reads from the forward (`in<i>`: an input,",
+        "`out`: the output, other names: derived attributes such as an element count).",
+        "",
+        "| " + " | ".join(OPS_HEADER) + " | description |",
+        "|" + "---|" * (len(OPS_HEADER) + 1),
+    ]
+    for op in all_ops():
+        cells = [f"`{c}`" if k == 0 else c for k, c in enumerate(op_row(op))]
+        lines.append("| " + " | ".join([*cells, op.doc.replace("|", "\\|")]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def cmd_ops(args: argparse.Namespace) -> int:
+    if getattr(args, "markdown", False):
+        print(ops_markdown(), end="")
+        return 0
     """Print the op table, one row per registered op, sorted by name."""
     print(format_table(OPS_HEADER, [op_row(op) for op in all_ops()]))
     return 0
@@ -200,7 +222,28 @@ def cmd_compile(args: argparse.Namespace) -> int:
     print(f"cache {cache or report['cache']}; compile {report['compile_seconds']:.2f} s")
     if args.dump_dir is not None:
         print(f"dumps (per-pass IR, fusion, saved values, kernels, report.json) in {Path(args.dump_dir).resolve()}")
+        if args.render:
+            print(f"rendered {render_dumps(Path(args.dump_dir))} graph picture(s) to SVG")
+    elif args.render:
+        raise ContractError("--render needs --dump-dir DIR (the .dot files to render)")
     return 0
+
+
+def render_dumps(directory: Path) -> int:
+    """Render every ``*.dot`` under ``directory`` to an ``.svg`` beside it with Graphviz
+    ``dot``; ContractError when Graphviz is not installed or fails."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise ContractError("--render needs Graphviz's `dot` on PATH (e.g. `apt-get install graphviz`)")
+    files = sorted(directory.rglob("*.dot"))
+    for k, path in enumerate(files, 1):
+        print(f"[{k}/{len(files)}] {path.name}", file=sys.stderr)
+        done = subprocess.run(
+            [dot, "-Tsvg", str(path), "-o", str(path.with_suffix(".svg"))], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise ContractError(f"{path}: Graphviz failed: {done.stderr.strip()}")
+    return len(files)
 
 
 # -- dpt-ir run ----------------------------------------------------------------------
@@ -334,6 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ops = sub.add_parser("ops", parents=[debug], help="print the op table")
+    ops.add_argument("--markdown", action="store_true", help="print the op reference as Markdown (docs/ops.md)")
     ops.set_defaults(func=cmd_ops)
 
     show = sub.add_parser("show", parents=[debug], help="print the textual IR of a graph JSON document")
@@ -347,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--wrt", action="append", metavar="NAME", help=_WRT_HELP)
     comp.add_argument("--loss", metavar="NAME", help="the output value_and_grad differentiates")
     comp.add_argument("--dump-dir", metavar="DIR", help="write per-pass IR, fusion and kernel dumps here")
+    comp.add_argument("--render", action="store_true", help="also render every .dot dump to SVG (needs Graphviz)")
     _add_device_options(comp)
     comp.set_defaults(func=cmd_compile)
 

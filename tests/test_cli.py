@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -190,6 +191,18 @@ def test_compile_prints_summary_and_dumps(
     assert "cache hit" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed (.ci/run installs it)")
+def test_compile_render_writes_svg_pictures(
+    user_files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dump = tmp_path / "rendered"
+    argv = ["compile", str(user_files["graph"]), "--wrt", "x", "--dump-dir", str(dump), "--render"]
+    assert main(argv) == 0
+    assert "graph picture(s) to SVG" in capsys.readouterr().out
+    svg = (dump / "09-fusion.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "cluster_f0" in svg
+
+
 def test_run_forward_matches_interpreter(user_files: dict[str, Path], tmp_path: Path, capsys) -> None:
     out_path = tmp_path / "out.npz"
     argv = ["run", str(user_files["graph"]), "--inputs", str(user_files["inputs"]), "--out", str(out_path)]
@@ -308,3 +321,12 @@ def test_bench_quick() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[1/2]" in proc.stderr and "[2/2]" in proc.stderr
     assert "launches per forward+backward" in proc.stdout and "transmission pipeline" in proc.stdout
+
+
+def test_op_reference_in_docs_is_current() -> None:
+    """docs/ops.md is generated from the op table; regenerate it with
+    `dpt-ir ops --markdown > docs/ops.md` when an op changes."""
+    from dpt_ir.cli import ops_markdown
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "ops.md"
+    assert path.read_text() == ops_markdown(), "docs/ops.md is stale: run `dpt-ir ops --markdown > docs/ops.md`"

@@ -101,8 +101,18 @@ _unary(
     (0,),
     doc="|x|; gradient sign(x), 0 at 0",
 )
-_unary("exp", "float", np.exp, "wp.exp({0})", lambda c: c.gy * c.out, saved_output=True, work=8)
-_unary("log", "float", np.log, "wp.log({0})", lambda c: c.gy / _x(c), (0,), warp_domain="{0} >= {T}(0.0)", work=8)
+_unary("exp", "float", np.exp, "wp.exp({0})", lambda c: c.gy * c.out, saved_output=True, work=8, doc="e ** x")
+_unary(
+    "log",
+    "float",
+    np.log,
+    "wp.log({0})",
+    lambda c: c.gy / _x(c),
+    (0,),
+    warp_domain="{0} >= {T}(0.0)",
+    work=8,
+    doc="natural logarithm (domain x >= 0)",
+)
 _unary(
     "log1p",
     "float",
@@ -113,6 +123,7 @@ _unary(
     warp_domain="{0} >= {T}(-1.0)",
     warp_helpers=HELPERS,
     work=8,
+    doc="log(1 + x), accurate near 0 (domain x >= -1)",
 )
 _unary(
     "expm1",
@@ -123,6 +134,7 @@ _unary(
     saved_output=True,
     warp_helpers=HELPERS,
     work=8,
+    doc="exp(x) - 1, accurate near 0",
 )
 _unary(
     "sqrt",
@@ -133,6 +145,7 @@ _unary(
     saved_output=True,
     warp_domain="{0} >= {T}(0.0)",
     work=4,
+    doc="square root (domain x >= 0)",
 )
 _unary(
     "rsqrt",
@@ -143,14 +156,31 @@ _unary(
     saved_output=True,
     warp_domain="{0} >= {T}(0.0)",
     work=4,
+    doc="1 / sqrt(x) (domain x >= 0)",
 )
-_unary("square", "numeric", np.square, "({0} * {0})", lambda c: c.gy * 2.0 * _x(c), (0,))
+_unary("square", "numeric", np.square, "({0} * {0})", lambda c: c.gy * 2.0 * _x(c), (0,), doc="x * x")
 _unary(
-    "reciprocal", "float", np.reciprocal, "({T}(1.0) / {0})", lambda c: -c.gy * c.out * c.out, saved_output=True, work=4
+    "reciprocal",
+    "float",
+    np.reciprocal,
+    "({T}(1.0) / {0})",
+    lambda c: -c.gy * c.out * c.out,
+    saved_output=True,
+    work=4,
+    doc="1 / x",
 )
-_unary("sin", "float", np.sin, "wp.sin({0})", lambda c: c.gy * F.cos(_x(c)), (0,), work=8)
-_unary("cos", "float", np.cos, "wp.cos({0})", lambda c: -c.gy * F.sin(_x(c)), (0,), work=8)
-_unary("tanh", "float", np.tanh, "wp.tanh({0})", lambda c: c.gy * (1.0 - c.out * c.out), saved_output=True, work=8)
+_unary("sin", "float", np.sin, "wp.sin({0})", lambda c: c.gy * F.cos(_x(c)), (0,), work=8, doc="sine")
+_unary("cos", "float", np.cos, "wp.cos({0})", lambda c: -c.gy * F.sin(_x(c)), (0,), work=8, doc="cosine")
+_unary(
+    "tanh",
+    "float",
+    np.tanh,
+    "wp.tanh({0})",
+    lambda c: c.gy * (1.0 - c.out * c.out),
+    saved_output=True,
+    work=8,
+    doc="hyperbolic tangent",
+)
 _unary(
     "sigmoid",
     "float",
@@ -159,6 +189,7 @@ _unary(
     lambda c: c.gy * c.out * (1.0 - c.out),
     saved_output=True,
     work=8,
+    doc="1 / (1 + exp(-x))",
 )
 _unary(
     "relu",
@@ -178,6 +209,7 @@ _unary(
     (0,),
     warp_helpers=HELPERS,
     work=8,
+    doc="log(1 + exp(x)), computed without overflow",
 )
 _unary(
     "erf",
@@ -187,6 +219,7 @@ _unary(
     lambda c: c.gy * (2.0 / math.sqrt(math.pi)) * F.exp(-F.square(_x(c))),
     (0,),
     work=8,
+    doc="the error function",
 )
 _unary(
     "sign",
@@ -197,7 +230,7 @@ _unary(
 )
 _unary("floor", "float", np.floor, "wp.floor({0})", doc="not differentiable")
 _unary("ceil", "float", np.ceil, "wp.ceil({0})", doc="not differentiable")
-_unary("logical_not", "logical", np.logical_not, "(not {0})", involution=True)
+_unary("logical_not", "logical", np.logical_not, "(not {0})", involution=True, doc="not a (bool)")
 
 
 def _binary(
@@ -256,8 +289,11 @@ _binary(
     {0: lambda c: c.gy, 1: lambda c: c.gy},
     identity=0.0,
     commutative=True,
+    doc="a + b",
 )
-_binary("sub", "numeric", np.subtract, "({0} - {1})", {0: lambda c: c.gy, 1: lambda c: -c.gy}, identity=0.0)
+_binary(
+    "sub", "numeric", np.subtract, "({0} - {1})", {0: lambda c: c.gy, 1: lambda c: -c.gy}, identity=0.0, doc="a - b"
+)
 _binary(
     "mul",
     "numeric",
@@ -267,6 +303,7 @@ _binary(
     (0, 1),
     identity=1.0,
     commutative=True,
+    doc="a * b",
 )
 _binary(
     "div",
@@ -278,6 +315,7 @@ _binary(
     True,
     identity=1.0,
     work=4,
+    doc="true division a / b (floating)",
 )
 _binary(
     "pow",
@@ -318,6 +356,7 @@ _binary(
     {0: lambda c: _atan2_scale(c) * _b(c), 1: lambda c: -_atan2_scale(c) * _a(c)},
     (0, 1),
     work=8,
+    doc="atan2(a, b), the angle of the point (b, a)",
 )
 for _name, _ref, _sym in [
     ("lt", np.less, "<"),
@@ -328,8 +367,8 @@ for _name, _ref, _sym in [
     ("ne", np.not_equal, "!="),
 ]:
     _binary(_name, "compare", _ref, f"({{0}} {_sym} {{1}})", doc="not differentiable")
-_binary("logical_and", "logical", np.logical_and, "({0} and {1})")
-_binary("logical_or", "logical", np.logical_or, "({0} or {1})")
+_binary("logical_and", "logical", np.logical_and, "({0} and {1})", doc="a and b (bool)")
+_binary("logical_or", "logical", np.logical_or, "({0} or {1})", doc="a or b (bool)")
 
 
 def _infer_where(inputs: tuple[TensorType, ...], attrs: Any, where: str) -> TensorType:
