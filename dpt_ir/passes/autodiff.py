@@ -14,7 +14,7 @@ from dpt_ir.autodiff import joint_graph
 from dpt_ir.graph import Graph, Node
 from dpt_ir.ops.registry import CONSTANT_OP
 from dpt_ir.passes.options import CompileOptions
-from dpt_ir.passes.util import phase_of, substitute
+from dpt_ir.passes.util import phase_of, substitute, unique_name
 
 NAME = "autodiff"
 
@@ -38,7 +38,7 @@ def _fix_seeds(joint: Graph, values: dict[str, float]) -> Graph:
         if out not in values:
             continue
         t = joint.types[ct]
-        name = _unique(f"seed_{out}", taken)
+        name = unique_name(f"seed_{out}", taken)
         attrs = {"value": float(values[out]), "dtype": t.dtype, "shape": list(t.shape)}
         meta = {"phase": "backward", "grad_of": "seed"}
         seed_nodes.append(Node(name=name, op=CONSTANT_OP, attrs=attrs, type=t, meta=meta))
@@ -56,12 +56,3 @@ def _fix_seeds(joint: Graph, values: dict[str, float]) -> Graph:
     nodes = list(joint.nodes)
     first = next((k for k, n in enumerate(nodes) if phase_of(n) == "backward"), len(nodes))
     return substitute(unvalidated, subst, [*nodes[:first], *seed_nodes, *nodes[first:]]).replace(meta=meta)
-
-
-def _unique(base: str, taken: set[str]) -> str:
-    candidate, k = base, 0
-    while candidate in taken:
-        k += 1
-        candidate = f"{base}_{k}"
-    taken.add(candidate)
-    return candidate

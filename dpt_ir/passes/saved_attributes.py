@@ -29,7 +29,7 @@ from typing import Any
 import networkx as nx
 
 from dpt_ir.graph import Graph, Node
-from dpt_ir.passes.util import phase_of
+from dpt_ir.passes.util import phase_of, unique_name
 
 NAME = "saved_attributes"
 NOT_RECOMPUTED = ("reduction", "stencil")
@@ -140,7 +140,7 @@ def _rewrite(graph: Graph, needs_ct: set[str], source_side: set[str]) -> Graph:
         if node.name in in_forward:
             nodes.append(_tag(node, "forward"))
             if node.name in in_backward:
-                clone = _fresh(node.name + RECOMPUTE_SUFFIX, taken)
+                clone = unique_name(node.name + RECOMPUTE_SUFFIX, taken)
                 clones[node.name] = clone
                 meta = {**node.meta, "phase": "backward", "recompute_of": node.name}
                 nodes.append(node.model_copy(update={"name": clone, "inputs": backward_inputs, "meta": meta}))
@@ -157,15 +157,6 @@ def _rewrite(graph: Graph, needs_ct: set[str], source_side: set[str]) -> Graph:
         "derived_attributes": _derived(graph),
     }
     return graph.replace(nodes=tuple(nodes), outputs=outputs, meta=meta)
-
-
-def _fresh(name: str, taken: set[str]) -> str:
-    candidate, k = name, 1
-    while candidate in taken:
-        k += 1
-        candidate = f"{name}{k}"
-    taken.add(candidate)
-    return candidate
 
 
 def _tag(node: Node, phase: str) -> Node:

@@ -33,3 +33,13 @@ def substitute(graph: Graph, subst: Mapping[str, str], nodes: Iterable[Node] | N
 def phase_of(node: Node) -> str:
     """``forward`` unless autodiff or the partitioner tagged the node ``backward``."""
     return node.meta.get("phase", "forward")
+
+
+def unique_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_<k>`` with the smallest k making it new; the name is added to ``taken``."""
+    candidate, k = base, 0
+    while candidate in taken:
+        k += 1
+        candidate = f"{base}_{k}"
+    taken.add(candidate)
+    return candidate
