@@ -24,10 +24,8 @@ CPU floors: a hand-fused beer kernel, an exp-only kernel and a copy kernel.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -49,6 +47,7 @@ import dpt_ir as dp  # noqa: E402
 from benchmarks import handfused_warp as hf  # noqa: E402
 from benchmarks import unfused_warp as uw  # noqa: E402
 from benchmarks.graphs import beer, chain16  # noqa: E402
+from benchmarks.report import machine  # noqa: E402
 
 
 @dataclass
@@ -274,28 +273,6 @@ def bench_compile(n: int, reps: int, rows: list[Row]) -> dict[str, Any]:
     return {"cold": cold, "warm": warm, "warm_median": med}
 
 
-def machine() -> dict[str, Any]:
-    """CPU model, core count, versions, date."""
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "warp": wp.config.version,
-        "dpt_ir": dp.__version__ if hasattr(dp, "__version__") else "",
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "gpu": wp.get_cuda_device_count() > 0,
-    }
-
-
 def print_table(rows: list[Row]) -> None:
     """Rows grouped by section: figure, value, goal, status."""
     width = max(len(r.figure) for r in rows) + 2
@@ -324,7 +301,8 @@ def main(argv: list[str] | None = None) -> None:
     shape = shape_of(args.n)
     info = machine()
     print(f"dpt_ir backend benchmark: N = 2^{args.n} = {shape[0]}x{shape[1]} float32, device cpu, reps {args.reps}")
-    print(f"{info['cpu']}, {info['cores']} cores; python {info['python']}, numpy {info['numpy']}, warp {info['warp']}")
+    v = info["versions"]
+    print(f"{info['cpu']}, {info['cores']} cores; python {v['python']}, numpy {v['numpy']}, warp {v['warp-lang']}")
     rng = np.random.default_rng(0)
     inputs = {k: rng.random(shape, dtype=np.float32) for k in ("x", "obs", "w")}
     rows: list[Row] = []

@@ -77,7 +77,7 @@ CASES: dict[str, Case] = {
         Case("chain16", "16 elementwise ops + sum", graphs.chain16, _chain_inputs, "x"),
         Case("softmax_xent", "softmax cross-entropy over rows", graphs.softmax_xent, _xent_inputs, "z"),
         Case("normalisation", "row normalisation, two reductions", graphs.normalisation, _normalisation_inputs, "x"),
-        Case("imaging", "transmission pipeline (Gaussian blur, Poisson deviance)", pipeline.build, _imaging_inputs, "mu"),
+        Case("imaging", "transmission pipeline: blur, Poisson deviance", pipeline.build, _imaging_inputs, "mu"),
     )
 }
 

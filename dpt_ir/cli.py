@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -317,48 +316,23 @@ def benchmarks_dir() -> Path | None:
 
     for root in (Path(dpt_ir.__file__).resolve().parents[1], Path.cwd()):
         folder = root / "benchmarks"
-        if (folder / "bench_backend.py").is_file() and (folder / "bench_imaging.py").is_file():
+        if (folder / "suite.py").is_file():
             return folder
     return None
 
 
-def bench_commands(quick: bool) -> list[tuple[str, list[str]]]:
-    """(title, script arguments) of each benchmark; ``quick`` sizes them for a small CPU."""
-    if quick:
-        return [
-            (
-                "backend: fused vs unfused Warp vs NumPy",
-                ["bench_backend.py", "--n", "16", "--reps", "3", "--skip-compile"],
-            ),
-            ("imaging: transmission pipeline", ["bench_imaging.py", "--size", "256", "--reps", "3"]),
-        ]
-    return [
-        ("backend: fused vs unfused Warp vs NumPy, compile times", ["bench_backend.py"]),
-        ("imaging: transmission pipeline", ["bench_imaging.py"]),
-    ]
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run the benchmark scripts of the repository as subprocesses, streaming their output."""
+    """Run the repository's benchmark suite (``benchmarks/suite.py``) in a subprocess,
+    forwarding ``--quick`` and every other option to it."""
     folder = benchmarks_dir()
     if folder is None:
         raise ContractError(
             "bench: the benchmarks/ folder is not here; `dpt-ir bench` runs the repository's benchmark "
-            "scripts, so run it from a checkout of the dpt_ir repository"
+            "suite, so run it from a checkout of the dpt_ir repository"
         )
-    commands = bench_commands(args.quick)
-    start = time.perf_counter()
-    status = 0
-    for k, (title, script) in enumerate(commands, 1):
-        cmd = [sys.executable, str(folder / script[0]), *script[1:]]
-        progress(f"[{k}/{len(commands)}] {title}: python benchmarks/{' '.join(script)}")
-        sys.stdout.flush()
-        t0 = time.perf_counter()
-        rc = subprocess.run(cmd, cwd=folder.parent, check=False).returncode
-        progress(f"[{k}/{len(commands)}] done in {time.perf_counter() - t0:.1f} s" + (f", exit {rc}" if rc else ""))
-        status = status or rc
-    progress(f"bench: {len(commands)} benchmark(s) in {time.perf_counter() - start:.1f} s")
-    return 1 if status else 0
+    cmd = [sys.executable, str(folder / "suite.py"), *(["--quick"] if args.quick else []), *args.suite_args]
+    sys.stdout.flush()
+    return subprocess.run(cmd, cwd=folder.parent, check=False).returncode
 
 
 # -- entry point ---------------------------------------------------------------------
@@ -406,7 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device_options(run)
     run.set_defaults(func=cmd_run)
 
-    bench = sub.add_parser("bench", parents=[debug], help="run the repository's benchmark scripts")
+    bench = sub.add_parser(
+        "bench",
+        parents=[debug],
+        help="run the benchmark suite: every case against every installed peer",
+        epilog="Other options (--cases, --peers, --size, --reps, --threads, --device, --json, --plot, "
+        "--warm-caches) go to benchmarks/suite.py: see `python benchmarks/suite.py --help`.",
+    )
     bench.add_argument("--quick", action="store_true", help="small sizes, few repetitions (about a minute on 2 cores)")
     bench.set_defaults(func=cmd_bench)
     return parser
@@ -423,7 +403,11 @@ def _add_device_options(p: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``dpt-ir`` command line on ``argv`` (default ``sys.argv[1:]``); the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.suite_args = extra  # `dpt-ir bench` forwards what it does not know to the suite
     func: Command = args.func
     try:
         return func(args)

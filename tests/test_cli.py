@@ -3,6 +3,7 @@ stderr, exit status 2, no traceback unless --debug)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -27,10 +28,11 @@ def _graph() -> dp.Graph:
     return g.build()
 
 
-def _run_module(*args: str) -> subprocess.CompletedProcess[str]:
+def _run_module(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    return subprocess.run([sys.executable, "-m", "dpt_ir", *args], capture_output=True, text=True, env=env, timeout=120)
+    cmd = [sys.executable, "-m", "dpt_ir", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def _rows(table: str) -> dict[str, list[str]]:
@@ -312,15 +314,32 @@ def test_bench_without_benchmarks_folder(monkeypatch: pytest.MonkeyPatch, capsys
     assert err.startswith("error: bench: the benchmarks/ folder") and "Traceback" not in err
 
 
-@pytest.mark.skipif(os.environ.get("DPT_IR_BENCH_TESTS") != "1", reason="slow; set DPT_IR_BENCH_TESTS=1")
-def test_bench_quick() -> None:
-    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-    cmd = [sys.executable, "-m", "dpt_ir", "bench", "--quick"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+def test_bench_quick(tmp_path: Path) -> None:
+    """`dpt-ir bench --quick` as a user runs it: every case, every installed peer checked
+    against the interpreter and timed; tables on stdout, JSON and plot written."""
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    proc = _run_module("bench", "--quick", "--json", str(out_json), "--plot", str(out_png), timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "[1/2]" in proc.stderr and "[2/2]" in proc.stderr
-    assert "launches per forward+backward" in proc.stdout and "transmission pipeline" in proc.stdout
+    for heading in ("Step times", "Speed-up of dpt_ir", "Time to first result", "Kernel launches per step"):
+        assert heading in proc.stdout
+    doc = json.loads(out_json.read_text())
+    assert list(doc["cases"]) == ["beer", "chain16", "softmax_xent", "normalisation", "imaging"]
+    for case, per_contender in doc["cases"].items():
+        assert {"dpt_ir", "dpt_ir-unfused", "numpy"} <= set(per_contender), case
+        assert "torch.compile" not in per_contender  # --quick leaves the ~20 s inductor compiles out
+        assert all(m["grad_error"] <= 1e-3 and len(m["times_s"]) == 3 for m in per_contender.values())
+        assert per_contender["dpt_ir"]["ratio_to_dpt_ir"] == 1.0
+    assert {"warp-tape"} <= set(doc["cases"]["beer"]) and doc["shape"] == [256, 256]
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert out_png.read_bytes()[:4] == b"\x89PNG"
+    else:
+        assert "matplotlib" in proc.stderr
+
+
+def test_bench_rejects_an_unknown_case() -> None:
+    proc = _run_module("bench", "--quick", "--cases", "beer,nope")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "error: unknown case nope; known: beer, chain16" in proc.stderr
 
 
 def test_op_reference_in_docs_is_current() -> None:
