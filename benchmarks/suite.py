@@ -7,7 +7,8 @@ For each case (`benchmarks.cases`), each contender (`benchmarks.contenders`) is 
 and run once — timed as *time to first result* (compile included, on fresh caches
 unless ``--warm-caches``) — and its loss and gradient are checked against the NumPy
 reference interpreter (`dp.interpret_grad`) before anything is timed. Then ``--reps``
-rounds call every contender once, in an order rotated each round; tables show medians.
+rounds (after one untimed round) call every contender once, in an order rotated each
+round; tables show medians.
 Every contender runs on ``--threads`` threads (default 1, as Warp's CPU backend does).
 ``--quick`` (256x256, 3 rounds, no torch.compile unless named in ``--peers``) finishes in
 about a minute on 2 cores.
@@ -132,6 +133,8 @@ def bench_case(case: Any, contenders: list[Any], args: argparse.Namespace) -> di
         steps[contender.name] = step
         progress(f"  {contender.name:<15} first result {first:7.2f} s   gradient error {error:.1e}")
     names = list(steps)
+    for name in names:  # one untimed round: JIT peers settle after their first call
+        steps[name]()
     for rep in range(args.reps):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
             cpu0, t0 = time.process_time(), time.perf_counter()
