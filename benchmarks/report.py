@@ -155,12 +155,12 @@ def write_plot(path: Path, results: Results, meta: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     names = contender_order(results)
     peers = [n for n in names if n != BASELINE]
     cases = list(results)
-    fig, (ax_ratio, ax_first) = plt.subplots(1, 2, figsize=(13, 4.8), constrained_layout=True)
+    fig, (ax_ratio, ax_first) = plt.subplots(1, 2, figsize=(13, 5.4), constrained_layout=True)
     x = np.arange(len(cases))
     def ratio(case: str, name: str) -> float:
         return results[case][name].median_s / results[case][BASELINE].median_s
@@ -181,6 +181,7 @@ def write_plot(path: Path, results: Results, meta: dict[str, Any]) -> None:
             axis.bar(x + offset, heights, width, label=name, color=f"C{names.index(name)}")
         axis.set_yscale("log")
         axis.yaxis.set_major_formatter(plain)
+        axis.yaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
         axis.yaxis.set_minor_formatter(plain)
         axis.set_xticks(x, cases, rotation=15)
         axis.set_ylabel(label)
@@ -188,8 +189,8 @@ def write_plot(path: Path, results: Results, meta: dict[str, Any]) -> None:
     ax_ratio.axhline(1.0, color="black", linewidth=1)
     ax_ratio.set_title("speed-up of dpt_ir, forward + backward (> 1: dpt_ir faster)")
     ax_first.set_title("compile + first step, cold caches")
-    ax_ratio.legend(fontsize=8)
-    ax_first.legend(fontsize=8)
+    ax_ratio.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3)
+    ax_first.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4)
     v = meta.get("versions", {})
     fig.suptitle(
         f"{meta.get('shape_label', '')} float32 on {meta.get('device', 'cpu')} ({meta.get('cpu', '')}, "
@@ -200,3 +201,22 @@ def write_plot(path: Path, results: Results, meta: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def results_from_json(doc: dict[str, Any]) -> Results:
+    """The measurements of a document `write_json` wrote (to redraw its plot)."""
+    fields = ("first_result_s", "times_s", "cpu_s", "launches", "loss", "grad_error")
+    return {
+        case: {name: Measurement(**{k: m[k] for k in fields}) for name, m in per_case.items()}
+        for case, per_case in doc["cases"].items()
+    }
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m benchmarks.report RESULTS.json PLOT.png  (redraw the plot of a recorded run)")
+    document = json.loads(Path(sys.argv[1]).read_text())
+    write_plot(Path(sys.argv[2]), results_from_json(document), document)
+    print(format_report(results_from_json(document)))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks import suite
-from benchmarks.report import Measurement, format_report, to_json, write_json, write_plot
+from benchmarks.report import Measurement, format_report, results_from_json, to_json, write_json, write_plot
 
 
 def _results() -> dict[str, dict[str, Measurement]]:
@@ -71,3 +71,11 @@ def test_unknown_case_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> No
         suite.select("beer,nope", ["beer", "chain16"], "case")
     assert info.value.code == 2 and "unknown case nope; known: beer, chain16" in capsys.readouterr().err
     assert suite.select(None, ["a", "b"], "case") == ["a", "b"]
+
+
+def test_a_recorded_run_reads_back(tmp_path: Path) -> None:
+    path = tmp_path / "bench.json"
+    write_json(path, _results(), {"device": "cpu"})
+    again = results_from_json(json.loads(path.read_text()))
+    assert again == _results()
+    assert format_report(again) == format_report(_results())
