@@ -2,12 +2,17 @@
 
 Assumes: nothing (a Graph is already structurally valid by construction: names,
 references, acyclicity, topological order, op arity, attributes and types).
-Guarantees: returns the graph unchanged, or raises ContractError naming the first node
-that breaks a pass-level invariant: a forward node reading a backward value, a fusion
-group naming a node that does not exist, or a group record without its fields.
+Guarantees: returns the graph unchanged, or raises ContractError naming the first node,
+kernel or buffer that breaks a pass-level invariant: a forward node reading a backward
+value; a fusion group naming a node that does not exist, or without its fields; a kernel
+reading a value that no earlier kernel writes and that is not a program input; a value
+written by two kernels; a graph output no kernel writes; two values sharing a buffer
+while both are live (the schedule's reuse would overwrite one with the other).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, verify_graph
@@ -20,6 +25,8 @@ def run(graph: Graph, options: object = None) -> Graph:
     verify_graph(graph)
     _check_phases(graph)
     _check_groups(graph)
+    _check_dataflow(graph)
+    _check_buffers(graph)
     return graph
 
 
@@ -51,3 +58,62 @@ def _check_groups(graph: Graph) -> None:
         for n in g["nodes"]:
             if n not in names:
                 raise ContractError(f"fusion group {g['id']!r}: names node {n!r}, which is not in the graph")
+
+
+def _check_dataflow(graph: Graph) -> None:
+    """Kernels in their listed order: each reads only program inputs and values an
+    earlier kernel wrote; each value has one writer; every graph output is written."""
+    groups = graph.meta.get("groups")
+    if groups is None:
+        return
+    available = {i.name for i in graph.inputs}
+    writer: dict[str, str] = {}
+    for g in groups:
+        for v in g["inputs"]:
+            if v not in available:
+                later = f"; it is written later, by kernel {_writer_of(groups, v)!r}" if _writer_of(groups, v) else ""
+                raise ContractError(
+                    f"kernel {g['id']!r}: reads {v!r} before any kernel writes it{later}; expected every value a "
+                    "kernel reads to be a program input or written by an earlier kernel"
+                )
+        for v in g["outputs"]:
+            if v in writer:
+                raise ContractError(
+                    f"value {v!r}: written by kernels {writer[v]!r} and {g['id']!r}; expected one writer"
+                )
+            writer[v] = g["id"]
+        available.update(g["outputs"])
+    for out in graph.outputs:
+        if out.value not in available:
+            raise ContractError(f"output {out.name!r}: value {out.value!r} is written by no kernel")
+
+
+def _writer_of(groups: list[dict[str, Any]], value: str) -> str | None:
+    return next((g["id"] for g in groups if value in g["outputs"]), None)
+
+
+def _check_buffers(graph: Graph) -> None:
+    """Values that share a buffer have disjoint live ranges: each is written after the
+    last kernel that reads the previous one (graph outputs never share)."""
+    schedule = graph.meta.get("schedule")
+    groups = graph.meta.get("groups")
+    if schedule is None or groups is None:
+        return
+    index = {g["id"]: k for k, g in enumerate(groups)}
+    written = {v: index[g["id"]] for g in groups for v in g["outputs"]}
+    last_read: dict[str, int] = {}
+    for g in groups:
+        for v in g["inputs"]:
+            last_read[v] = index[g["id"]]
+    outputs = {o.value for o in graph.outputs}
+    for buf in schedule["buffers"]:
+        values = sorted(buf["values"], key=lambda v: written[v])
+        if len(values) > 1 and outputs.intersection(values):
+            raise ContractError(f"buffer {buf['id']!r}: a graph output shares it with {values}; expected its own")
+        for before, after in zip(values, values[1:], strict=False):
+            end = last_read.get(before, written[before])
+            if written[after] <= end:
+                raise ContractError(
+                    f"buffer {buf['id']!r}: {after!r} is written by kernel {groups[written[after]]['id']!r} while "
+                    f"{before!r} is still read (until kernel {groups[end]['id']!r}); expected disjoint live ranges"
+                )

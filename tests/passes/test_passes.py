@@ -73,6 +73,50 @@ def test_verify_rejects_group_without_its_fields() -> None:
         verify.run(graph.replace(meta={**graph.meta, "groups": groups}))
 
 
+def _with_groups(graph: dp.Graph, groups: list[dict[str, Any]]) -> dp.Graph:
+    return graph.replace(meta={**graph.meta, "groups": groups})
+
+
+def test_verify_rejects_a_kernel_reading_before_the_write() -> None:
+    graph = _run("softmax_xent").graph  # f0 writes logsumexp_0, the backward kernel reads it
+    groups = [dict(g) for g in graph.meta["groups"]]
+    backward = next(g for g in groups if g["phase"] == "backward")
+    assert "logsumexp_0" in backward["inputs"]
+    reordered = [backward, *(g for g in groups if g is not backward)]
+    with pytest.raises(dp.ContractError, match=r"kernel 'b\d+': reads '\w+' before any kernel writes it; it is written "
+                       r"later, by kernel 'f0'"):
+        verify.run(_with_groups(graph, reordered))
+
+
+def test_verify_rejects_two_writers_of_a_value() -> None:
+    graph = _run("softmax_xent").graph
+    groups = [dict(g) for g in graph.meta["groups"]]
+    groups[1]["outputs"] = [*groups[1]["outputs"], groups[0]["outputs"][0]]
+    with pytest.raises(dp.ContractError, match=rf"value '{groups[0]['outputs'][0]}': written by kernels 'f0' and"):
+        verify.run(_with_groups(graph, groups))
+
+
+def test_verify_rejects_an_output_no_kernel_writes() -> None:
+    graph = _run("beer").graph
+    loss = graph.output_value("loss")
+    groups = [dict(g, outputs=[v for v in g["outputs"] if v != loss]) for g in graph.meta["groups"]]
+    with pytest.raises(dp.ContractError, match=rf"output 'loss': value '{loss}' is written by no kernel"):
+        verify.run(_with_groups(graph, groups))
+
+
+def test_verify_rejects_a_buffer_shared_by_live_values() -> None:
+    graph = _run("softmax_xent").graph
+    schedule = graph.meta["schedule"]
+    first = graph.meta["groups"][0]["outputs"]  # written by one kernel: both live at once
+    assert len(first) == 2
+    assignment = schedule["assignment"]
+    kept = [b for b in schedule["buffers"] if not set(b["values"]) & set(first)]
+    merged = {**next(b for b in schedule["buffers"] if first[0] in b["values"]), "values": list(first)}
+    broken = {**schedule, "buffers": [*kept, merged], "assignment": {**assignment, first[1]: merged["id"]}}
+    with pytest.raises(dp.ContractError, match=rf"buffer '{merged['id']}': '\w+' is written by kernel 'f0' while"):
+        verify.run(graph.replace(meta={**graph.meta, "schedule": broken}))
+
+
 def test_manager_names_the_pass_that_broke_the_graph(monkeypatch: pytest.MonkeyPatch) -> None:
     def breaker(graph: dp.Graph, options: CompileOptions) -> dp.Graph:
         node = graph.nodes[0].model_copy(update={"meta": {"phase": "nowhere"}})
