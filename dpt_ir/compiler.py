@@ -43,6 +43,12 @@ _PROGRAMS: dict[str, Program] = {}
 # compute bound; a GPU is bandwidth bound, so recomputing over the halo pays longer.
 CPU_HALO_BUDGET = 48
 CUDA_HALO_BUDGET = 160
+# Work per element the backward may spend recomputing one forward value before it is saved
+# instead (see CompileOptions.recompute_budget). On the one-thread CPU backend a long
+# chain of transcendental ops costs more to recompute than to save and read back; on a GPU
+# memory traffic is the cost, so CUDA has no limit (saved bytes alone decide).
+CPU_RECOMPUTE_BUDGET = 16
+CUDA_RECOMPUTE_BUDGET = None
 
 
 def resolve_device(device: str | None) -> str:
@@ -84,6 +90,7 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     fuse: bool = True,
     recompute: bool = True,
     halo_budget: int | None = None,
+    recompute_budget: int | None = None,
 ) -> Program:
     """Compile ``graph`` for ``device``; differentiate wrt the inputs named in ``wrt``.
 
@@ -91,7 +98,9 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     scalar float output). ``checks`` compiles the status word in; ``fuse`` and
     ``recompute`` switch fusion and backward recomputation off (for comparison);
     ``halo_budget`` sets how much work a stencil may spend recomputing its producers
-    (default: by device). All options are part of the cache key.
+    (default: by device); ``recompute_budget`` how much work the backward may spend
+    recomputing one forward value before saving it instead (default: by device; CUDA has
+    no limit, a large number lifts it on the CPU). All options are part of the cache key.
     """
     start = time.perf_counter()
     if not isinstance(graph, Graph):
@@ -107,7 +116,15 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     dev = resolve_device(device)
     if halo_budget is None:
         halo_budget = CPU_HALO_BUDGET if dev == "cpu" else CUDA_HALO_BUDGET
-    base = {"checks": bool(checks), "fuse": bool(fuse), "recompute": bool(recompute), "halo_budget": int(halo_budget)}
+    if recompute_budget is None:
+        recompute_budget = CPU_RECOMPUTE_BUDGET if dev == "cpu" else CUDA_RECOMPUTE_BUDGET
+    base = {
+        "checks": bool(checks),
+        "fuse": bool(fuse),
+        "recompute": bool(recompute),
+        "halo_budget": int(halo_budget),
+        "recompute_budget": None if recompute_budget is None else int(recompute_budget),
+    }
     key = content_key(
         graph.model_dump_json(),
         json.dumps([wrt_names, loss, base], sort_keys=True),

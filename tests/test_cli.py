@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -318,8 +319,11 @@ def test_bench_quick(tmp_path: Path) -> None:
     """`dpt-ir bench --quick` as a user runs it: every case, every installed peer checked
     against the interpreter and timed; tables on stdout, JSON and plot written."""
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    start = time.monotonic()
     proc = _run_module("bench", "--quick", "--json", str(out_json), "--plot", str(out_png), timeout=600)
+    seconds = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert seconds < 120, f"dpt-ir bench --quick took {seconds:.0f} s; the budget on a 2-core machine is 2 minutes"
     for heading in ("Step times", "Speed-up of dpt_ir", "Time to first result", "Kernel launches per step"):
         assert heading in proc.stdout
     doc = json.loads(out_json.read_text())

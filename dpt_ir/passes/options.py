@@ -29,6 +29,9 @@ class CompileOptions(BaseModel):
       several times) may spend recomputing what it reads before that is materialised
       (None: the fusion default, suited to the CPU; compute is cheaper than memory
       traffic on GPUs, so `dp.compile` raises it for CUDA).
+    - ``recompute_budget``: the op work per element the backward may spend recomputing
+      one forward value before `saved_attributes` saves it instead (None: no limit, only
+      saved bytes count; `dp.compile` sets a limit for the compute-bound CPU backend).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -42,6 +45,7 @@ class CompileOptions(BaseModel):
     checks: bool = True
     max_inline_consumers: int = 4
     halo_budget: int | None = None
+    recompute_budget: int | None = None
 
     def seed_outputs(self, graph: Graph) -> list[str]:
         """The outputs that receive a cotangent, checked against ``graph``."""

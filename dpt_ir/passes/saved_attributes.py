@@ -11,7 +11,9 @@ Guarantees:
   outputs cost nothing (the caller keeps inputs immutable until the pass closes; outputs
   are written anyway). Nodes that do not depend on a cotangent may be recomputed in the
   backward (a clone named ``<name>.re``) unless their op is a reduction, a stencil or
-  marked expensive;
+  marked expensive, or (with ``options.recompute_budget``) recomputing them would cost
+  more than that budget of op ``work`` per element, counted from the nearest values the
+  backward can read (program inputs, and values kept in the forward);
 - ``meta["saved"]`` lists each saved value with its bytes, provenance (the forward node),
   readers (backward nodes) and the reason it is saved rather than recomputed;
   ``meta["derived_attributes"]`` lists the static attributes (counts, shapes) the
@@ -46,8 +48,10 @@ def run(graph: Graph, options: Any = None) -> Graph:
             meta={**graph.meta, "saved": [], "saved_bytes": 0, "derived_attributes": _derived(graph)},
         )
     recompute = getattr(options, "recompute", True)
-    source_side = _min_cut(graph, needs_ct, recompute)
-    return _rewrite(graph, needs_ct, source_side)
+    budget = getattr(options, "recompute_budget", None)
+    over_budget = _over_budget(graph, needs_ct, budget) if recompute and budget is not None else {}
+    source_side = _min_cut(graph, needs_ct, recompute, set(over_budget))
+    return _rewrite(graph, needs_ct, source_side, over_budget, budget)
 
 
 def _descendants(graph: Graph, roots: set[str]) -> set[str]:
@@ -73,14 +77,38 @@ def _pinned_forward(node: Node) -> bool:
     return op.kind in NOT_RECOMPUTED or op.cost == "expensive"
 
 
-def _min_cut(graph: Graph, needs_ct: set[str], recompute: bool) -> set[str]:
+def _over_budget(graph: Graph, needs_ct: set[str], budget: int) -> dict[str, int]:
+    """Forward values too costly to recompute: value -> the work per element recomputing
+    it would take. Work accumulates along the inputs from the values the backward can
+    read (program inputs, pinned ops, values already over budget, which are kept in the
+    forward and so cost nothing more); a shared ancestor counts once per path, which errs
+    towards keeping values."""
+    inputs = {i.name for i in graph.inputs}
+    rework: dict[str, int] = {}
+    over: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.name in needs_ct or node.name in inputs:
+            continue
+        if _pinned_forward(node):
+            rework[node.name] = 0
+            continue
+        cost = node.opdef.work + sum(rework.get(i, 0) for i in node.inputs)
+        if cost > budget:
+            over[node.name] = cost
+            cost = 0
+        rework[node.name] = cost
+    return over
+
+
+def _min_cut(graph: Graph, needs_ct: set[str], recompute: bool, kept: set[str]) -> set[str]:
     """Values computed in the forward phase (``v:in`` on the source side of the cut).
 
     Each value ``v`` is an edge ``v:in -> v:out`` whose capacity is the bytes it costs to
     save; data edges are infinite. Cotangent-dependent values and backward outputs feed the
     sink (a backward output that reads no cotangent, such as a zero gradient, is then still
     computed in the backward); values that must be computed in the forward (outputs, pinned
-    ops, everything when recompute is off) hang from the source. Cotangent-dependent values
+    ops, ``kept`` values over the recompute budget, everything when recompute is off) hang
+    from the source. Cotangent-dependent values
     cannot be saved (infinite).
     """
     fwd_out = forward_outputs(graph)
@@ -101,7 +129,8 @@ def _min_cut(graph: Graph, needs_ct: set[str], recompute: bool) -> set[str]:
     for node in graph.nodes:
         for i in node.inputs:
             flow.add_edge(f"{i}:out", f"{node.name}:in")
-        if node.name not in needs_ct and (node.name in fwd_out or not recompute or _pinned_forward(node)):
+        forward_only = node.name in fwd_out or node.name in kept or not recompute or _pinned_forward(node)
+        if node.name not in needs_ct and forward_only:
             flow.add_edge("source", f"{node.name}:in")
     _, (source_set, _) = nx.minimum_cut(flow, "source", "sink")
     return {k[: -len(":in")] for k in source_set if k.endswith(":in")}
@@ -124,7 +153,9 @@ def _ancestors(graph: Graph, values: set[str]) -> set[str]:
     return live
 
 
-def _rewrite(graph: Graph, needs_ct: set[str], source_side: set[str]) -> Graph:
+def _rewrite(
+    graph: Graph, needs_ct: set[str], source_side: set[str], over_budget: dict[str, int], budget: int | None
+) -> Graph:
     """Tag phases, clone forward values the backward recomputes, record the saved set."""
     inputs = {i.name for i in graph.inputs}
     bwd_out = backward_outputs(graph)
@@ -149,7 +180,7 @@ def _rewrite(graph: Graph, needs_ct: set[str], source_side: set[str]) -> Graph:
     outputs = tuple(
         o.model_copy(update={"value": clones.get(o.value, o.value)}) if o.value in bwd_out else o for o in graph.outputs
     )
-    records = _saved_records(graph, saved, nodes)
+    records = _saved_records(graph, saved, nodes, over_budget, budget)
     meta = {
         **graph.meta,
         "saved": records,
@@ -165,7 +196,9 @@ def _tag(node: Node, phase: str) -> Node:
     return node.model_copy(update={"meta": {**node.meta, "phase": phase}})
 
 
-def _saved_records(graph: Graph, saved: set[str], nodes: list[Node]) -> list[dict[str, Any]]:
+def _saved_records(
+    graph: Graph, saved: set[str], nodes: list[Node], over_budget: dict[str, int], budget: int | None
+) -> list[dict[str, Any]]:
     fwd_out = forward_outputs(graph)
     records = []
     for node in graph.nodes:
@@ -180,17 +213,22 @@ def _saved_records(graph: Graph, saved: set[str], nodes: list[Node]) -> list[dic
                 "provenance": node.name,
                 "op": node.op,
                 "readers": readers,
-                "reason": _reason(graph, node, fwd_out),
+                "reason": _reason(graph, node, fwd_out, over_budget, budget),
             }
         )
     return records
 
 
-def _reason(graph: Graph, node: Node, fwd_out: set[str]) -> str:
+def _reason(graph: Graph, node: Node, fwd_out: set[str], over_budget: dict[str, int], budget: int | None) -> str:
     if node.name in fwd_out:
         return "a forward output, written anyway (saving it is free)"
     if _pinned_forward(node):
         return f"a {node.opdef.kind} result: reductions, stencils and expensive ops are not recomputed"
+    if node.name in over_budget:
+        return (
+            f"recomputing it would cost {over_budget[node.name]} work per element, over the recompute "
+            f"budget {budget}; saving {node.type.nbytes} B instead"
+        )
     pinned = sorted(
         a
         for a in _ancestors(graph, {node.name}) - {node.name}

@@ -238,6 +238,27 @@ def test_recompute_off_saves_intermediates() -> None:
     assert graph.meta["saved_bytes"] > 0
 
 
+def test_recompute_budget_saves_what_is_too_costly_to_recompute() -> None:
+    unlimited = _run("chain16").graph
+    assert unlimited.meta["saved_bytes"] == 0  # bytes alone: recompute the whole chain
+    budgeted = _run("chain16", recompute_budget=16).graph
+    records = budgeted.meta["saved"]
+    assert records and budgeted.meta["saved_bytes"] == sum(r["bytes"] for r in records)
+    over = [r for r in records if "over the recompute budget 16" in r["reason"]]
+    assert over, [r["reason"] for r in records]
+    # The backward recomputes less work than without the budget.
+    def recomputed_work(graph: dp.Graph) -> int:
+        return sum(n.opdef.work for n in graph.nodes if "recompute_of" in n.meta)
+
+    assert 0 < recomputed_work(budgeted) < recomputed_work(unlimited)
+
+
+def test_recompute_budget_leaves_cheap_chains_alone() -> None:
+    # beer recomputes exp(-0.7 x) from x: 10 units of work, within 16; nothing is saved.
+    assert _run("beer", recompute_budget=16).graph.meta["saved_bytes"] == 0
+    assert _run("beer", recompute_budget=4).graph.meta["saved_bytes"] > 0
+
+
 def test_after_names_the_last_run_of_a_pass() -> None:
     result = _run("beer")
     assert result.after("canonicalize") is result.stages[5]

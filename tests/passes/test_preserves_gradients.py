@@ -76,6 +76,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "fixed_seed": {"seeds": ("loss",), "seed_values": {"loss": 1.0}},
     "no_fuse": {"fuse": False},
     "no_recompute": {"recompute": False},
+    "recompute_budget": {"recompute_budget": 8},  # tight: keeps (and saves) most chains' values
     "forward_only": {"wrt": ()},
 }
 
@@ -93,7 +94,8 @@ def test_hand_written_graphs(name: str, variant: str) -> None:
 def test_random_graphs_with_cotangent_inputs(drawn: Any, data: st.DataObject) -> None:
     graph, inputs = drawn
     wrt = data.draw(wrt_for(graph), label="wrt")
-    check_pipeline(graph, inputs, CompileOptions(wrt=tuple(wrt)))
+    budget = data.draw(st.sampled_from([None, 4, 16]), label="recompute_budget")
+    check_pipeline(graph, inputs, CompileOptions(wrt=tuple(wrt), recompute_budget=budget))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
