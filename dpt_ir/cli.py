@@ -201,11 +201,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
         device=args.device,
         dump_dir=args.dump_dir,
         checks=not args.no_checks,
+        fuse=not args.no_fuse,
+        recompute=not args.no_recompute,
+        halo_budget=args.halo_budget,
+        recompute_budget=args.recompute_budget,
     )
     report = program.report
     cache = {"miss": "miss (compiled)", "disk": "hit (disk)", "memory": "hit (memory)"}.get(report["cache"])
     print(f"graph {report['graph']!r} on {report['device']}: module {report['module']}")
-    print(f"wrt {list(program.wrt) or '-'}; loss {program.loss or '-'}; checks {'off' if args.no_checks else 'on'}")
+    print(f"wrt {list(program.wrt) or '-'}; loss {program.loss or '-'}; options {describe_options(report['options'])}")
     rows = [
         (
             name,
@@ -226,6 +230,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
     elif args.render:
         raise ContractError("--render needs --dump-dir DIR (the .dot files to render)")
     return 0
+
+
+def describe_options(options: dict[str, Any]) -> str:
+    """The compile options a program was built with, in one line."""
+    on = {True: "on", False: "off"}
+    budget = options["recompute_budget"]
+    return (
+        f"checks {on[options['checks']]}, fuse {on[options['fuse']]}, recompute {on[options['recompute']]} "
+        f"(budget {'none' if budget is None else budget}), halo budget {options['halo_budget']}"
+    )
 
 
 def render_dumps(directory: Path) -> int:
@@ -367,6 +381,16 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--dump-dir", metavar="DIR", help="write per-pass IR, fusion and kernel dumps here")
     comp.add_argument("--render", action="store_true", help="also render every .dot dump to SVG (needs Graphviz)")
     _add_device_options(comp)
+    comp.add_argument("--no-fuse", action="store_true", help="one kernel per op (to compare with the fused program)")
+    comp.add_argument("--no-recompute", action="store_true", help="save every value the backward reads")
+    comp.add_argument(
+        "--recompute-budget", type=int, metavar="N", help="op work per element the backward may spend recomputing a "
+        "value before saving it (default by device: 16 on the CPU, no limit on CUDA)"
+    )
+    comp.add_argument(
+        "--halo-budget", type=int, metavar="N", help="work per element a stencil may spend recomputing its producers "
+        "(default by device: 48 on the CPU, 160 on CUDA)"
+    )
     comp.set_defaults(func=cmd_compile)
 
     run = sub.add_parser("run", parents=[debug], help="evaluate a graph on inputs from an .npz file")

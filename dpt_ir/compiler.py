@@ -196,7 +196,7 @@ def _build(
     for name, g in graphs.items():
         mine = [k for k in kernels if k.name.startswith(_PREFIX[name] + "_")]
         plans[name] = ExecutionPlan(g, mine, module, dev, status, grad_outputs=name == "tape")
-    report = _report(graph, plans, cache, time.perf_counter() - start, dev, module_name)
+    report = _report(graph, plans, cache, time.perf_counter() - start, dev, module_name, base)
     program = Program(graph, wrt, loss, dev, plans, slots, status, report, module_name)
     if out_dir is not None:
         _dump(out_dir, results, text, module_name, report)
@@ -207,11 +207,18 @@ _PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
 
 
 def _report(
-    graph: Graph, plans: dict[str, ExecutionPlan], cache: str, seconds: float, dev: str, module: str
+    graph: Graph,
+    plans: dict[str, ExecutionPlan],
+    cache: str,
+    seconds: float,
+    dev: str,
+    module: str,
+    options: dict[str, Any],
 ) -> dict[str, Any]:
     return {
         "graph": graph.name,
         "device": dev,
+        "options": dict(options),
         "module": module,
         "cache": cache,
         "compile_seconds": seconds,

@@ -194,6 +194,29 @@ def test_compile_prints_summary_and_dumps(
     assert "cache hit" in capsys.readouterr().out
 
 
+def _plan_rows(out: str) -> dict[str, list[str]]:
+    lines = out.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("plan "))
+    return {line.split()[0]: line.split() for line in lines[start + 2 :] if line.split()[0] in ("run", "tape")}
+
+
+def test_compile_options_change_the_program(user_files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    graph = str(user_files["graph"])
+    assert main(["compile", graph, "--wrt", "x", "--device", "cpu"]) == 0  # the budgets are the CPU's
+    default = capsys.readouterr().out
+    assert "options checks on, fuse on, recompute on (budget 16), halo budget 48" in default
+    assert _plan_rows(default)["tape"][4:6] == ["0", "B"]  # beer's exp chain is recomputed: nothing saved
+    # A budget below exp's cost (8 + the scaling) keeps the exp in the forward and saves it.
+    assert main(["compile", graph, "--wrt", "x", "--device", "cpu", "--recompute-budget", "4"]) == 0
+    tight = capsys.readouterr().out
+    assert "recompute on (budget 4)" in tight and _plan_rows(tight)["tape"][4:6] == ["64", "B"]
+    argv = ["compile", graph, "--wrt", "x", "--device", "cpu", "--no-fuse", "--no-recompute", "--halo-budget", "7"]
+    assert main(argv) == 0
+    unfused = capsys.readouterr().out
+    assert "fuse off, recompute off (budget 16), halo budget 7" in unfused
+    assert int(_plan_rows(unfused)["run"][1]) > int(_plan_rows(default)["run"][1])
+
+
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed (.ci/run installs it)")
 def test_compile_render_writes_svg_pictures(
     user_files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
