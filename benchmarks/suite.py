@@ -105,12 +105,14 @@ def check(name: str, result: tuple[Any, Any], want_loss: float, want_grad: Any, 
     return error
 
 
-def bench_case(case: Any, contenders: list[Any], args: argparse.Namespace) -> dict[str, Any]:
-    """Build, check and time every contender on one case."""
+def bench_case(case: Any, contenders: list[Any], args: argparse.Namespace, failures: list[str]) -> dict[str, Any]:
+    """Build, check and time every contender on one case. A peer that raises while being
+    built or run is left out of the case and its error appended to ``failures``; a wrong
+    result stops the run (the peer's code is wrong), and so does any error of dpt_ir."""
     import numpy as np
 
     import dpt_ir as dp
-    from benchmarks.report import Measurement
+    from benchmarks.report import BASELINE, Measurement
 
     shape = (args.size, args.size)
     graph = case.build(shape)
@@ -122,10 +124,17 @@ def bench_case(case: Any, contenders: list[Any], args: argparse.Namespace) -> di
     results: dict[str, Measurement] = {}
     for contender in contenders:
         start = time.perf_counter()
-        step = contender.make(case, graph, inputs, args.device)
+        try:
+            step = contender.make(case, graph, inputs, args.device)
+            result = None if step is None else step()
+        except Exception as exc:  # a broken peer install must not end the run
+            if contender.name == BASELINE:
+                raise
+            failures.append(f"{case.name}/{contender.name}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+            progress(f"  {contender.name:<15} FAILED, left out: {failures[-1]}")
+            continue
         if step is None:
             continue
-        result = step()
         first = time.perf_counter() - start
         error = check(f"{case.name}/{contender.name}", result, want_loss, ref_grad, contender.loss_rtol)
         launches = step.launches() if hasattr(step, "launches") else None
@@ -184,11 +193,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"not installed (pip install -e '.[peers]'): {', '.join(missing)}")
     start = time.perf_counter()
     results = {}
+    failures: list[str] = []
     for k, name in enumerate(case_names, 1):
         progress(f"[{k}/{len(case_names)}] {name}: {CASES[name].title}")
-        results[name] = bench_case(CASES[name], contenders, args)
+        results[name] = bench_case(CASES[name], contenders, args, failures)
+    meta["failures"] = failures
     print()
     print(format_report(results))
+    if failures:
+        print("\nLeft out after an error:\n  " + "\n  ".join(failures))
     if args.json:
         write_json(args.json, results, meta)
         print(f"\nwrote {args.json}")
