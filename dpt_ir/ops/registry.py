@@ -214,6 +214,10 @@ class OpDef:
     warp_weights: Callable[[Any], np.ndarray] | None = None
     # Input reads per output element (stencil taps, folded images), from (attrs, output shape):
     reads_per_element: Callable[[Any, tuple[int, ...]], int] | None = None
+    # Copies of an inlined producer's code the lowering emits per element, from (attrs,
+    # output shape): one per `warp_index` source (a fold's boundary images; a tap loop is
+    # one copy). Fusion bounds the product of nested copies (generated code size).
+    code_copies: Callable[[Any, tuple[int, ...]], int] | None = None
     warp_reduce: Callable[[str, str], ReduceTemplate] | None = None
     warp_helpers: str = ""  # Warp @wp.func source the templates call
     cost: Cost = "cheap"

@@ -272,9 +272,7 @@ register_op(
         warp_index=_pad_adjoint_index,
         warp_interior=_pad_adjoint_interior,
         warp_combine="sum",
-        # Every image is a read in the generated code (a guarded one near the edges): the
-        # fusion cost model must see them, or it inlines a producer at each of them.
-        reads_per_element=preimage_count,
+        code_copies=preimage_count,
         doc="the adjoint of pad: each input element sums the padded positions that copied it",
     )
 )

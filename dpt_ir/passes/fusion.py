@@ -7,10 +7,12 @@ space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
 ``nodes`` (topological order), ``roots`` (the values it computes for others),
 ``inputs``/``outputs`` (values read from / written to memory) and bytes moved;
 ``meta["boundaries"]`` says why each materialised value was not fused into its
-readers. Every node belongs to at least one group; a cheap elementwise or shape node
-read by several groups is recomputed in each (at most ``max_inline_consumers``) rather
-than written and read back. Decisions use op kinds and costs only, never op names.
-Values are unchanged; only ``meta`` (graph and nodes) is added.
+readers. Nested inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
+(ops declare their copies with ``code_copies``). Every node belongs to at least one
+group; a cheap elementwise or shape node read by several groups is recomputed in each
+(at most ``max_inline_consumers``) rather than written and read back. Decisions use op
+kinds and costs only, never op names. Values are unchanged; only ``meta`` (graph and
+nodes) is added.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ NAME = "fusion"
 POINTWISE = ("elementwise", "shape", "stencil")
 MAX_GROUP_NODES = 64  # independent groups merge only up to this size (compile time grows with kernel size)
 HALO_BUDGET = 48  # default work per element a multi-read node may spend recomputing what it reads
+# Most copies of one producer's code that nested inlining may emit in a kernel (a fold
+# inlined into a fold multiplies their images: 17 x 17 for a two-axis `nearest` blur of
+# radius 8 made a 400 KB kernel and a 45 s compile).
+MAX_CODE_COPIES = 64
 
 
 @dataclass
@@ -127,6 +133,31 @@ def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[dict[str, 
     return notes
 
 
+def _copies(node: Node) -> int:
+    op = node.opdef
+    return 1 if op.code_copies is None else op.code_copies(op.parse_attrs(node.attrs, node.name), node.type.shape)
+
+
+def _bound_code_copies(graph: Graph, reasons: dict[str, str]) -> None:
+    """Materialise what a multi-copy node (a fold) reads when inlining it would emit more
+    than `MAX_CODE_COPIES` copies of some producer's code. Nodes are visited in order, so
+    a value's own copies are already bounded when its readers are decided."""
+    below: dict[str, int] = {}  # value -> copies of the deepest code it inlines
+    for node in graph.nodes:
+        inner = max((below.get(i, 1) for i in node.inputs if i not in reasons), default=1)
+        copies = _copies(node)
+        if copies > 1 and copies * inner > MAX_CODE_COPIES:
+            for value in node.inputs:
+                if value in graph.node_map and value not in reasons and below.get(value, 1) > 1:
+                    reasons[value] = (
+                        f"read at {copies} boundary images by {node.name}: inlining it would emit "
+                        f"{copies * below[value]} copies of its code (more than {MAX_CODE_COPIES}); "
+                        "written once instead"
+                    )
+            inner = max((below.get(i, 1) for i in node.inputs if i not in reasons), default=1)
+        below[node.name] = copies * inner
+
+
 def _materialised(
     graph: Graph, fuse: bool, limit: int, budget: int
 ) -> tuple[list[str], dict[str, str], list[dict[str, Any]]]:
@@ -146,6 +177,8 @@ def _materialised(
         elif any(phase_of(graph.node_map[c]) != phase_of(node) for c in graph.consumers[node.name]):
             reasons[node.name] = "read by the other phase"
     halo = _halo(graph, reasons, budget) if fuse else []
+    if fuse:
+        _bound_code_copies(graph, reasons)
     while True:
         groups = _closures(graph, list(reasons))
         counts: dict[str, int] = {}

@@ -12,6 +12,7 @@ import pytest
 import dpt_ir as dp
 from benchmarks.graphs import beer, normalisation, softmax_xent
 from dpt_ir.passes import canonicalize, cse, dce, manager, verify
+from dpt_ir.passes.fusion import _copies
 from dpt_ir.passes.manager import DEFAULT_PIPELINE, PassSpec, run_pipeline
 from dpt_ir.passes.options import CompileOptions
 from dpt_ir.passes.util import phase_of
@@ -257,6 +258,21 @@ def test_recompute_budget_leaves_cheap_chains_alone() -> None:
     # beer recomputes exp(-0.7 x) from x: 10 units of work, within 16; nothing is saved.
     assert _run("beer", recompute_budget=16).graph.meta["saved_bytes"] == 0
     assert _run("beer", recompute_budget=4).graph.meta["saved_bytes"] > 0
+
+
+def test_fusion_bounds_the_code_copies_of_nested_folds() -> None:
+    # A two-axis `nearest` blur of radii 8 and 5: its folds have 17 and 11 boundary images;
+    # one inlined into the other would emit 187 copies of the inner code.
+    g = dp.GraphBuilder("nearest_blur")
+    x = g.input("x", (7, 9), F64)
+    g.output("loss", dp.sum(dp.square(dp.gaussian_filter(dp.exp(-x), (2.0, 1.2), mode="nearest"))))
+    graph = run_pipeline(g.build(), CompileOptions(wrt=("x",))).graph
+    copies = {n.name: _copies(n) for n in graph.nodes}
+    assert sorted(c for c in copies.values() if c > 1) == [11, 17]
+    for group in graph.meta["groups"]:
+        assert sum(copies[n] > 1 for n in group["nodes"]) <= 1, group  # never a fold inside a fold
+    reasons = [b["reason"] for b in graph.meta["boundaries"]]
+    assert any("copies of its code (more than 64)" in r for r in reasons), reasons
 
 
 def test_after_names_the_last_run_of_a_pass() -> None:
