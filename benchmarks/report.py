@@ -15,6 +15,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from dpt_ir.cli import format_table
+
 BASELINE = "dpt_ir"
 
 
@@ -82,13 +84,7 @@ def contender_order(results: Results) -> list[str]:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def fmt(cells: list[str]) -> str:
-        pairs = enumerate(zip(cells, widths, strict=True))
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
-
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+    return format_table(header, rows, numeric=True)
 
 
 def _cells(results: Results, names: list[str], cell: Any) -> list[list[str]]:

@@ -94,12 +94,14 @@ def compile_graph(graph: Graph, path: str, wrt: list[str], loss: str | None, **k
     return dp_compile(graph, wrt=wrt or None, loss=loss, **kwargs)
 
 
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces, a dashed rule under the header."""
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: bool = False) -> str:
+    """Left-aligned columns separated by two spaces, a dashed rule under the header;
+    ``numeric``: every column but the first right-aligned (columns of figures)."""
     widths = [max(len(r[k]) for r in [header, *rows]) for k in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.rjust(w) if numeric and k else c.ljust(w) for k, (c, w) in pairs).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(header), rule, *(line(r) for r in rows)])

@@ -89,14 +89,17 @@ def convolve(
     return _filter(x, flipped, mode, cval, shifted, where)
 
 
-def _along(x: Tensor, weights: Any, axis: int, where: str) -> np.ndarray:
+def _along(x: Tensor, weights: Any, axis: int, origin: int, where: str) -> tuple[np.ndarray, list[int]]:
+    """1-D ``weights`` as a filter of ``x``'s rank along ``axis``, and its origins (``origin``
+    on that axis, 0 on the others)."""
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 1 or w.size == 0:
         raise ContractError(f"{where}: weights must be a non-empty 1-D sequence, found shape {list(w.shape)}")
     ax = normalize_axis(axis, x.ndim, where)
     shape = [1] * x.ndim
     shape[ax] = w.size
-    return w.reshape(shape)
+    w = w.reshape(shape)
+    return w, _origins([origin if n > 1 else 0 for n in w.shape], w, where)
 
 
 def correlate1d(
@@ -104,9 +107,8 @@ def correlate1d(
 ) -> Tensor:
     """1-D correlation along ``axis`` (``scipy.ndimage.correlate1d``)."""
     where = "dp.correlate1d"
-    w = _along(x, weights, axis, where)
-    origins = [origin if n > 1 else 0 for n in w.shape]
-    return _filter(x, w, mode, cval, _origins(origins, w, where), where)
+    w, origins = _along(x, weights, axis, origin, where)
+    return _filter(x, w, mode, cval, origins, where)
 
 
 def convolve1d(
@@ -114,9 +116,8 @@ def convolve1d(
 ) -> Tensor:
     """1-D convolution along ``axis`` (``scipy.ndimage.convolve1d``)."""
     where = "dp.convolve1d"
-    w = _along(x, weights, axis, where)
-    origins = [origin if n > 1 else 0 for n in w.shape]
-    return convolve(x, w, mode, cval, _origins(origins, w, where))
+    w, origins = _along(x, weights, axis, origin, where)
+    return convolve(x, w, mode, cval, origins)
 
 
 def gaussian_kernel1d(sigma: float, truncate: float = 4.0) -> np.ndarray:

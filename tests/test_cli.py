@@ -36,9 +36,9 @@ def _run_module(*args: str, timeout: float = 120) -> subprocess.CompletedProcess
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def _rows(table: str) -> dict[str, list[str]]:
+def _rows(table: str, first: str = "name") -> dict[str, list[str]]:
     lines = table.splitlines()
-    assert lines[0].split()[0] == "name" and set(lines[1]) <= {"-", " "}
+    assert lines[0].split()[0] == first and set(lines[1]) <= {"-", " "}
     return {line.split()[0]: line.split() for line in lines[2:]}
 
 
@@ -195,9 +195,8 @@ def test_compile_prints_summary_and_dumps(
 
 
 def _plan_rows(out: str) -> dict[str, list[str]]:
-    lines = out.splitlines()
-    start = next(k for k, line in enumerate(lines) if line.startswith("plan "))
-    return {line.split()[0]: line.split() for line in lines[start + 2 :] if line.split()[0] in ("run", "tape")}
+    """The rows of the plan table in `dpt-ir compile`'s summary (and the lines after it)."""
+    return _rows(out[out.index("\nplan ") + 1 :], first="plan")
 
 
 def test_compile_options_change_the_program(user_files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,6 +18,7 @@ nodes) is added.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,12 +75,14 @@ def _is_free(node: Node) -> bool:
     return _is_pointwise(node) and not node.inputs
 
 
+def _per_element(node: Node, count: Callable[[Any, tuple[int, ...]], int] | None) -> int:
+    """An op's per-element count trait (from its attributes and output shape), 1 if unset."""
+    return 1 if count is None else count(node.opdef.parse_attrs(node.attrs, node.name), node.type.shape)
+
+
 def _reads(node: Node) -> int:
     """Input reads per output element: a stencil's taps, 1 for everything else."""
-    op = node.opdef
-    if op.reads_per_element is None:
-        return 1
-    return op.reads_per_element(op.parse_attrs(node.attrs, node.name), node.type.shape)
+    return _per_element(node, node.opdef.reads_per_element)
 
 
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:
@@ -134,8 +137,8 @@ def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[dict[str, 
 
 
 def _copies(node: Node) -> int:
-    op = node.opdef
-    return 1 if op.code_copies is None else op.code_copies(op.parse_attrs(node.attrs, node.name), node.type.shape)
+    """Copies of an inlined producer's code per element: a fold's images, 1 for everything else."""
+    return _per_element(node, node.opdef.code_copies)
 
 
 def _bound_code_copies(graph: Graph, reasons: dict[str, str]) -> None:
@@ -154,7 +157,7 @@ def _bound_code_copies(graph: Graph, reasons: dict[str, str]) -> None:
                         f"{copies * below[value]} copies of its code (more than {MAX_CODE_COPIES}); "
                         "written once instead"
                     )
-            inner = max((below.get(i, 1) for i in node.inputs if i not in reasons), default=1)
+            inner = 1  # every input that inlined copies is now written once
         below[node.name] = copies * inner
 
 

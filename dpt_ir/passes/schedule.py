@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpt_ir.graph import Graph
+from dpt_ir.passes.util import live_ranges
 
 NAME = "schedule"
 
@@ -23,13 +24,7 @@ def run(graph: Graph, options: Any = None) -> Graph:
     groups = graph.meta.get("groups", [])
     order = [g["id"] for g in groups]
     outputs = {o.value for o in graph.outputs}
-    written: dict[str, int] = {}
-    last_read: dict[str, int] = {}
-    for k, g in enumerate(groups):
-        for v in g["outputs"]:
-            written[v] = k
-        for v in g["inputs"]:
-            last_read[v] = k
+    written, last_read = live_ranges(groups)
     buffers: list[dict[str, Any]] = []
     free_at: list[int] = []  # per buffer: the kernel index after which it is free
     assignment: dict[str, str] = {}

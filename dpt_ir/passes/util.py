@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from dpt_ir.graph import Graph, Node, Output
 
@@ -43,3 +44,16 @@ def unique_name(base: str, taken: set[str]) -> str:
         candidate = f"{base}_{k}"
     taken.add(candidate)
     return candidate
+
+
+def live_ranges(groups: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
+    """For kernels in order: the index of the kernel that writes each value, and of the
+    last kernel that reads it (values never read have no entry)."""
+    written: dict[str, int] = {}
+    last_read: dict[str, int] = {}
+    for k, g in enumerate(groups):
+        for v in g["outputs"]:
+            written[v] = k
+        for v in g["inputs"]:
+            last_read[v] = k
+    return written, last_read

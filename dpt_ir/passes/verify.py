@@ -16,7 +16,7 @@ from typing import Any
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, verify_graph
-from dpt_ir.passes.util import phase_of
+from dpt_ir.passes.util import live_ranges, phase_of
 
 NAME = "verify"
 
@@ -71,7 +71,8 @@ def _check_dataflow(graph: Graph) -> None:
     for g in groups:
         for v in g["inputs"]:
             if v not in available:
-                later = f"; it is written later, by kernel {_writer_of(groups, v)!r}" if _writer_of(groups, v) else ""
+                writer_later = _writer_of(groups, v)
+                later = f"; it is written later, by kernel {writer_later!r}" if writer_later else ""
                 raise ContractError(
                     f"kernel {g['id']!r}: reads {v!r} before any kernel writes it{later}; expected every value a "
                     "kernel reads to be a program input or written by an earlier kernel"
@@ -99,12 +100,7 @@ def _check_buffers(graph: Graph) -> None:
     groups = graph.meta.get("groups")
     if schedule is None or groups is None:
         return
-    index = {g["id"]: k for k, g in enumerate(groups)}
-    written = {v: index[g["id"]] for g in groups for v in g["outputs"]}
-    last_read: dict[str, int] = {}
-    for g in groups:
-        for v in g["inputs"]:
-            last_read[v] = index[g["id"]]
+    written, last_read = live_ranges(groups)
     outputs = {o.value for o in graph.outputs}
     for buf in schedule["buffers"]:
         values = sorted(buf["values"], key=lambda v: written[v])
