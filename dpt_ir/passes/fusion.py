@@ -246,28 +246,81 @@ def _compatible(a: Group, b: Group) -> bool:
     return True
 
 
+class _Reach:
+    """Paths between the groups of a group DAG while groups merge: for each live group,
+    bitmasks over the original groups of its descendants (``down``) and ancestors (``up``),
+    and the original groups merged into it (``members``). A merge updates every live
+    group once (bit operations), instead of a graph search per candidate pair."""
+
+    def __init__(self, dag: nx.DiGraph) -> None:
+        order = list(nx.topological_sort(dag))
+        self.members = {gid: 1 << k for k, gid in enumerate(order)}
+        self.down: dict[str, int] = {}
+        for gid in reversed(order):
+            self.down[gid] = _bits(self.members, self.down, dag.successors(gid))
+        self.up: dict[str, int] = {}
+        for gid in order:
+            self.up[gid] = _bits(self.members, self.up, dag.predecessors(gid))
+
+    def connected(self, a: str, b: str) -> bool:
+        """Is there a path from ``a`` to ``b`` or from ``b`` to ``a``?"""
+        return bool(self.down[a] & self.members[b] or self.down[b] & self.members[a])
+
+    def merge(self, a: str, b: str) -> None:
+        """Group ``b`` joins group ``a`` (ids stay ``a``'s)."""
+        members = self.members[a] | self.members.pop(b)
+        down = (self.down[a] | self.down.pop(b)) & ~members
+        up = (self.up[a] | self.up.pop(b)) & ~members
+        self.members[a], self.down[a], self.up[a] = members, down, up
+        for gid, bits in self.members.items():
+            if bits & up:
+                self.down[gid] |= members | down
+            elif bits & down:
+                self.up[gid] |= members | up
+
+
+def _bits(members: dict[str, int], closure: dict[str, int], neighbours: Any) -> int:
+    out = 0
+    for n in neighbours:
+        out |= members[n] | closure[n]
+    return out
+
+
+def _mergeable(a: Group, b: Group, reach: _Reach) -> bool:
+    return (
+        a.id < b.id
+        and _compatible(a, b)
+        and len(a.nodes | b.nodes) <= MAX_GROUP_NODES
+        and not reach.connected(a.id, b.id)
+    )
+
+
 def _merge_siblings(graph: Graph, groups: list[Group]) -> list[Group]:
     """Merge compatible groups with no path between them (horizontal fusion), and a
     pointwise group into its producer's reduction group when it iterates over the same
-    space (vertical fusion across the reduction's input)."""
-    merged = True
-    while merged:
-        merged = False
-        dag = _group_dag(graph, groups)
-        by_id = {g.id: g for g in groups}
-        for a in groups:
-            for b in groups:
-                if a.id >= b.id or not _compatible(a, b) or len(a.nodes | b.nodes) > MAX_GROUP_NODES:
-                    continue
-                if nx.has_path(dag, a.id, b.id) or nx.has_path(dag, b.id, a.id):
-                    continue
-                by_id[a.id] = _union(a, b)
-                groups = [by_id[a.id] if g.id == a.id else g for g in groups if g.id != b.id]
-                merged = True
-                break
-            if merged:
-                break
-    return groups
+    space (vertical fusion across the reduction's input).
+
+    Greedy in list order: group ``a`` absorbs every later candidate ``b`` it can, then
+    the next ``a``. A merge only adds paths, grows groups and narrows compatibility, so
+    a pair rejected once stays rejected: one sweep gives what restarting from the first
+    pair after every merge would give, with no search per pair."""
+    reach = _Reach(_group_dag(graph, groups))
+    live = list(groups)
+    i = 0
+    while i < len(live):
+        j = 0
+        while j < len(live):
+            a, b = live[i], live[j]
+            if not _mergeable(a, b, reach):
+                j += 1
+                continue
+            live[i] = _union(a, b)
+            reach.merge(a.id, b.id)
+            del live[j]
+            if j < i:
+                i -= 1
+        i += 1
+    return live
 
 
 def _union(a: Group, b: Group) -> Group:
