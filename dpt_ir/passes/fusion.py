@@ -88,19 +88,25 @@ def _reads(node: Node) -> int:
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:
     """Work per element of ``value`` when everything not materialised below it is
     recomputed inline: each op counts its `OpDef.work` (transcendentals weigh more than
-    arithmetic), a stencil its reads; views and constants cost nothing."""
-    if value in memo:
-        return memo[value]
-    node = graph.node_map.get(value)
-    if node is None or value in reasons:
-        return 0
-    reads = _reads(node)
-    if _is_view(node):
-        own = 0
-    else:
-        own = reads if reads > 1 else node.opdef.work  # a stencil's own work is its multiply-adds
-    below = sum(_eval_cost(graph, i, reasons, memo) for i in node.inputs)
-    memo[value] = own + below * reads
+    arithmetic), a stencil its reads; views and constants cost nothing. An explicit
+    stack, not recursion: chains of any depth."""
+    stack = [value]
+    while stack:
+        name = stack[-1]
+        node = graph.node_map.get(name)
+        if name in memo or node is None or name in reasons:
+            memo.setdefault(name, 0)  # inputs and materialised values are read, not recomputed
+            stack.pop()
+            continue
+        pending = [i for i in node.inputs if i not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        reads = _reads(node)
+        # A stencil's own work is its multiply-adds.
+        own = 0 if _is_view(node) else reads if reads > 1 else node.opdef.work
+        memo[name] = own + sum(memo[i] for i in node.inputs) * reads
     return memo[value]
 
 

@@ -23,8 +23,10 @@ CHILD = r"""
 import json, sys, time
 t_import = time.perf_counter()
 import numpy as np
+import warp as wp
 import dpt_ir as dp
 t_imported = time.perf_counter()
+wp.config.optimization_level = json.loads(sys.argv[3])  # the parent's Warp build settings
 graph = dp.Graph.model_validate_json(open(sys.argv[1]).read())
 inputs = dict(np.load(sys.argv[2]))
 t0 = time.perf_counter()
@@ -79,8 +81,9 @@ def test_new_process_hits_disk_cache(program: dp.Program, tmp_path: Path) -> Non
     np.savez(tmp_path / "inputs.npz", **inputs)
     env = dict(os.environ, DPT_IR_CACHE=str(cache_root()), WARP_CACHE_PATH=_warp_cache_base())
     env.pop("DPT_IR_DUMP", None)
+    opt_level = wp.config.optimization_level  # the tests build at their own level (tests/conftest.py)
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(graph_file), str(tmp_path / "inputs.npz")],
+        [sys.executable, "-c", CHILD, str(graph_file), str(tmp_path / "inputs.npz"), json.dumps(opt_level)],
         env=env,
         capture_output=True,
         text=True,

@@ -341,6 +341,7 @@ def pointwise_kernel(
     index = tuple(idx.delinearize("tid", space)) if space else ()
     index = _bind_index(w, index)
     w.flat[(index, space)] = "tid"
+    _warm(w, graph, group, group["outputs"], index, space)
     for root in group["outputs"]:
         v = w.value_at(root, index)
         w.check_finite(root, v)
@@ -349,6 +350,31 @@ def pointwise_kernel(
         w.indent -= 1
         w.end_probes()
     return [_finish(w, graph, group, name, -(-size // per_thread), {})], w.helpers
+
+
+def _warm(
+    w: KernelWriter,
+    graph: Graph,
+    group: dict[str, Any],
+    seeds: list[str],
+    index: tuple[str, ...],
+    space: tuple[int, ...],
+) -> None:
+    """Emit, in topological order, every member that ``seeds`` read elementwise at the
+    iteration ``index`` (chains of same-shape elementwise ops), so that `value_at` finds
+    them memoised: its recursion then nests only through views and stencils, never through
+    an elementwise chain, however long (time-stepped models unroll into chains of
+    thousands of ops). Computes nothing the seeds would not compute anyway."""
+    members = set(group["nodes"])
+    at = {v for v in seeds if v in members and graph.types[v].shape == space}
+    for name in reversed(group["nodes"]):  # consumers before producers
+        node = graph.node_map[name]
+        if name not in at or node.opdef.kind != "elementwise":
+            continue
+        at.update(i for i in node.inputs if i in members and graph.types[i].shape == space)
+    for name in group["nodes"]:
+        if name in at:
+            w.value_at(name, index)
 
 
 def _bind_index(w: KernelWriter, index: tuple[str, ...]) -> tuple[str, ...]:
@@ -424,6 +450,7 @@ def reduction_kernels(
     full = tuple(red_index.pop(0) if k in axes else kept_vals.pop(0) for k in range(len(space)))
     if axes == tuple(range(len(space) - len(axes), len(space))):
         w.flat[(full, space)] = idx.add(idx.mul("o", count), "r")
+    _warm(w, graph, group, [graph.node_map[r].inputs[0] for r in roots] + pointwise_roots, full, space)
     for root in roots:
         x = w.value_at(graph.node_map[root].inputs[0], full)
         _emit_template(w, templates[root].update, root, {"x": x, "r": "r"})
