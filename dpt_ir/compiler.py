@@ -191,13 +191,13 @@ def _build(
         tmp = plan_file.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(doc))
         tmp.replace(plan_file)
-    status = wp.zeros(max(len(slots), 1), dtype=wp.int32, device=dev) if base["checks"] else None
+    status_size = max(len(slots), 1) if base["checks"] else 0
     plans = {}
     for name, g in graphs.items():
         mine = [k for k in kernels if k.name.startswith(_PREFIX[name] + "_")]
-        plans[name] = ExecutionPlan(g, mine, module, dev, status, grad_outputs=name == "tape")
+        plans[name] = ExecutionPlan(g, mine, module, dev, status_size, grad_outputs=name == "tape")
     report = _report(graph, plans, cache, time.perf_counter() - start, dev, module_name, base)
-    program = Program(graph, wrt, loss, dev, plans, slots, status, report, module_name)
+    program = Program(graph, wrt, loss, dev, plans, slots, base["checks"], report, module_name)
     if out_dir is not None:
         _dump(out_dir, results, text, module_name, report)
     return program
