@@ -33,7 +33,7 @@ from types import ModuleType
 import pydantic
 import warp as wp
 
-from dpt_ir.backends.warp.quiet import quiet_warp
+from dpt_ir.backends.warp.quiet import init_quietly, quiet_warp
 from dpt_ir.version import __version__
 
 DEFAULT_CACHE = Path.home() / ".cache" / "dpt_ir"
@@ -182,7 +182,8 @@ def write_entry(entry: Path, record: CacheRecord) -> None:
 
 
 def warp_cache_dir() -> Path:
-    wp.init()
+    """Warp's kernel cache (initialising Warp, quietly)."""
+    init_quietly()
     return Path(wp.config.kernel_cache_dir)
 
 
