@@ -482,7 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--quick",
         action="store_true",
-        help="256x256, 3 rounds, no torch.compile (70-95 s measured on a shared 2-core machine; docs/benchmarks.md)",
+        help="256x256, 3 rounds, no torch.compile: 70 s measured on 2 lightly loaded cores, about 3 minutes on "
+        "busy ones (docs/benchmarks.md)",
     )
     bench.set_defaults(func=cmd_bench)
     return parser

@@ -108,11 +108,6 @@ class Program:
             raise NumericalError(f"{where} of {self.graph.name!r}: {reasons}{more}")
 
 
-def _begin(ws: Workspace) -> None:
-    if ws.status is not None:
-        ws.status.zero_()
-
-
 def _describe(slot: StatusSlot) -> str:
     what = "out-of-domain input" if slot.kind == "domain" else "non-finite value"
     detail = f": {slot.detail}" if slot.detail else ""
@@ -126,6 +121,12 @@ def _input_types(graph: Graph) -> dict[str, Any]:
 def _read(plan: ExecutionPlan, output: str, ws: Workspace) -> np.ndarray:
     """A host copy of output ``output`` of ``plan`` in ``ws``, in its declared shape."""
     return plan.output_array(output, ws).numpy().reshape(plan.graph.types[plan.outputs[output]].shape).copy()
+
+
+def _begin(ws: Workspace) -> None:
+    """Clear the status word of ``ws`` before a phase runs."""
+    if ws.status is not None:
+        ws.status.zero_()
 
 
 class TapePass:
