@@ -20,7 +20,7 @@ import pytest
 
 import dpt_ir as dp
 
-from .conftest import make_inputs, to_warp
+from .conftest import WRT, make_inputs, rt_graph, to_warp
 
 THREADS = 6
 CALLS = 40
@@ -129,3 +129,9 @@ def test_mixed_entry_points_from_threads(program: dp.Program, interleaved: None)
                 np.testing.assert_array_equal(result, program.run(**make_inputs(s))["loss"])
             else:
                 _assert_identical(result, (_vg if kind == "vg" else _tape)(program, s), f"{kind}, inputs {s}")
+
+
+def test_compile_from_threads(program: dp.Program) -> None:
+    """Concurrent `dp.compile` calls of one graph are serialised: all get the one program."""
+    got = _in_threads(4, lambda t: dp.compile(rt_graph(), wrt=WRT))
+    assert all(p is program for p in got)
