@@ -132,6 +132,8 @@ def test_mixed_entry_points_from_threads(program: dp.Program, interleaved: None)
 
 
 def test_compile_from_threads(program: dp.Program) -> None:
-    """Concurrent `dp.compile` calls of one graph are serialised: all get the one program."""
+    """Concurrent `dp.compile` calls of one graph are serialised: all get the one program
+    (the in-process cache's; a dump compile elsewhere in the session may have replaced the
+    fixture's there)."""
     got = _in_threads(4, lambda t: dp.compile(rt_graph(), wrt=WRT))
-    assert all(p is program for p in got)
+    assert all(p is got[0] for p in got) and got[0].graph == program.graph
