@@ -1,8 +1,9 @@
-"""The ``dpt-ir`` command line: ``dpt-ir ops`` (the op table), ``dpt-ir show GRAPH.json
-[--after PASS]`` (the textual IR of a graph document, optionally after a pass of the
-default pipeline), ``dpt-ir compile`` (compile and summarise), ``dpt-ir run`` (evaluate on
-inputs from an ``.npz``, optionally with gradients) and ``dpt-ir bench`` (the benchmark
-scripts of the repository).
+"""The ``dpt-ir`` command line: ``dpt-ir ops`` (the op table), ``dpt-ir show GRAPH
+[--after PASS]`` (the textual IR of a graph document, JSON or textual IR, optionally after
+a pass of the default pipeline), ``dpt-ir compile`` (compile and summarise), ``dpt-ir run``
+(evaluate on inputs from an ``.npz``, optionally with gradients), ``dpt-ir cache
+info|clear`` (the on-disk compile cache), ``dpt-ir bench`` (the benchmark scripts of the
+repository) and ``dpt-ir --version``.
 
 Contract: `main` returns the exit status instead of raising. A `ContractError` (a bad
 graph, a file that cannot be read or is not a graph document) prints one line
@@ -30,6 +31,7 @@ import numpy as np
 from dpt_ir.errors import ContractError, NumericalError
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import ALL_INPUTS, OpDef, all_ops
+from dpt_ir.version import __version__
 
 EXIT_USAGE = 2
 EXIT_NUMERICAL = 1
@@ -41,7 +43,9 @@ _DEBUG_HELP = "show the full traceback of an error"
 
 
 def load_graph(path: str) -> Graph:
-    """Read and validate the graph JSON document at ``path``.
+    """Read and validate the graph document at ``path``: JSON (``Graph.model_dump_json()``),
+    or the textual IR (``Graph.to_text()``, the ``.ir`` files of a dump) when the file
+    ends in ``.ir`` or does not start with ``{``.
 
     Raises ContractError naming the file when it cannot be read, is not JSON, or is not
     a valid graph; the message of a graph error is prefixed with the file name.
@@ -51,6 +55,11 @@ def load_graph(path: str) -> Graph:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ContractError(f"{path}: cannot read graph file ({reason})") from None
+    if path.endswith(".ir") or not doc.lstrip().startswith("{"):
+        try:
+            return Graph.from_text(doc)
+        except ContractError as exc:
+            raise ContractError(f"{path}: expected a graph JSON document or textual IR; as textual IR: {exc}") from None
     try:
         json.loads(doc)
     except json.JSONDecodeError as exc:
@@ -82,13 +91,10 @@ def format_bytes(n: int) -> str:
 
 def compile_graph(graph: Graph, path: str, wrt: list[str], loss: str | None, **kwargs: Any) -> Any:
     """`dp.compile` with a progress line first (the first compile in a process is slow)."""
-    import warp as wp
-
     from dpt_ir.autodiff import check_wrt
     from dpt_ir.compiler import compile as dp_compile
 
     check_wrt(graph, wrt)  # a bad name fails before the slow part
-    wp.config.log_level = 30  # WARNING: Warp's banner and module-load lines would mix into the result on stdout
     what = f"{graph.name!r} from {path}" + (f" wrt {wrt}" if wrt else "")
     progress(f"compiling {what} (first compile in a process takes several seconds) ...")
     return dp_compile(graph, wrt=wrt or None, loss=loss, **kwargs)
@@ -195,6 +201,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     """Compile the graph document and print a summary of the program `dp.compile` built."""
     graph = load_graph(args.graph)
+    if args.render:  # before the (slow) compile
+        if args.dump_dir is None:
+            raise ContractError("--render needs --dump-dir DIR (the .dot files to render)")
+        graphviz_dot()
     program = compile_graph(
         graph,
         args.graph,
@@ -229,8 +239,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"dumps (per-pass IR, fusion, saved values, kernels, report.json) in {Path(args.dump_dir).resolve()}")
         if args.render:
             print(f"rendered {render_dumps(Path(args.dump_dir))} graph picture(s) to SVG")
-    elif args.render:
-        raise ContractError("--render needs --dump-dir DIR (the .dot files to render)")
     return 0
 
 
@@ -244,12 +252,18 @@ def describe_options(options: dict[str, Any]) -> str:
     )
 
 
-def render_dumps(directory: Path) -> int:
-    """Render every ``*.dot`` under ``directory`` to an ``.svg`` beside it with Graphviz
-    ``dot``; ContractError when Graphviz is not installed or fails."""
+def graphviz_dot() -> str:
+    """The path of Graphviz's ``dot``; ContractError when it is not on PATH."""
     dot = shutil.which("dot")
     if dot is None:
         raise ContractError("--render needs Graphviz's `dot` on PATH (e.g. `apt-get install graphviz`)")
+    return dot
+
+
+def render_dumps(directory: Path) -> int:
+    """Render every ``*.dot`` under ``directory`` to an ``.svg`` beside it with Graphviz
+    ``dot``; ContractError when Graphviz is not installed or fails."""
+    dot = graphviz_dot()
     files = sorted(directory.rglob("*.dot"))
     for k, path in enumerate(files, 1):
         print(f"[{k}/{len(files)}] {path.name}", file=sys.stderr)
@@ -322,6 +336,53 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- dpt-ir cache --------------------------------------------------------------------
+
+
+def cache_entries(root: Path) -> list[tuple[str, str, int, int]]:
+    """``(key, graph name or state, bytes, bytes of Warp's files)`` of every entry under
+    ``root``, by key."""
+    from dpt_ir.backends.warp.module import read_entry, warp_cache_dir
+
+    rows = []
+    for entry in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        record, _, problem = read_entry(entry, entry.name, f"dpt_ir_gen_{entry.name}")
+        if record is not None:
+            graphs = json.loads(record.payload)["graphs"]
+            state = json.loads(next(iter(graphs.values())))["name"] if graphs else "-"
+        else:
+            state = f"damaged ({problem})" if problem else "incomplete"
+        size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
+        warp = sum(f.stat().st_size for f in warp_cache_dir().glob(f"wp_dpt_ir_gen_{entry.name}_*/*") if f.is_file())
+        rows.append((entry.name, state, size, warp))
+    return rows
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    """``info``: where the cache is, its size and entries (a damaged entry says why; the
+    next compile of it rebuilds it). ``clear``: delete every entry and the binaries Warp
+    keeps for them (nothing else of Warp's cache)."""
+    from dpt_ir.backends.warp.module import cache_root, purge_warp, warp_cache_dir
+
+    root = cache_root()
+    entries = cache_entries(root)
+    total = sum(size + warp for _, _, size, warp in entries)
+    count = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+    if args.action == "clear":
+        for key, *_ in entries:
+            shutil.rmtree(root / key, ignore_errors=True)
+            purge_warp(f"dpt_ir_gen_{key}")
+        print(f"cleared {count} ({format_bytes(total)}) from {root} and their binaries from {warp_cache_dir()}")
+        return 0
+    where = "from DPT_IR_CACHE" if os.environ.get("DPT_IR_CACHE") else "the default; set DPT_IR_CACHE to move it"
+    print(f"cache {root} ({where}); Warp's binaries in {warp_cache_dir()}")
+    print(f"{count}, {format_bytes(total)}")
+    if entries:
+        rows = [(k, g, format_bytes(n), format_bytes(w)) for k, g, n, w in entries]
+        print(format_table(("key", "graph", "size", "warp binary"), rows))
+    return 0
+
+
 # -- dpt-ir bench --------------------------------------------------------------------
 
 
@@ -364,14 +425,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compile differentiable operator graphs into fused NVIDIA Warp kernels.",
     )
     parser.add_argument("--debug", action="store_true", default=False, help=_DEBUG_HELP)
+    parser.add_argument("--version", action="version", version=f"dpt-ir {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ops = sub.add_parser("ops", parents=[debug], help="print the op table")
     ops.add_argument("--markdown", action="store_true", help="print the op reference as Markdown (docs/ops.md)")
     ops.set_defaults(func=cmd_ops)
 
-    show = sub.add_parser("show", parents=[debug], help="print the textual IR of a graph JSON document")
-    show.add_argument("graph", metavar="GRAPH.json", help="graph document (Graph.model_dump_json())")
+    show = sub.add_parser("show", parents=[debug], help="print the textual IR of a graph document (JSON or .ir)")
+    show.add_argument("graph", metavar="GRAPH", help="graph document: JSON or textual IR (a dumped .ir file)")
     show.add_argument("--after", metavar="PASS", help="the IR after this pass of the default pipeline")
     show.add_argument("--wrt", action="append", metavar="NAME", help=_WRT_HELP)
     show.set_defaults(func=cmd_show)
@@ -406,6 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device_options(run)
     run.set_defaults(func=cmd_run)
 
+    cache = sub.add_parser("cache", parents=[debug], help="the on-disk compile cache: info or clear")
+    cache.add_argument("action", choices=["info", "clear"], help="info: where, size, entries; clear: delete entries")
+    cache.set_defaults(func=cmd_cache)
+
     bench = sub.add_parser(
         "bench",
         parents=[debug],
@@ -413,7 +479,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Other options (--cases, --peers, --size, --reps, --threads, --device, --json, --plot, "
         "--warm-caches) go to benchmarks/suite.py: see `python benchmarks/suite.py --help`.",
     )
-    bench.add_argument("--quick", action="store_true", help="small sizes, few repetitions (about a minute on 2 cores)")
+    bench.add_argument(
+        "--quick",
+        action="store_true",
+        help="256x256, 3 rounds, no torch.compile: 70 s measured on 2 lightly loaded cores, about 3 minutes on "
+        "busy ones (docs/benchmarks.md)",
+    )
     bench.set_defaults(func=cmd_bench)
     return parser
 

@@ -8,14 +8,22 @@ backward fuse) and ``tape`` (cotangent inputs for every float output). Caches:
   without recompiling;
 - on disk (``DPT_IR_CACHE``, default ``~/.cache/dpt_ir``): the scheduled plans and the
   generated module, keyed by a hash of the graph, the options and the dpt_ir and Warp
-  versions; a new process skips the passes and Warp reuses its compiled binary.
+  versions; a new process skips the passes and Warp reuses its compiled binary. Entries
+  carry checksums; a damaged one is logged once, recompiled and replaced
+  (`dpt_ir.backends.warp.module`).
+
+Compiles are serialised per process (one lock). Messages go to the ``dpt_ir`` logger
+(nothing is printed by default); ``DPT_IR_LOG=info`` or ``debug`` sends them to stderr.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,8 +33,19 @@ import warp as wp
 from dpt_ir.autodiff import check_wrt, default_loss
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.codegen import KernelSource, StatusSlot
-from dpt_ir.backends.warp.module import cache_root, content_key, import_source, load, source_fingerprint
+from dpt_ir.backends.warp.module import (
+    cache_root,
+    content_key,
+    import_source,
+    load,
+    new_record,
+    read_entry,
+    source_fingerprint,
+    warn_once,
+    write_entry,
+)
 from dpt_ir.backends.warp.plan import ExecutionPlan
+from dpt_ir.backends.warp.quiet import init_quietly
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
 from dpt_ir.passes import dumps
@@ -38,6 +57,8 @@ if TYPE_CHECKING:
 from dpt_ir.version import __version__
 
 _PROGRAMS: dict[str, Program] = {}
+_COMPILE_LOCK = threading.RLock()  # one compile at a time per process: caches, sys.modules, Warp's loader
+log = logging.getLogger("dpt_ir.compile")
 # Work per element a stencil may spend recomputing its producers rather than reading them
 # from memory (see CompileOptions.halo_budget): the CPU backend runs one thread and is
 # compute bound; a GPU is bandwidth bound, so recomputing over the halo pays longer.
@@ -51,9 +72,33 @@ CPU_RECOMPUTE_BUDGET = 16
 CUDA_RECOMPUTE_BUDGET = None
 
 
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure_logging() -> None:
+    """``DPT_IR_LOG=debug|info|warning|error``: the ``dpt_ir`` logger's level, and a stderr
+    handler when the application configured none. Unset: logging's defaults (warnings
+    reach stderr, nothing else)."""
+    name = os.environ.get("DPT_IR_LOG", "").strip().lower()
+    if not name:
+        return
+    logger = logging.getLogger("dpt_ir")
+    if name not in LOG_LEVELS:
+        logger.warning("DPT_IR_LOG=%r is not one of %s; ignored", name, sorted(LOG_LEVELS))
+        return
+    logger.setLevel(LOG_LEVELS[name])
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+
+
+configure_logging()
+
+
 def resolve_device(device: str | None) -> str:
     """``None``: ``cuda:0`` when a GPU is present, else ``cpu``."""
-    wp.init()
+    init_quietly()
     if device is None:
         return "cuda:0" if wp.get_cuda_device_count() > 0 else "cpu"
     if not isinstance(device, str) or not (device == "cpu" or device.startswith("cuda")):
@@ -134,13 +179,15 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         source_fingerprint(),
     )
     out_dir = resolve_dump_dir(dump_dir)
-    cached = _PROGRAMS.get(f"{key}:{dev}")
-    if cached is not None and out_dir is None:
-        cached.report = {**cached.report, "cache": "memory", "compile_seconds": time.perf_counter() - start}
-        return cached
-    program = _build(graph, wrt_names, loss, dev, base, key, out_dir, start)
-    _PROGRAMS[f"{key}:{dev}"] = program
-    return program
+    with _COMPILE_LOCK:
+        cached = _PROGRAMS.get(f"{key}:{dev}")
+        if cached is not None and out_dir is None:
+            cached.report = {**cached.report, "cache": "memory", "compile_seconds": time.perf_counter() - start}
+            return cached
+        log.info("compiling %r for %s (cache entry %s)", graph.name, dev, key)
+        program = _build(graph, wrt_names, loss, dev, base, key, out_dir, start)
+        _PROGRAMS[f"{key}:{dev}"] = program
+        return program
 
 
 def _build(
@@ -154,22 +201,24 @@ def _build(
     start: float,
 ) -> Program:
     entry = cache_root() / key
-    plan_file = entry / "plan.json"
     module_name = f"dpt_ir_gen_{key}"
     results: dict[str, PipelineResult] = {}
-    if plan_file.exists() and out_dir is None:
+    record, text, problem = read_entry(entry, key, module_name)
+    if problem is not None:
+        warn_once(key, f"cache entry {entry}: {problem}; recompiling and replacing it")
+    if record is not None and text is not None and out_dir is None:
         cache = "disk"
-        saved = json.loads(plan_file.read_text())
+        saved = json.loads(record.payload)
         graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
         kernels = [KernelSource(**k) for k in saved["kernels"]]
         slots = [StatusSlot(**s) for s in saved["slots"]]
-        text = (entry / f"{module_name}.py").read_text()
     else:
         cache = "miss"
         from dpt_ir.passes.manager import run_pipeline
 
         options = _pipelines(graph, wrt, loss, base)
         results = {name: run_pipeline(graph, opts) for name, opts in options.items()}
+        log.debug("compile %r: passes done in %.2f s", graph.name, time.perf_counter() - start)
         graphs = {name: r.graph for name, r in results.items()}
         header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
         source = codegen.generate(
@@ -181,23 +230,33 @@ def _build(
         )
         kernels, slots, text = source.kernels, source.slots, source.text
     module = import_source(text, entry, module_name)
-    load(module, dev)
-    if cache == "miss":
-        doc = {
-            "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
-            "kernels": [dataclasses.asdict(k) for k in kernels],
-            "slots": [dataclasses.asdict(s) for s in slots],
-        }
-        tmp = plan_file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(doc))
-        tmp.replace(plan_file)
-    status = wp.zeros(max(len(slots), 1), dtype=wp.int32, device=dev) if base["checks"] else None
+    loaded_at = time.perf_counter()
+    expected = record.warp_files if record is not None else None
+    warp_sums = load(module, dev, key, expected, purge=problem is not None)
+    log.debug("compile %r: Warp module %s loaded in %.2f s", graph.name, module_name, time.perf_counter() - loaded_at)
+    if "tape" in graphs:  # the kernel a tape pass composed with a caller's tape launches
+        from dpt_ir.backends.warp import static_kernels
+
+        load(static_kernels, dev, "static_kernels", None, purge=False)
+    if record is None or cache == "miss":
+        payload = json.dumps(
+            {
+                "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
+                "kernels": [dataclasses.asdict(k) for k in kernels],
+                "slots": [dataclasses.asdict(s) for s in slots],
+            }
+        )
+        record = new_record(key, payload, text)
+    if record.warp_files != warp_sums:
+        write_entry(entry, record.model_copy(update={"warp_files": warp_sums}))
+    status_size = max(len(slots), 1) if base["checks"] else 0
     plans = {}
     for name, g in graphs.items():
         mine = [k for k in kernels if k.name.startswith(_PREFIX[name] + "_")]
-        plans[name] = ExecutionPlan(g, mine, module, dev, status, grad_outputs=name == "tape")
+        plans[name] = ExecutionPlan(g, mine, module, dev, status_size, grad_outputs=name == "tape")
     report = _report(graph, plans, cache, time.perf_counter() - start, dev, module_name, base)
-    program = Program(graph, wrt, loss, dev, plans, slots, status, report, module_name)
+    program = Program(graph, wrt, loss, dev, plans, slots, base["checks"], report, module_name)
+    log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report["compile_seconds"], cache)
     if out_dir is not None:
         _dump(out_dir, results, text, module_name, report)
     return program

@@ -2,15 +2,19 @@
 
 A Program holds up to three plans compiled into one Warp module: ``run`` (forward
 only), ``value_and_grad`` (seed fixed at 1 at compile time, so forward and backward share
-kernels) and ``tape`` (forward and backward phases with cotangent inputs), each with
-buffers allocated once. Kernels raise flags in a status word; it is read only at
-checkpoints (after a forward, after a backward), and a raised flag becomes a
-`NumericalError` naming the kernel, node and reason; no output is returned then.
+kernels) and ``tape`` (forward and backward phases with cotangent inputs). Kernels raise
+flags in a status word; it is read only at checkpoints (after a forward, after a
+backward), and a raised flag becomes a `NumericalError` naming the kernel, node and
+reason; no output is returned then.
+
+Threads: every call checks a workspace (buffers and status word) out of its plan's pool
+for its duration, and a tape pass owns one from ``forward`` to ``close``, so concurrent
+calls and passes never share arrays (see docs/runtime.md). A `TapePass` object itself is
+used by one thread at a time.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +23,7 @@ import warp as wp
 
 from dpt_ir.autodiff import seed_arrays
 from dpt_ir.backends.warp.codegen import StatusSlot
-from dpt_ir.backends.warp.plan import ExecutionPlan
+from dpt_ir.backends.warp.plan import ExecutionPlan, Workspace
 from dpt_ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.graph import Graph
 
@@ -35,7 +39,7 @@ class Program:
         device: str,
         plans: dict[str, ExecutionPlan],
         slots: list[StatusSlot],
-        status: wp.array | None,
+        checks: bool,
         report: dict[str, Any],
         module_name: str,
     ) -> None:
@@ -45,11 +49,10 @@ class Program:
         self.device = device
         self.plans = plans
         self.slots = slots
-        self.status = status
+        self.checks = checks  # the status word is compiled in
         self.report = report
         self.module_name = module_name
-        self.launch_count = 0  # launches of the last evaluation
-        self._pending: weakref.ref[TapePass] | None = None  # the tape pass whose forward ran last
+        self.launch_count = 0  # launches of the last evaluation (of any thread)
 
     def __repr__(self) -> str:
         kernels = {k: len(p.launches) for k, p in self.plans.items()}
@@ -59,11 +62,12 @@ class Program:
     def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Forward only: a dict output name -> numpy array."""
         plan = self.plans["run"]
-        bound = plan.bind(inputs, _input_types(self.graph))
-        self._begin()
-        self.launch_count = plan.run("forward", bound)
-        self.checkpoint("forward")
-        return {name: _to_numpy(plan.output_array(name), self.graph, plan.outputs[name]) for name in plan.outputs}
+        with plan.workspace() as ws, plan.staging_into(ws):
+            bound = plan.bind(inputs, _input_types(self.graph))
+            _begin(ws)
+            self.launch_count = plan.run("forward", bound, ws)
+            self.checkpoint("forward", ws)
+            return {name: _read(plan, name, ws) for name in plan.outputs}
 
     def value_and_grad(self, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Outputs and the gradients of the loss output (seeded with 1) wrt ``wrt``."""
@@ -75,15 +79,14 @@ class Program:
                 f"has no single scalar float output, so compile with loss='<output name>'"
             )
         plan = self.plans["value_and_grad"]
-        bound = plan.bind(inputs, _input_types(self.graph))
-        self._begin()
-        self.launch_count = plan.run("forward", bound) + plan.run("backward", bound)
-        self.checkpoint("value_and_grad")
-        outs = {
-            o.name: _to_numpy(plan.output_array(o.name), plan.graph, plan.outputs[o.name]) for o in self.graph.outputs
-        }
-        grads = {w: _to_numpy(plan.output_array(g), plan.graph, plan.outputs[g]) for w, g in plan.gradients.items()}
-        return outs, grads
+        with plan.workspace() as ws, plan.staging_into(ws):
+            bound = plan.bind(inputs, _input_types(self.graph))
+            _begin(ws)
+            self.launch_count = plan.run("forward", bound, ws) + plan.run("backward", bound, ws)
+            self.checkpoint("value_and_grad", ws)
+            outs = {o.name: _read(plan, o.name, ws) for o in self.graph.outputs}
+            grads = {w: _read(plan, g, ws) for w, g in plan.gradients.items()}
+            return outs, grads
 
     def tape_pass(self, tape: wp.Tape | None = None) -> TapePass:
         """A new forward + backward pass (FirstOrderPass lifecycle; see `TapePass`)."""
@@ -92,18 +95,14 @@ class Program:
         return TapePass(self, tape)
 
     # -- status --
-    def _begin(self) -> None:
-        if self.status is not None:
-            self.status.zero_()
-
-    def checkpoint(self, where: str) -> None:
-        """Read the status word; raise NumericalError if any kernel raised a flag."""
-        if self.status is None:
+    def checkpoint(self, where: str, ws: Workspace) -> None:
+        """Read the status word of ``ws``; raise NumericalError if any kernel raised a flag."""
+        if ws.status is None:
             return
-        flags = self.status.numpy()
+        flags = ws.status.numpy()
         raised = [self.slots[k] for k in np.flatnonzero(flags)]
         if raised:
-            self.status.zero_()
+            ws.status.zero_()
             reasons = "; ".join(_describe(s) for s in raised[:8])
             more = f" (and {len(raised) - 8} more)" if len(raised) > 8 else ""
             raise NumericalError(f"{where} of {self.graph.name!r}: {reasons}{more}")
@@ -119,8 +118,15 @@ def _input_types(graph: Graph) -> dict[str, Any]:
     return {i.name: i.type for i in graph.inputs}
 
 
-def _to_numpy(arr: wp.array, graph: Graph, value: str) -> np.ndarray:
-    return arr.numpy().reshape(graph.types[value].shape).copy()
+def _read(plan: ExecutionPlan, output: str, ws: Workspace) -> np.ndarray:
+    """A host copy of output ``output`` of ``plan`` in ``ws``, in its declared shape."""
+    return plan.output_array(output, ws).numpy().reshape(plan.graph.types[plan.outputs[output]].shape).copy()
+
+
+def _begin(ws: Workspace) -> None:
+    """Clear the status word of ``ws`` before a phase runs."""
+    if ws.status is not None:
+        ws.status.zero_()
 
 
 class TapePass:
@@ -132,6 +138,11 @@ class TapePass:
     `LifecycleError`; an exception while recording closes the pass. With
     ``tape=`` the program joins the caller's ``wp.Tape``: its backward is registered with
     ``Tape.record_func`` and runs inside ``tape.backward()``.
+
+    The pass owns a workspace of the tape plan from ``forward`` to ``close``: the arrays
+    ``forward`` and ``backward`` return stay this pass's until ``close`` hands the workspace
+    back, and other passes and calls, in this thread or others, use their own. A pass
+    dropped without ``close`` takes its workspace with it (freed, never reused).
     """
 
     def __init__(self, program: Program, tape: wp.Tape | None) -> None:
@@ -139,6 +150,7 @@ class TapePass:
         self.plan = program.plans["tape"]
         self.tape = tape
         self.state = "new"
+        self._ws: Workspace | None = None
         self._bound: dict[str, wp.array] | None = None
         self._inputs: dict[str, Any] = {}
 
@@ -169,34 +181,29 @@ class TapePass:
             self.state = "recorded"
 
     def forward(self, **inputs: Any) -> dict[str, wp.array]:
-        """Run the forward phase once; returns output name -> wp.array (program-owned)."""
+        """Run the forward phase once; returns output name -> wp.array (this pass's until
+        ``close``)."""
         self._require(("recording",), "run forward")
         if self._bound is not None:
             raise LifecycleError("tape pass: forward already ran in this pass (one evaluation per pass)")
-        other = self.program._pending() if self.program._pending is not None else None
-        if other is not None and other is not self and other._bound is not None and other.state != "complete":
-            raise LifecycleError(
-                f"tape pass of {self.program.graph.name!r}: another pass of this program ran its forward and its "
-                f"backward is pending (state {other.state!r}); passes share the program's buffers, so run its "
-                "backward or close it first"
-            )
         types = _input_types(self.program.graph)
+        self._ws = ws = self.plan.checkout()
         try:
-            bound = self.plan.bind(inputs, types)
-            self.program._begin()
-            self.program.launch_count = self.plan.run("forward", bound)
-            self.program.checkpoint("forward")
+            with self.plan.staging_into(ws):
+                bound = self.plan.bind(inputs, types)
+            _begin(ws)
+            self.program.launch_count = self.plan.run("forward", bound, ws)
+            self.program.checkpoint("forward", ws)
         except BaseException:
             self.close()
             raise
         self._bound = bound
         self._inputs = inputs
-        self.program._pending = weakref.ref(self)
         fwd = {o.name for o in self.program.graph.outputs}
-        outs = {n: self.plan.output_array(n) for n in self.plan.outputs if n in fwd}
+        outs = {n: self.plan.output_array(n, ws) for n in self.plan.outputs if n in fwd}
         if self.tape is not None:
             for out in self.plan.cotangents:  # the caller's kernels accumulate into them: start at zero
-                self.plan.output_array(out).grad.zero_()
+                self.plan.output_array(out, ws).grad.zero_()
             arrays = [a for a in outs.values()] + [
                 v for v in inputs.values() if isinstance(v, wp.array) and v.requires_grad
             ]
@@ -228,22 +235,26 @@ class TapePass:
             t = self.plan.graph.types[ct]
             value = arrays.get(out, np.zeros(t.shape, dtype=t.dtype))
             full[ct] = value
-        return self.plan.bind(full, {ct: self.plan.graph.types[ct] for ct in full}, what="seed")
+        assert self._ws is not None
+        with self.plan.staging_into(self._ws):
+            return self.plan.bind(full, {ct: self.plan.graph.types[ct] for ct in full}, what="seed")
 
     def _run_backward(self, seeds: dict[str, wp.array]) -> dict[str, wp.array]:
-        assert self._bound is not None
+        assert self._bound is not None and self._ws is not None
+        ws = self._ws
         bound = {**self._bound, **seeds}
-        self.program._begin()
-        self.program.launch_count = self.plan.run("backward", bound)
-        self.program.checkpoint("backward")
-        return {w: self.plan.output_array(g) for w, g in self.plan.gradients.items()}
+        _begin(ws)
+        self.program.launch_count = self.plan.run("backward", bound, ws)
+        self.program.checkpoint("backward", ws)
+        return {w: self.plan.output_array(g, ws) for w, g in self.plan.gradients.items()}
 
     def _tape_backward(self) -> None:
         """Called by the caller's ``tape.backward()``: our outputs' adjoints are the seeds."""
         self._require(("recorded",), "run backward")
+        assert self._ws is not None
         seeds = {}
         for out, ct in self.plan.cotangents.items():
-            seeds[ct] = self.plan.output_array(out).grad.flatten()
+            seeds[ct] = self.plan.output_array(out, self._ws).grad.flatten()
         grads = self._run_backward(seeds)
         for w, g in grads.items():
             user = self._inputs.get(w)
@@ -259,13 +270,17 @@ class TapePass:
         self.state = "complete"
 
     def close(self) -> None:
-        """Zero the cotangents, reset the tape, release the pass. Idempotent on error paths."""
+        """Zero the cotangents, reset the tape, hand the workspace back. Idempotent on error
+        paths."""
         if self.state == "closed":
             raise LifecycleError("tape pass: already closed")
-        for out in self.plan.cotangents:
-            arr = self.plan.output_array(out)
-            if arr.grad is not None:
-                arr.grad.zero_()
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            for out in self.plan.cotangents:
+                arr = self.plan.output_array(out, ws)
+                if arr.grad is not None:
+                    arr.grad.zero_()
+            self.plan.checkin(ws)
         if self.tape is not None:
             self.tape.reset()
         self._bound = None

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +127,48 @@ def test_show_error_in_a_real_process(tmp_path: Path) -> None:
     assert "no_such_value" in proc.stderr
 
 
+def test_show_reads_textual_ir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``.ir`` file (or any document not starting with ``{``) is read as textual IR."""
+    for name in ("beer.ir", "beer.txt"):
+        path = tmp_path / name
+        path.write_text(_graph().to_text())
+        assert main(["show", str(path)]) == 0
+        assert dp.Graph.from_text(capsys.readouterr().out) == _graph()
+    path = tmp_path / "broken.ir"
+    path.write_text("graf 'x' {}")
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: ") and "textual IR" in err and "expected 'graph'" in err, err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"dpt-ir {dp.__version__}\n"
+
+
+def test_readme_test_command_prints_the_summary_line(tmp_path: Path) -> None:
+    """The README's test command, with the project's pytest options, shows pytest's summary
+    (``addopts = "-q"`` plus the README's ``-q`` would make ``-qq``, which hides it)."""
+    readme = (REPO / "README.md").read_text()
+    command = next(line for line in readme.splitlines() if line.startswith("python -m pytest"))
+    (tmp_path / "test_one.py").write_text("def test_one():\n    assert True\n")
+    args = command.split()[3:]  # the options after `python -m pytest`
+    cmd = [sys.executable, "-m", "pytest", *args, "-c", str(REPO / "pyproject.toml"), "-p", "no:cacheprovider"]
+    proc = subprocess.run([*cmd, str(tmp_path / "test_one.py")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout, proc.stdout
+
+
+def test_package_ships_py_typed() -> None:
+    import tomllib
+
+    assert (REPO / "dpt_ir" / "py.typed").is_file()
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "py.typed" in config["tool"]["setuptools"]["package-data"]["dpt_ir"]
+
+
 @pytest.mark.parametrize("argv", [["--debug", "show"], ["show", "--debug"]])
 def test_debug_raises_with_traceback(tmp_path: Path, argv: list[str]) -> None:
     with pytest.raises(dp.ContractError, match="cannot read"):
@@ -189,6 +230,9 @@ def test_compile_prints_summary_and_dumps(
     assert str(dump.resolve()) in out
     assert (dump / "report.json").is_file() and (dump / "kernels").is_dir()
     assert any(p.name.endswith("-fusion.ir") for p in dump.iterdir())
+    for ir in (min(dump.glob("*.ir")), max(dump.glob("*.ir"))):  # the input and the scheduled graph
+        assert main(["show", str(ir)]) == 0, capsys.readouterr().err
+        assert capsys.readouterr().out == ir.read_text(), f"dpt-ir show {ir.name} does not print it back"
     # The same compile again (no dumps): the in-process cache answers.
     assert main(["compile", str(user_files["graph"]), "--wrt", "x"]) == 0
     assert "cache hit" in capsys.readouterr().out
@@ -226,6 +270,49 @@ def test_compile_render_writes_svg_pictures(
     assert "graph picture(s) to SVG" in capsys.readouterr().out
     svg = (dump / "09-fusion.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "cluster_f0" in svg
+
+
+def test_render_checks_graphviz_before_compiling(
+    user_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    import dpt_ir.cli as cli
+
+    monkeypatch.setattr(cli.shutil, "which", lambda name: None)
+    monkeypatch.setattr(cli, "compile_graph", lambda *a, **k: pytest.fail("compiled before checking for Graphviz"))
+    argv = ["compile", str(user_files["graph"]), "--wrt", "x", "--dump-dir", str(tmp_path / "d"), "--render"]
+    assert main(argv) == 2
+    assert "Graphviz" in capsys.readouterr().err
+    assert main(["compile", str(user_files["graph"]), "--render"]) == 2
+    assert "--render needs --dump-dir" in capsys.readouterr().err
+
+
+def test_cache_info_and_clear(user_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys):
+    """`dpt-ir cache info` lists a copy of a real entry (with its Warp binary) and a damaged
+    one; `clear` removes both, and Warp's files of the entries (only those)."""
+    from dpt_ir.backends.warp import module
+
+    program = dp.compile(_graph(), wrt=["x"])
+    key = program.module_name.removeprefix("dpt_ir_gen_")
+    ours, theirs = tmp_path / "dpt_ir", tmp_path / "warp"
+    shutil.copytree(module.cache_root() / key, ours / key)
+    for d in module.warp_cache_dir().glob(f"wp_{program.module_name}_*"):
+        shutil.copytree(d, theirs / d.name)
+    (theirs / "wp_someone_else_1234567").mkdir()
+    (ours / "ffffffffffffffffffff").mkdir()
+    (ours / "ffffffffffffffffffff" / "plan.json").write_text("{garbage")
+    monkeypatch.setenv("DPT_IR_CACHE", str(ours))
+    monkeypatch.setattr(module, "warp_cache_dir", lambda: theirs)
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"cache {ours} (from DPT_IR_CACHE)" in out and "2 entries" in out, out
+    rows = _rows(out[out.index("\nkey ") + 1 :], first="key")
+    assert rows[key][1] == "beer" and rows["ffffffffffffffffffff"][1] == "damaged", rows
+    assert rows[key][-2:] != ["0", "B"], "the Warp binary's size is missing"
+    assert main(["cache", "clear"]) == 0
+    assert "cleared 2 entries" in capsys.readouterr().out
+    assert list(ours.iterdir()) == [] and [d.name for d in theirs.iterdir()] == ["wp_someone_else_1234567"]
+    assert main(["cache", "info"]) == 0
+    assert "0 entries" in capsys.readouterr().out
 
 
 def test_run_forward_matches_interpreter(user_files: dict[str, Path], tmp_path: Path, capsys) -> None:
@@ -337,25 +424,25 @@ def test_bench_without_benchmarks_folder(monkeypatch: pytest.MonkeyPatch, capsys
     assert err.startswith("error: bench: the benchmarks/ folder") and "Traceback" not in err
 
 
-def test_bench_quick(tmp_path: Path) -> None:
-    """`dpt-ir bench --quick` as a user runs it: every case, every installed peer checked
-    against the interpreter and timed; tables on stdout, JSON and plot written."""
+def test_bench_smoke(tmp_path: Path) -> None:
+    """`dpt-ir bench` as a user runs it, on one tiny case: every installed contender built,
+    checked against the interpreter and timed; tables on stdout, JSON and plot written.
+    (The full ``--quick`` suite is a benchmark, not a test: its measured time is in
+    docs/benchmarks.md.)"""
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
-    start = time.monotonic()
-    proc = _run_module("bench", "--quick", "--json", str(out_json), "--plot", str(out_png), timeout=600)
-    seconds = time.monotonic() - start
+    argv = ["--cases", "beer", "--size", "16", "--reps", "2", "--json", str(out_json), "--plot", str(out_png)]
+    proc = _run_module("bench", "--quick", *argv, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert seconds < 120, f"dpt-ir bench --quick took {seconds:.0f} s; the budget on a 2-core machine is 2 minutes"
     for heading in ("Step times", "Speed-up of dpt_ir", "Time to first result", "Kernel launches per step"):
         assert heading in proc.stdout
     doc = json.loads(out_json.read_text())
-    assert list(doc["cases"]) == ["beer", "chain16", "softmax_xent", "normalisation", "imaging"]
+    assert list(doc["cases"]) == ["beer"]
     for case, per_contender in doc["cases"].items():
         assert {"dpt_ir", "dpt_ir-unfused", "numpy"} <= set(per_contender), case
         assert "torch.compile" not in per_contender  # --quick leaves the ~20 s inductor compiles out
-        assert all(m["grad_error"] <= 1e-3 and len(m["times_s"]) == 3 for m in per_contender.values())
+        assert all(m["grad_error"] <= 1e-3 and len(m["times_s"]) == 2 for m in per_contender.values())
         assert per_contender["dpt_ir"]["ratio_to_dpt_ir"] == 1.0
-    assert {"warp-tape"} <= set(doc["cases"]["beer"]) and doc["shape"] == [256, 256]
+    assert {"warp-tape"} <= set(doc["cases"]["beer"]) and doc["shape"] == [16, 16]
     if importlib.util.find_spec("matplotlib") is not None:
         assert out_png.read_bytes()[:4] == b"\x89PNG"
     else:

@@ -79,7 +79,8 @@ def test_new_process_hits_disk_cache(program: dp.Program, tmp_path: Path) -> Non
     graph_file.write_text(program.graph.model_dump_json())
     inputs = make_inputs(60)
     np.savez(tmp_path / "inputs.npz", **inputs)
-    env = dict(os.environ, DPT_IR_CACHE=str(cache_root()), WARP_CACHE_PATH=_warp_cache_base())
+    # DPT_IR_LOG=debug: Warp prints its module-load line, "(cached)" or "(compiled)"
+    env = dict(os.environ, DPT_IR_CACHE=str(cache_root()), WARP_CACHE_PATH=_warp_cache_base(), DPT_IR_LOG="debug")
     env.pop("DPT_IR_DUMP", None)
     opt_level = wp.config.optimization_level  # the tests build at their own level (tests/conftest.py)
     proc = subprocess.run(
@@ -97,6 +98,7 @@ def test_new_process_hits_disk_cache(program: dp.Program, tmp_path: Path) -> Non
         f"(compile {result['compile_seconds'] * 1e3:.1f} ms, import dpt_ir {result['import_seconds'] * 1e3:.1f} ms)"
     )
     assert result["cache"] == "disk", proc.stdout + proc.stderr[-3000:]
+    assert "(cached)" in proc.stdout + proc.stderr, proc.stdout + proc.stderr[-3000:]
     assert "(compiled)" not in proc.stdout + proc.stderr, "Warp rebuilt the module instead of reusing its binary"
     assert_close(result["loss"], dp.interpret(program.graph, **inputs)["loss"])
     assert result["first_result_seconds"] < 3.0, result

@@ -259,32 +259,48 @@ def test_bad_seed_keeps_pass_usable(program: dp.Program, inputs: dict[str, np.nd
     assert_close(got, dp.interpret_grad(program.graph, WRT, **inputs)["x"])
 
 
-def test_pending_pass_blocks_a_new_forward(program: dp.Program) -> None:
-    """Passes share the program's buffers: while one pass's forward awaits its backward, a
-    second forward would overwrite what that backward reads. It is refused; the first
-    pass's gradients stay right; once it is closed, new passes run."""
-    first_inputs, second_inputs = make_inputs(31), make_inputs(32)
+def test_pending_passes_keep_their_own_buffers(program: dp.Program) -> None:
+    """Each pass owns a workspace from forward to close: while one pass's forward awaits
+    its backward, a second pass runs its own forward and backward without touching the
+    first's outputs or saved values; both gradients are right, in either order."""
+    first_inputs, second_inputs, third_inputs = make_inputs(31), make_inputs(32), make_inputs(33)
     first = _recorded(program, first_inputs)
-    second = program.tape_pass()
-    with pytest.raises(dp.LifecycleError, match="close"):
-        with second:
-            second.forward(**to_warp(second_inputs, program.device))
-    assert second.state == "closed"
-    assert_close(_grad_x(first, {"loss": 1.0}), dp.interpret_grad(program.graph, WRT, **first_inputs)["x"])
-    # complete (backward consumed the forward): no longer blocks, even before close
-    third = _recorded(program, second_inputs)
-    assert_close(_grad_x(third, {"loss": 1.0}), dp.interpret_grad(program.graph, WRT, **second_inputs)["x"])
+    second = _recorded(program, second_inputs)
+    third = _recorded(program, third_inputs)
+    assert_close(_grad_x(third, {"loss": 1.0}), dp.interpret_grad(program.graph, WRT, **third_inputs)["x"])
     third.close()
+    assert_close(_grad_x(second, {"loss": 1.0}), dp.interpret_grad(program.graph, WRT, **second_inputs)["x"])
+    assert_close(_grad_x(first, {"loss": 1.0}), dp.interpret_grad(program.graph, WRT, **first_inputs)["x"])
+    second.close()
     first.close()
 
 
-def test_closing_a_recorded_pass_releases_the_buffers(program: dp.Program, inputs: dict[str, np.ndarray]) -> None:
+def test_pending_pass_outputs_are_not_overwritten(program: dp.Program) -> None:
+    """The arrays a pass's forward returned are its own until close: other passes and calls
+    in between do not overwrite them."""
+    first_inputs, other_inputs = make_inputs(34), make_inputs(35)
+    with program.tape_pass() as first:
+        outs = first.forward(**to_warp(first_inputs, program.device))
+    with program.tape_pass() as second:
+        second.forward(**to_warp(other_inputs, program.device))
+    program.run(**other_inputs)
+    program.value_and_grad(**other_inputs)
+    want = dp.interpret(program.graph, **first_inputs)
+    assert_close(outs["loss"].numpy().reshape(()), want["loss"], "first pass loss")
+    assert_close(outs["pred"].numpy(), want["pred"], "first pass pred")
+    second.close()
+    first.close()
+
+
+def test_closing_a_recorded_pass_returns_its_buffers(program: dp.Program, inputs: dict[str, np.ndarray]) -> None:
+    """A pass closed without a backward hands its workspace back: the next pass reuses it
+    (no new workspace is allocated) and computes right."""
     first = _recorded(program, inputs)
-    with pytest.raises(dp.LifecycleError, match="pending"):
-        with program.tape_pass() as second:
-            second.forward(**to_warp(inputs, program.device))
-    first.close()  # closing without a backward releases the buffers
+    first.close()
+    plan = program.plans["tape"]
+    pooled = len(plan._free)
     assert_program_works(program)
+    assert len(plan._free) == pooled, "a sequential pass allocated a workspace instead of reusing the pool"
 
 
 def test_dropped_recorded_pass_does_not_block(program: dp.Program, inputs: dict[str, np.ndarray]) -> None:

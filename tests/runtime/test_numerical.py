@@ -109,7 +109,7 @@ def test_status_in_checked_source(program: dp.Program) -> None:
     """Contrast for the next test: with checks the generated kernels take the status array."""
     source = Path(sys.modules[program.module_name].__file__).read_text()
     assert STATUS_PARAM in source
-    assert program.status is not None
+    assert program.checks
 
 
 def test_checks_false_compiles_status_out(program_nochecks: dp.Program, dump_root: Path) -> None:
@@ -120,7 +120,7 @@ def test_checks_false_compiles_status_out(program_nochecks: dp.Program, dump_roo
     assert STATUS_PARAM not in source
     signatures = re.findall(r"^def \w+\((.*)\):$", source, flags=re.MULTILINE)
     assert signatures and not any("status" in s for s in signatures), signatures
-    assert program_nochecks.status is None
+    assert not program_nochecks.checks
 
 
 @pytest.mark.parametrize("bad", BAD)

@@ -1,9 +1,19 @@
-"""Writing, importing and caching generated Warp modules.
+"""Writing, importing, loading and caching generated Warp modules, quietly.
 
 Warp refuses kernels defined by ``exec``: the source is written to a file in the cache
 directory, imported with importlib under its hashed name and registered in
 ``sys.modules``. Warp keys its own binary cache on the module's content, so a new
 process that imports the same file reuses the compiled kernels.
+
+Cache entries (``<cache_root>/<key>/``) are self-healing: ``plan.json`` is a `CacheRecord`
+holding the plans (its payload), the versions and key it was made for, and SHA-256
+checksums of the payload, of the generated module and of the files Warp keeps for it
+in its kernel cache. `read_entry` returns a problem (missing file, unreadable JSON,
+version or key mismatch, checksum mismatch) instead of raising; `load` rebuilds Warp's
+files when they do not match their checksums or fail to load. Each problem is logged
+once per process, at warning level, on the ``dpt_ir.cache`` logger; every write is
+atomic (a temporary file, then ``os.replace``).
+Loads run inside `dpt_ir.backends.warp.quiet.quiet_warp`: no module-load lines.
 """
 
 from __future__ import annotations
@@ -11,12 +21,20 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import logging
 import os
+import shutil
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from types import ModuleType
 
+import pydantic
 import warp as wp
+
+from dpt_ir.backends.warp.quiet import init_quietly, quiet_warp
+from dpt_ir.version import __version__
 
 DEFAULT_CACHE = Path.home() / ".cache" / "dpt_ir"
 
@@ -54,10 +72,8 @@ def import_source(text: str, directory: Path, name: str) -> ModuleType:
         return sys.modules[name]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.py"
-    if not path.exists() or path.read_text() != text:
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+    if not path.exists() or path.read_bytes() != text.encode():
+        write_atomic(path, text)
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -70,7 +86,154 @@ def import_source(text: str, directory: Path, name: str) -> ModuleType:
     return module
 
 
-def load(module: ModuleType, device: str) -> None:
+CACHE_FORMAT = 2
+PLAN_FILE = "plan.json"
+log = logging.getLogger("dpt_ir.cache")
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+class CacheRecord(pydantic.BaseModel):
+    """``plan.json`` of a cache entry. ``payload`` is the plans document (a JSON string);
+    ``warp_files`` maps each file Warp keeps for the module (relative to Warp's kernel
+    cache) to its SHA-256."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+    format: int
+    key: str
+    dpt_ir: str
+    warp: str
+    payload_sha256: str
+    module_sha256: str
+    payload: str
+    warp_files: dict[str, str] = {}
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and
+    ``os.replace``: readers see the old file or the new one, never a partial one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def warn_once(key: str, message: str) -> None:
+    """Log ``message`` at warning level, once per process and cache entry ``key``."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    log.warning(message)
+
+
+def new_record(key: str, payload: str, module_text: str) -> CacheRecord:
+    """The record of a freshly compiled entry (Warp's checksums are added after the load)."""
+    return CacheRecord(
+        format=CACHE_FORMAT,
+        key=key,
+        dpt_ir=__version__,
+        warp=wp.config.version,
+        payload_sha256=sha256(payload.encode()),
+        module_sha256=sha256(module_text.encode()),
+        payload=payload,
+    )
+
+
+def read_entry(entry: Path, key: str, module_name: str) -> tuple[CacheRecord | None, str | None, str | None]:
+    """``(record, module source, None)`` for a sound entry; ``(None, None, problem)`` for a
+    damaged one; ``(None, None, None)`` when there is no entry at all."""
+    plan, source = entry / PLAN_FILE, entry / f"{module_name}.py"
+    if not plan.exists():
+        return None, None, (f"{PLAN_FILE} is missing" if source.exists() else None)
+    try:
+        record = CacheRecord.model_validate_json(plan.read_bytes())
+    except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        return None, None, f"{PLAN_FILE} is unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+    expected = {"format": CACHE_FORMAT, "key": key, "dpt_ir": __version__, "warp": wp.config.version}
+    found = {name: getattr(record, name) for name in expected}
+    if found != expected:
+        return None, None, f"{PLAN_FILE} was written for {found}, expected {expected}"
+    if sha256(record.payload.encode()) != record.payload_sha256:
+        return None, None, f"{PLAN_FILE}: the payload does not match its checksum"
+    try:
+        data = source.read_bytes()
+    except OSError:
+        return None, None, f"{source.name} is missing"
+    if sha256(data) != record.module_sha256:
+        return None, None, f"{source.name} does not match its checksum"
+    return record, data.decode(), None
+
+
+def write_entry(entry: Path, record: CacheRecord) -> None:
+    write_atomic(entry / PLAN_FILE, record.model_dump_json())
+
+
+# -- Warp's files ------------------------------------------------------------------------
+
+
+def warp_cache_dir() -> Path:
+    """Warp's kernel cache (initialising Warp, quietly)."""
+    init_quietly()
+    return Path(wp.config.kernel_cache_dir)
+
+
+def warp_files(module_name: str) -> dict[str, str]:
+    """Every file Warp keeps for ``module_name`` in its kernel cache -> its SHA-256."""
+    root = warp_cache_dir()
+    files = sorted(p for d in root.glob(f"wp_{module_name}_*") if d.is_dir() for p in d.iterdir() if p.is_file())
+    return {p.relative_to(root).as_posix(): sha256(p.read_bytes()) for p in files}
+
+
+def _warp_problem(expected: dict[str, str]) -> str | None:
+    root = warp_cache_dir()
+    for name, digest in expected.items():
+        path = root / name
+        if not path.is_file():
+            return f"Warp's {name} is missing from {root}"
+        if sha256(path.read_bytes()) != digest:
+            return f"Warp's {name} does not match its checksum"
+    return None
+
+
+def purge_warp(module_name: str) -> None:
+    """Delete Warp's cached files of ``module_name`` (Warp rebuilds them on load)."""
+    for d in warp_cache_dir().glob(f"wp_{module_name}_*"):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def load(module: ModuleType, device: str, key: str, expected: dict[str, str] | None, purge: bool) -> dict[str, str]:
     """Build (or fetch from Warp's cache) the module's binary for ``device`` now, so that
-    compile errors surface in ``dp.compile`` and launches never compile."""
-    wp.load_module(module, device=device)
+    compile errors surface in ``dp.compile`` and launches never compile. Returns the
+    checksums of Warp's files for the module.
+
+    ``expected``: the checksums recorded with the entry; a missing or different file is
+    logged and rebuilt. ``purge``: rebuild Warp's files regardless (the entry was damaged).
+    A binary Warp fails to load (garbage, truncated, empty, unreadable metadata) is logged,
+    deleted and rebuilt once.
+    """
+    name = module.__name__
+    if not purge and expected:
+        problem = _warp_problem(expected)
+        if problem is not None:
+            warn_once(key, f"cache entry {key}: {problem}; rebuilding Warp's binary")
+            purge = True
+    if purge:
+        purge_warp(name)
+    with quiet_warp():
+        try:
+            wp.load_module(module, device=device)
+        except Exception as exc:  # Warp raises plain Exception, JSONDecodeError, OSError here
+            warn_once(key, f"cache entry {key}: Warp's cached binary failed to load ({exc}); rebuilding it")
+            purge_warp(name)
+            wp.load_module(module, device=device)
+    return warp_files(name)

@@ -1,13 +1,20 @@
-"""Execution plans: the launches of one scheduled graph, bound to buffers allocated once.
+"""Execution plans: the launches of one scheduled graph, and the workspaces they run in.
 
-A plan owns its workspace (the schedule's buffers, reused across values with disjoint
-live ranges), reduction partials and gradient buffers. Steady-state evaluation
-allocates no device memory: inputs are bound by reference (or copied into staging
-arrays allocated on first use), launches reuse the same buffers.
+A plan is immutable after construction (its launches and the layout of its buffers); the
+arrays a call writes live in a `Workspace`: the schedule's buffers (reused across values
+with disjoint live ranges), reduction partials, output and gradient arrays, staging arrays
+for numpy inputs on CUDA, and the status word. A call checks a workspace out of the plan's
+pool and returns it after (`ExecutionPlan.workspace`), so concurrent calls never share
+arrays. The pool starts with one workspace, allocated with the plan, and grows only when
+calls overlap; a single-threaded steady state therefore allocates no device memory.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -36,38 +43,31 @@ class Launch:
     phase: str
 
 
-class ExecutionPlan:
-    """Launches and buffers of one compiled pipeline (run, value_and_grad or tape)."""
+class Workspace:
+    """The arrays one call of a plan writes: flat views as kernels take them (``buffers``),
+    outputs in their own shape (``shaped``), output copies of inputs (``copies``), CUDA
+    staging arrays (``staging``) and the status word (None without checks)."""
 
-    def __init__(
-        self,
-        graph: Graph,
-        kernels: list[KernelSource],
-        module: ModuleType,
-        device: str,
-        status: wp.array | None,
-        grad_outputs: bool = False,
-    ) -> None:
-        self.graph = graph
-        self.device = device
-        self.status = status
-        phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
-        self.launches = [Launch(getattr(module, k.name), k.dim, k.params, phases[k.group]) for k in kernels]
-        self.buffers: dict[str, wp.array] = {}  # flat views, as kernels take them
-        self.shaped: dict[str, wp.array] = {}  # output values, in their own shape
+    def __init__(self, plan: ExecutionPlan) -> None:
+        graph, device = plan.graph, plan.device
+        self.buffers: dict[str, wp.array] = {}
+        self.shaped: dict[str, wp.array] = {}
+        self.copies: dict[str, wp.array] = {}  # input value -> flat view of its output array
+        self.staging: dict[str, wp.array] = {}
+        self.status = wp.zeros(plan.status_size, dtype=wp.int32, device=device) if plan.status_size else None
         for buf in graph.meta["schedule"]["buffers"]:
             dtype = WP_DTYPES[buf["dtype"]]
             if buf["output"]:
                 (value,) = buf["values"]
                 shape = graph.types[value].shape or (1,)
-                arr = wp.zeros(shape, dtype=dtype, device=device, requires_grad=grad_outputs)
+                arr = wp.zeros(shape, dtype=dtype, device=device, requires_grad=plan.grad_outputs)
                 self.shaped[value] = arr
                 self.buffers[value] = arr.flatten()
                 continue
             arr = wp.zeros(buf["size"], dtype=dtype, device=device)
             for v in buf["values"]:
                 self.buffers[v] = arr
-        for k in kernels:
+        for k in plan.kernels:
             for p, (dtype, values) in k.constants.items():
                 self.buffers[p] = wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
             for p, (dtype, size) in k.partials.items():
@@ -75,48 +75,120 @@ class ExecutionPlan:
                     self.buffers[p] = wp.zeros(size, dtype=getattr(wp, dtype.split(".")[1]), device=device)
         # An output whose value is, after the passes, a program or cotangent input (``x * 1.0``;
         # the gradient of ``sum(x * w)`` wrt ``x`` is ``w``) has no kernel writing it: it gets its
-        # own array all the same, filled from the bound input when a phase runs (`run`).
-        self.copies: dict[str, wp.array] = {}  # input value -> flat view of its output array
+        # own array all the same, filled from the bound input when a phase runs (`ExecutionPlan.run`).
         for o in graph.outputs:
             if o.value not in self.shaped and o.value in graph.input_map:
                 t = graph.types[o.value]
-                arr = wp.zeros(t.shape or (1,), dtype=WP_DTYPES[t.dtype], device=device, requires_grad=grad_outputs)
+                shape = t.shape or (1,)
+                arr = wp.zeros(shape, dtype=WP_DTYPES[t.dtype], device=device, requires_grad=plan.grad_outputs)
                 self.shaped[o.value] = arr
                 self.copies[o.value] = self.buffers[f"$copy:{o.value}"] = arr.flatten()
+
+
+class ExecutionPlan:
+    """Launches of one compiled pipeline (run, value_and_grad or tape) and its pool of
+    workspaces. Thread-safe: `workspace` hands each call its own arrays."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        kernels: list[KernelSource],
+        module: ModuleType,
+        device: str,
+        status_size: int,
+        grad_outputs: bool = False,
+    ) -> None:
+        self.graph = graph
+        self.device = device
+        self.kernels = kernels
+        self.status_size = status_size  # 0: compiled without checks
+        self.grad_outputs = grad_outputs
+        phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
+        self.launches = [Launch(getattr(module, k.name), k.dim, k.params, phases[k.group]) for k in kernels]
         self.outputs = {o.name: o.value for o in graph.outputs}
         self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
         self.gradients: dict[str, str] = graph.meta.get("gradients", {})
-        self.staging: dict[str, wp.array] = {}
+        self._lock = threading.Lock()
+        self._current = threading.local()  # the workspace `bind` stages into, per thread
+        self._all: weakref.WeakSet[Workspace] = weakref.WeakSet()  # every live workspace (alias checks)
+        self._free: list[Workspace] = [self._new_workspace()]
 
-    # -- arrays --
-    def output_array(self, name: str) -> wp.array:
-        """The program-owned array of output ``name``, in the output's shape (a scalar
-        output is a 1-element array)."""
-        return self.shaped[self.outputs[name]]
+    # -- workspaces --
+    def _new_workspace(self) -> Workspace:
+        ws = Workspace(self)
+        with self._lock:
+            self._all.add(ws)
+        return ws
 
+    def checkout(self) -> Workspace:
+        """A workspace no other call uses: a free one from the pool, else a new one (the
+        only allocation, when calls overlap). Give it back with `checkin`."""
+        with self._lock:
+            ws = self._free.pop() if self._free else None
+        return ws if ws is not None else self._new_workspace()
+
+    def checkin(self, ws: Workspace) -> None:
+        """Return ``ws`` to the pool; the caller no longer reads or writes its arrays."""
+        with self._lock:
+            self._free.append(ws)
+
+    @contextmanager
+    def workspace(self) -> Iterator[Workspace]:
+        """A workspace checked out for the block and returned after it, even on error."""
+        ws = self.checkout()
+        try:
+            yield ws
+        finally:
+            self.checkin(ws)
+
+    @contextmanager
+    def staging_into(self, ws: Workspace) -> Iterator[None]:
+        """`bind` (called in the block, on this thread) stages CUDA copies into ``ws``."""
+        previous = getattr(self._current, "ws", None)
+        self._current.ws = ws
+        try:
+            yield
+        finally:
+            self._current.ws = previous
+
+    @property
+    def staging(self) -> dict[str, wp.array]:
+        """The staging arrays of the workspace `bind` stages into on this thread (see
+        `staging_into`); outside one, a fresh dict: the copy is then made per call."""
+        ws = getattr(self._current, "ws", None)
+        return ws.staging if ws is not None else {}
+
+    @property
+    def buffers(self) -> dict[str, wp.array]:
+        """Every array of every live workspace, for `bind`'s refusal of a program-owned
+        array as an input (keys are ``<workspace index>:<name>``)."""
+        with self._lock:
+            spaces = list(self._all)
+        return {f"{k}:{name}": arr for k, ws in enumerate(spaces) for name, arr in ws.buffers.items()}
+
+    # -- launches --
     def launches_of(self, phase: str) -> list[Launch]:
         return [launch for launch in self.launches if launch.phase == phase]
 
-    def run(self, phase: str, bound: dict[str, wp.array]) -> int:
-        """Launch every kernel of ``phase`` with inputs ``bound``; returns the launch count."""
-        for value, dst in self.copies.items():
+    def run(self, phase: str, bound: dict[str, wp.array], ws: Workspace) -> int:
+        """Launch every kernel of ``phase`` with inputs ``bound`` in workspace ``ws``;
+        returns the launch count."""
+        for value, dst in ws.copies.items():
             if value in bound:
                 wp.copy(dst, bound[value])
         count = 0
         for launch in self.launches_of(phase):
             if launch.dim == 0:
                 continue
-            args = [self._resolve(p, bound) for p in launch.params]
+            args = [_resolve(p, bound, ws) for p in launch.params]
             wp.launch(launch.kernel, dim=launch.dim, inputs=args, device=self.device, record_tape=False)
             count += 1
         return count
 
-    def _resolve(self, param: str, bound: dict[str, wp.array]) -> wp.array:
-        if param == STATUS:
-            return self.status
-        if param in bound:
-            return bound[param]
-        return self.buffers[param]
+    def output_array(self, name: str, ws: Workspace) -> wp.array:
+        """The array of output ``name`` in ``ws``, in the output's shape (a scalar output is
+        a 1-element array)."""
+        return ws.shaped[self.outputs[name]]
 
     # -- inputs --
     def bind(self, values: dict[str, Any], names: dict[str, Any], what: str = "input") -> dict[str, wp.array]:
@@ -177,3 +249,11 @@ class ExecutionPlan:
                     "copy it first (an output buffer is overwritten by the next evaluation)"
                 )
         return value.reshape((t.size,)) if value.ndim != 1 or value.shape[0] != t.size else value
+
+
+def _resolve(param: str, bound: dict[str, wp.array], ws: Workspace) -> wp.array:
+    if param == STATUS:
+        return ws.status
+    if param in bound:
+        return bound[param]
+    return ws.buffers[param]
