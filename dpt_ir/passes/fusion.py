@@ -25,7 +25,8 @@ from typing import Any
 import networkx as nx
 
 from dpt_ir.graph import Graph, Node
-from dpt_ir.passes.util import phase_of
+from dpt_ir.passes.reach import Reachability
+from dpt_ir.passes.util import phase_of, same_index_members
 
 NAME = "fusion"
 POINTWISE = ("elementwise", "shape", "stencil")
@@ -56,6 +57,7 @@ def run(graph: Graph, options: Any = None) -> Graph:
     roots, reasons, halo = _materialised(graph, fuse, limit, budget)
     groups = _closures(graph, roots)
     if fuse:
+        groups = _merge_chains(graph, groups)
         groups = _merge_siblings(graph, groups)
         groups = _merge_epilogues(graph, groups)
     return _annotate(graph, groups, reasons, halo)
@@ -252,47 +254,7 @@ def _compatible(a: Group, b: Group) -> bool:
     return True
 
 
-class _Reach:
-    """Paths between the groups of a group DAG while groups merge: for each live group,
-    bitmasks over the original groups of its descendants (``down``) and ancestors (``up``),
-    and the original groups merged into it (``members``). A merge updates every live
-    group once (bit operations), instead of a graph search per candidate pair."""
-
-    def __init__(self, dag: nx.DiGraph) -> None:
-        order = list(nx.topological_sort(dag))
-        self.members = {gid: 1 << k for k, gid in enumerate(order)}
-        self.down: dict[str, int] = {}
-        for gid in reversed(order):
-            self.down[gid] = _bits(self.members, self.down, dag.successors(gid))
-        self.up: dict[str, int] = {}
-        for gid in order:
-            self.up[gid] = _bits(self.members, self.up, dag.predecessors(gid))
-
-    def connected(self, a: str, b: str) -> bool:
-        """Is there a path from ``a`` to ``b`` or from ``b`` to ``a``?"""
-        return bool(self.down[a] & self.members[b] or self.down[b] & self.members[a])
-
-    def merge(self, a: str, b: str) -> None:
-        """Group ``b`` joins group ``a`` (ids stay ``a``'s)."""
-        members = self.members[a] | self.members.pop(b)
-        down = (self.down[a] | self.down.pop(b)) & ~members
-        up = (self.up[a] | self.up.pop(b)) & ~members
-        self.members[a], self.down[a], self.up[a] = members, down, up
-        for gid, bits in self.members.items():
-            if bits & up:
-                self.down[gid] |= members | down
-            elif bits & down:
-                self.up[gid] |= members | up
-
-
-def _bits(members: dict[str, int], closure: dict[str, int], neighbours: Any) -> int:
-    out = 0
-    for n in neighbours:
-        out |= members[n] | closure[n]
-    return out
-
-
-def _mergeable(a: Group, b: Group, reach: _Reach) -> bool:
+def _mergeable(a: Group, b: Group, reach: Reachability) -> bool:
     return (
         a.id < b.id
         and _compatible(a, b)
@@ -310,7 +272,7 @@ def _merge_siblings(graph: Graph, groups: list[Group]) -> list[Group]:
     the next ``a``. A merge only adds paths, grows groups and narrows compatibility, so
     a pair rejected once stays rejected: one sweep gives what restarting from the first
     pair after every merge would give, with no search per pair."""
-    reach = _Reach(_group_dag(graph, groups))
+    reach = Reachability(_group_dag(graph, groups))
     live = list(groups)
     i = 0
     while i < len(live):
@@ -327,6 +289,59 @@ def _merge_siblings(graph: Graph, groups: list[Group]) -> list[Group]:
                 i -= 1
         i += 1
     return live
+
+
+def _reads_in_registers(graph: Graph, producer: Group, consumer: Group, order: dict[str, int]) -> bool:
+    """Does ``consumer`` read every value of ``producer`` it reads (at least one) elementwise
+    at its own iteration index, so that one kernel can compute, write and use them?"""
+    seeds = [graph.node_map[r].inputs[0] if graph.node_map[r].opdef.kind == "reduction" else r for r in consumer.roots]
+    same = same_index_members(graph, sorted(consumer.nodes, key=order.__getitem__), seeds, consumer.space)
+    read = False
+    for name in consumer.nodes:
+        node = graph.node_map[name]
+        for value in node.inputs:
+            if value not in producer.roots or value in consumer.nodes:
+                continue
+            if name not in same or node.opdef.kind != "elementwise" or graph.types[value].shape != consumer.space:
+                return False
+            read = True
+    return read
+
+
+def _merge_chains(graph: Graph, groups: list[Group]) -> list[Group]:
+    """Fuse a group into a producer group whose values it reads only elementwise at its own
+    iteration index (vertical fusion across written values): the kernel writes what must
+    be written (saved values, outputs) and keeps computing, instead of a kernel boundary
+    per written value. Either may be a reduction over the other's space (a reduction's
+    loop computes and writes pointwise values too); a reduction's result, known only
+    after its loop, is never such a read. A time-stepped model's tape forward
+    becomes a few kernels instead of two per step. Merges only where no third group lies
+    between the two (no detour), within `MAX_GROUP_NODES`."""
+    reach = Reachability(_group_dag(graph, groups))
+    owner = {r: g.id for g in groups for r in g.roots}
+    live = {g.id: g for g in groups}
+    position = {g.id: k for k, g in enumerate(groups)}  # a merged group keeps its producer's id and place
+    order = {n.name: k for k, n in enumerate(graph.nodes)}
+    for g in groups:
+        b = live[g.id]
+        producers = sorted(
+            {owner[i] for n in b.nodes for i in graph.node_map[n].inputs if i in owner and owner[i] != b.id},
+            key=position.__getitem__,
+        )
+        for pid in producers:
+            a = live[pid]
+            if (
+                _compatible(a, b)
+                and len(a.nodes | b.nodes) <= MAX_GROUP_NODES
+                and not reach.detour(a.id, b.id)
+                and _reads_in_registers(graph, a, b, order)
+            ):
+                live[a.id] = _union(a, b)
+                reach.merge(a.id, b.id)
+                del live[b.id]
+                owner.update({r: a.id for r in b.roots})
+                break
+    return list(live.values())
 
 
 def _union(a: Group, b: Group) -> Group:

@@ -57,3 +57,20 @@ def live_ranges(groups: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], di
         for v in g["inputs"]:
             last_read[v] = k
     return written, last_read
+
+
+def same_index_members(
+    graph: Graph, nodes: Sequence[str], seeds: Iterable[str], space: tuple[int, ...]
+) -> set[str]:
+    """The members of a kernel (``nodes``, in topological order) that its ``seeds`` read at
+    the kernel's own iteration index: the seeds of shape ``space`` and, through
+    elementwise nodes, their same-shape inputs (a broadcast, a view or a stencil reads
+    elsewhere). Fusion asks it which reads a kernel can take from registers; the backend
+    emits these members first, in order, so that no elementwise chain nests."""
+    members = set(nodes)
+    at = {v for v in seeds if v in members and graph.types[v].shape == space}
+    for name in reversed(nodes):  # consumers before producers
+        node = graph.node_map[name]
+        if name in at and node.opdef.kind == "elementwise":
+            at.update(i for i in node.inputs if i in members and graph.types[i].shape == space)
+    return at

@@ -20,6 +20,7 @@ from typing import Any
 from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.registry import WarpSite
+from dpt_ir.passes.util import same_index_members
 
 WP_TYPES = {
     "float32": "wp.float32",
@@ -360,18 +361,12 @@ def _warm(
     index: tuple[str, ...],
     space: tuple[int, ...],
 ) -> None:
-    """Emit, in topological order, every member that ``seeds`` read elementwise at the
-    iteration ``index`` (chains of same-shape elementwise ops), so that `value_at` finds
-    them memoised: its recursion then nests only through views and stencils, never through
-    an elementwise chain, however long (time-stepped models unroll into chains of
-    thousands of ops). Computes nothing the seeds would not compute anyway."""
-    members = set(group["nodes"])
-    at = {v for v in seeds if v in members and graph.types[v].shape == space}
-    for name in reversed(group["nodes"]):  # consumers before producers
-        node = graph.node_map[name]
-        if name not in at or node.opdef.kind != "elementwise":
-            continue
-        at.update(i for i in node.inputs if i in members and graph.types[i].shape == space)
+    """Emit, in topological order, every member that ``seeds`` read at the iteration
+    ``index`` (`same_index_members`), so that `value_at` finds them memoised: its
+    recursion then nests only through views and stencils, never through an elementwise
+    chain, however long (time-stepped models unroll into chains of thousands of ops).
+    Computes nothing the seeds would not compute anyway."""
+    at = same_index_members(graph, group["nodes"], seeds, space)
     for name in group["nodes"]:
         if name in at:
             w.value_at(name, index)

@@ -1,0 +1,47 @@
+"""Fusion on long chains (time-stepped models unroll into them): vertical fusion across
+written values, and passes that neither recurse nor search per pair."""
+
+from __future__ import annotations
+
+import dpt_ir as dp
+from dpt_ir.passes.manager import run_pipeline
+from dpt_ir.passes.options import CompileOptions
+
+from .graphs import CASES
+
+
+def stepped(steps: int, shape: tuple[int, ...] = (16,)) -> dp.Graph:
+    """``y = sin(y) * 0.9 + 0.1 * x`` for ``steps`` steps, then ``sum(y)``."""
+    g = dp.GraphBuilder(f"stepped{steps}")
+    x = g.input("x", shape, "float32")
+    y = x
+    for _ in range(steps):
+        y = dp.sin(y) * 0.9 + 0.1 * x
+    g.output("loss", dp.sum(y))
+    return g.build()
+
+
+def _forward_groups(graph: dp.Graph) -> list[dict]:
+    return [g for g in graph.meta["groups"] if g["phase"] == "forward"]
+
+
+def test_saved_values_are_written_by_the_kernel_that_keeps_computing() -> None:
+    """chain16 under the CPU recompute budget saves values mid-chain; the forward, the chain
+    and its sum, stays one kernel that writes them (it took 4 kernels when each saved
+    value ended a kernel)."""
+    case = CASES["chain16"]
+    graph = run_pipeline(case.graph, CompileOptions(wrt=case.wrt, recompute_budget=16)).graph
+    saved = {r["value"] for r in graph.meta["saved"]}
+    assert len(saved) >= 2
+    (forward,) = _forward_groups(graph)
+    assert saved <= set(forward["outputs"]), (saved, forward["outputs"])
+
+
+def test_a_long_chain_needs_few_kernels_and_no_recursion() -> None:
+    """A 300-step chain (1,800 nodes, deeper than Python's recursion limit) goes through
+    every pass; its tape forward saves a value per step yet takes a few kernels, each
+    within the group size cap."""
+    graph = run_pipeline(stepped(300), CompileOptions(wrt=("x",), recompute_budget=16)).graph
+    forward = _forward_groups(graph)
+    assert len(graph.meta["saved"]) >= 250
+    assert len(forward) <= 40, len(forward)
