@@ -6,7 +6,7 @@
 // are not inlined), so a plain C++ loop over it vectorises; the same text is
 // `static inline` C++ on the CPU and `__device__` code under NVRTC (DP_FN). Accuracy
 // (max error in float32 ulps against float64, measured): docs/math.md. float64 code keeps
-// libm; the only float64 arithmetic here is pow's internal log/exp and the Payne-Hanek
+// libm; the only float64 arithmetic here is pow's internal log2/exp2 and the Payne-Hanek
 // reduction of huge trig arguments.
 //
 // Algorithms: Cephes-style polynomials (exp, log, sin/cos, tanh, atan; S. L. Moshier's
@@ -328,7 +328,7 @@ DP_FN float dp_tanh(float x) {
     const float e = dp_exp(2.0f * (a < 20.0f ? a : 20.0f));  // NaN -> 20, restored below
     const float large = dp_copysign(1.0f - 2.0f / (e + 1.0f), x);
     const float v = a < 0.625f ? small : large;
-    return x != x ? x : v;
+    return (x != x || x == 0.0f) ? x : v;  // NaN, and the sign of -0
 }
 
 // 1 / (1 + e^-x) from e = exp(-|x|) <= 1: no overflow, subnormal results kept for x < 0.
@@ -373,8 +373,9 @@ DP_FN float dp_erf(float x) {
 }
 
 // -- pow -------------------------------------------------------------------------------
-// log(a) for a positive normal double (a float widened), to ~2^-40 relative.
-DP_FN double dp_log_d(double a) {
+// log2(a) for a positive normal double (a float widened), to ~2^-40 relative; exact
+// (the exponent) for powers of two.
+DP_FN double dp_log2_d(double a) {
     const long long b = dp_as_i64(a);
     int e = (int)((b >> 52) & 0x7ff) - 1023;
     double m = dp_as_double((b & 0x000fffffffffffffLL) | 0x3ff0000000000000LL);  // [1, 2)
@@ -392,17 +393,17 @@ DP_FN double dp_log_d(double a) {
     p = dp_fma_d(p, z, 1.0 / 5.0);
     p = dp_fma_d(p, z, 1.0 / 3.0);
     const double s2 = s + s;
-    return dp_fma_d((double)e, 0.6931471805599453, dp_fma_d(s2 * z, p, s2));
+    return dp_fma_d(dp_fma_d(s2 * z, p, s2), 1.4426950408889634, (double)e);
 }
 
-// exp(t) in float64 to ~2^-45 relative; t is clamped to [-300, 300] (NaN -> 300).
-DP_FN double dp_exp_d(double t) {
-    double tc = t < 300.0 ? t : 300.0;
-    tc = tc > -300.0 ? tc : -300.0;
-    const double n = dp_rint_d(tc * 1.4426950408889634);
-    double r = dp_fma_d(n, -0.6931471805599453, tc);
-    r = dp_fma_d(n, -2.3190468138462996e-17, r);
-    double p = 1.0 / 39916800.0;  // Taylor to r^11, |r| <= 0.347
+// 2^t in float64 to ~2^-45 relative, exact for integer t; t is clamped to [-400, 400]
+// (NaN -> 400: callers select NaN results themselves).
+DP_FN double dp_exp2_d(double t) {
+    double tc = t < 400.0 ? t : 400.0;
+    tc = tc > -400.0 ? tc : -400.0;
+    const double n = dp_rint_d(tc);
+    const double r = (tc - n) * 0.6931471805599453;  // tc - n is exact, |r| <= ln2 / 2
+    double p = 1.0 / 39916800.0;                      // exp(r): Taylor to r^11
     p = dp_fma_d(p, r, 1.0 / 3628800.0);
     p = dp_fma_d(p, r, 1.0 / 362880.0);
     p = dp_fma_d(p, r, 1.0 / 40320.0);
@@ -414,18 +415,19 @@ DP_FN double dp_exp_d(double t) {
     p = dp_fma_d(p, r, 0.5);
     p = dp_fma_d(p, r, 1.0);
     p = dp_fma_d(p, r, 1.0);
-    const long long ni = (long long)n;  // [-433, 433]
+    const long long ni = (long long)n;  // [-400, 400]: 2^n is a normal double
     return p * dp_as_double((ni + 1023) << 52);
 }
 
-// x^y = exp(y log|x|) in float64, rounded once to float32; the C99/IEEE special cases
-// (NumPy's float32 power) as selects.
+// x^y = 2^(y log2|x|) in float64, rounded once to float32 (exact powers such as 2^-150
+// round to even like a correctly rounded pow); the C99/IEEE special cases (NumPy's float32
+// power) as selects.
 DP_FN float dp_pow(float x, float y) {
     const float ax = dp_abs(x);
     const double inf_d = dp_as_double(0x7ff0000000000000LL);
-    double la = dp_log_d(ax > 0.0f ? (double)ax : 1.0);
+    double la = dp_log2_d(ax > 0.0f ? (double)ax : 1.0);
     la = ax == 0.0f ? -inf_d : (ax == dp_inf() ? inf_d : la);
-    float v = (float)dp_exp_d((double)y * la);
+    float v = (float)dp_exp2_d((double)y * la);  // y * la is exact for powers of two
     const bool yint = dp_floor(y) == y;  // true for +-inf, false for NaN
     const float ay = dp_abs(y);
     const int yi = (int)(ay < 16777216.0f ? y : 0.0f);
