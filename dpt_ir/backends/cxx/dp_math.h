@@ -301,8 +301,8 @@ DP_FN float dp_cos_fast(float x, int& big) {
 DP_FN float dp_sin(float x) {
     int q;
     const float r = dp_trig_reduce(x, q);
-    const float v = x == 0.0f ? x : dp_trig_eval(r, q);
-    return dp_nonfinite(x) ? dp_nan() : v;
+    const float v = dp_trig_eval(r, q);
+    return dp_nonfinite(x) ? dp_nan() : (x == 0.0f ? x : v);
 }
 DP_FN float dp_cos(float x) {
     int q;
