@@ -55,7 +55,7 @@ BOUNDS: dict[str, float] = {
     "sqrt": 0.501,
     "rsqrt": 2.0,
     "pow": 1.0,
-    "atan2": 2.5,
+    "atan2": 2.0,
 }
 
 Arrays = tuple[np.ndarray, ...]

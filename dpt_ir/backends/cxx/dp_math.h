@@ -9,9 +9,9 @@
 // libm; the only float64 arithmetic here is pow's internal log2/exp2 and the Payne-Hanek
 // reduction of huge trig arguments.
 //
-// Algorithms: Cephes-style polynomials (exp, log, sin/cos, tanh, atan; S. L. Moshier's
+// Algorithms: Cephes-style polynomials (exp, log, sin/cos, tanh; S. L. Moshier's
 // published coefficients) with Cody-Waite argument reduction written as explicit FMAs;
-// expm1 and erf use polynomials fitted for this header (least squares on Chebyshev
+// expm1, erf and atan use polynomials fitted for this header (least squares on Chebyshev
 // nodes in float64, rounded to float32; docs/math.md). sin/cos: a 3-constant FMA
 // reduction by pi/2 for |x| < DP_TRIG_FAST_MAX, and an integer Payne-Hanek reduction
 // (2/pi to 224 bits) for larger arguments. The *_fast variants OR 1 into `big` when a
@@ -222,7 +222,7 @@ DP_FN float dp_trig_eval(float r, int q) {
     c = dp_fma(c, z, 4.166664568298827e-2f);
     c = dp_fma(c * z, z, dp_fma(-0.5f, z, 1.0f));
     const float v = (q & 1) ? c : s;
-    return dp_as_float(dp_as_int(v) ^ ((q & 2) << 30));
+    return dp_as_float(dp_as_int(v) ^ (int)((unsigned int)(q & 2) << 30));
 }
 
 // x = q pi/2 + r for |x| < DP_TRIG_FAST_MAX (pi/2 split in three floats, FMA).
@@ -440,28 +440,28 @@ DP_FN float dp_pow(float x, float y) {
 }
 
 // -- atan2 -----------------------------------------------------------------------------
-// atan(w), |w| <= tan(pi/8), of min/max(|x|, |y|) (reduced by pi/4 above tan(pi/8)), then
-// atan2 = k pi/4 + s atan(w) with one final rounding (pi/4 in two floats, k <= 4 exact).
+// atan(w) on w = min/max(|x|, |y|) in [0, 1] (odd polynomial, degree 17, fitted), then
+// atan2 = k pi/2 + s atan(w) with one final rounding (pi/2 in two floats, k <= 2 exact).
 DP_FN float dp_atan2(float y, float x) {
     const float ax = dp_abs(x), ay = dp_abs(y);
     const bool swap = ay > ax;
     const float mn = swap ? ax : ay, mx = swap ? ay : ax;
-    const bool red = mn == dp_inf() || mn > 0.414213562f * mx;
-    const float sc = mx > 1.0e38f ? 0.25f : 1.0f;  // mn + mx must not overflow
-    const float num = red ? mn * sc - mx * sc : mn;
-    const float den = red ? mn * sc + mx * sc : mx;
-    const float w = (mx == 0.0f || mn == dp_inf()) ? 0.0f : num / den;
+    const float w = mx == 0.0f ? 0.0f : (mn == dp_inf() ? 1.0f : mn / mx);  // both inf: pi/4
     const float z = w * w;
-    float p = 8.05374449538e-2f;  // Cephes atanf
-    p = dp_fma(p, z, -1.38776856032e-1f);
-    p = dp_fma(p, z, 1.99777106478e-1f);
-    p = dp_fma(p, z, -3.33329491539e-1f);
+    float p = -1.7892655e-03f;
+    p = dp_fma(p, z, 1.089883e-02f);
+    p = dp_fma(p, z, -3.1156866e-02f);
+    p = dp_fma(p, z, 5.794697e-02f);
+    p = dp_fma(p, z, -8.4035985e-02f);
+    p = dp_fma(p, z, 1.0952576e-01f);
+    p = dp_fma(p, z, -1.4264402e-01f);
+    p = dp_fma(p, z, 1.9998574e-01f);
+    p = dp_fma(p, z, -3.3333302e-01f);
     const float at = dp_fma(p * z, w, w);
     const bool xneg = dp_as_int(x) < 0;
     const float s = swap != xneg ? -1.0f : 1.0f;
-    const int k = (swap ? 2 : (xneg ? 4 : 0)) + (red ? (swap != xneg ? -1 : 1) : 0);
-    const float kf = (float)k;
-    const float v = dp_fma(kf, 0.7853975f, dp_fma(kf, 6.337954e-07f, s * at));
+    const float kf = swap ? 1.0f : (xneg ? 2.0f : 0.0f);
+    const float v = dp_fma(kf, 1.57079637f, dp_fma(kf, -4.37113883e-8f, s * at));
     const float r = dp_as_float(dp_as_int(v) | (dp_as_int(y) & (int)0x80000000));
     return (x != x || y != y) ? x + y : r;
 }
