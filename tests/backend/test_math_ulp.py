@@ -29,6 +29,8 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks import bench_math as bm  # noqa: E402
+from dpt_ir.backends import cxx  # noqa: E402
+from dpt_ir.backends.cxx import math_header  # noqa: E402
 
 F32 = np.float32
 FMAX = float(np.finfo(np.float32).max)
@@ -102,27 +104,29 @@ def atan2_points() -> Arrays:
     return y, x
 
 
-def unary(*parts: np.ndarray) -> Callable[[], Arrays]:
-    return lambda: (np.concatenate(parts),)
+def unary(whole: tuple[float, float], *central: tuple[float, float, int]) -> Callable[[], Arrays]:
+    """The points of a one-argument function, made on demand: ``ordered(*whole)`` plus
+    ``uniform(lo, hi, seed)`` for each ``(lo, hi, seed)`` of ``central``."""
+    return lambda: (np.concatenate([ordered(*whole), *(uniform(*c) for c in central)]),)
 
 
 WHOLE = (-FMAX, FMAX)
 FAST = float(np.nextafter(F32(TWO19), F32(0)))
 DOMAINS: dict[str, tuple[str, Callable[[], Arrays]]] = {
-    "exp": ("[-104, 89]", lambda: (np.concatenate([ordered(-104.0, 89.0), uniform(-104.0, 89.0, 10)]),)),
-    "log": ("[0, FLT_MAX]", lambda: (np.concatenate([ordered(0.0, FMAX), uniform(0.0, 4.0, 11)]),)),
-    "log1p": ("[-1, FLT_MAX]", lambda: (np.concatenate([ordered(-1.0, FMAX), uniform(-1.0, 4.0, 12)]),)),
-    "expm1": ("[-104, 89]", lambda: (np.concatenate([ordered(-104.0, 89.0), uniform(-1.0, 1.0, 13)]),)),
-    "sin": ("all floats", lambda: (np.concatenate([ordered(*WHOLE), uniform(-3.2, 3.2, 14), uniform(-1e5, 1e5, 15)]),)),
-    "cos": ("all floats", lambda: (np.concatenate([ordered(*WHOLE), uniform(-3.2, 3.2, 16), uniform(-1e5, 1e5, 17)]),)),
-    "sin_fast": ("(-2^19, 2^19)", lambda: (np.concatenate([ordered(-FAST, FAST), uniform(-3.2, 3.2, 18)]),)),
-    "cos_fast": ("(-2^19, 2^19)", lambda: (np.concatenate([ordered(-FAST, FAST), uniform(-3.2, 3.2, 19)]),)),
-    "tanh": ("all floats", lambda: (np.concatenate([ordered(*WHOLE), uniform(-20.0, 20.0, 20)]),)),
-    "sigmoid": ("all floats", lambda: (np.concatenate([ordered(*WHOLE), uniform(-104.0, 104.0, 21)]),)),
-    "softplus": ("all floats", lambda: (np.concatenate([ordered(*WHOLE), uniform(-104.0, 104.0, 22)]),)),
-    "erf": ("all floats", lambda: (np.concatenate([ordered(*WHOLE), uniform(-6.0, 6.0, 23)]),)),
-    "sqrt": ("[0, FLT_MAX]", lambda: (ordered(0.0, FMAX),)),
-    "rsqrt": ("[0, FLT_MAX]", lambda: (ordered(0.0, FMAX),)),
+    "exp": ("[-104, 89]", unary((-104.0, 89.0), (-104.0, 89.0, 10))),
+    "log": ("[0, FLT_MAX]", unary((0.0, FMAX), (0.0, 4.0, 11))),
+    "log1p": ("[-1, FLT_MAX]", unary((-1.0, FMAX), (-1.0, 4.0, 12))),
+    "expm1": ("[-104, 89]", unary((-104.0, 89.0), (-1.0, 1.0, 13))),
+    "sin": ("all floats", unary(WHOLE, (-3.2, 3.2, 14), (-1e5, 1e5, 15))),
+    "cos": ("all floats", unary(WHOLE, (-3.2, 3.2, 16), (-1e5, 1e5, 17))),
+    "sin_fast": ("(-2^19, 2^19)", unary((-FAST, FAST), (-3.2, 3.2, 18))),
+    "cos_fast": ("(-2^19, 2^19)", unary((-FAST, FAST), (-3.2, 3.2, 19))),
+    "tanh": ("all floats", unary(WHOLE, (-20.0, 20.0, 20))),
+    "sigmoid": ("all floats", unary(WHOLE, (-104.0, 104.0, 21))),
+    "softplus": ("all floats", unary(WHOLE, (-104.0, 104.0, 22))),
+    "erf": ("all floats", unary(WHOLE, (-6.0, 6.0, 23))),
+    "sqrt": ("[0, FLT_MAX]", unary((0.0, FMAX))),
+    "rsqrt": ("[0, FLT_MAX]", unary((0.0, FMAX))),
     "pow": ("x in (0, FLT_MAX], x^y in range; x<0, y integer", pow_points),
     "atan2": ("all floats^2", atan2_points),
 }
@@ -206,6 +210,13 @@ def special_mismatches(name: str, got: np.ndarray, want: np.ndarray, args: Array
 
 
 # -- the tests ---------------------------------------------------------------------------------
+def test_math_header_is_the_packaged_file() -> None:
+    text = math_header()
+    assert text == (Path(cxx.__file__).parent / cxx.MATH_HEADER).read_text(encoding="utf-8")
+    assert text.count("#ifndef DP_MATH_H") == 1 and text.rstrip().endswith("#endif  // DP_MATH_H")
+    assert all(f"dp_{name}(" in text for name in bm.FUNCTIONS)
+
+
 @pytest.fixture(scope="session")
 def math_module() -> None:
     """The harness module, built once per session."""
