@@ -7,6 +7,9 @@ Two kinds of module are compiled ahead of time:
   on both devices. The op-table and random-graph unions are left out: at several
   thousand lines each, NVRTC takes minutes per module; their ops are covered by the
   sampler below. The others are taken in name order, at most `MAX_SESSION_MODULES`.
+- the float32 math header (`dpt_ir/backends/cxx/dp_math.h`): one kernel that calls every
+  function of the header (and both instantiations of the trig templates) per thread, from
+  a ``wp.func_native`` snippet, with the header in the module's CUDA preamble.
 - CUDA variants, generated the way ``dp.compile`` would for a GPU (reductions split into
   per-block partials plus a combine kernel): the determinism graphs (beer, softmax
   cross-entropy, normalisation; forward, ``value_and_grad`` and tape pipelines) and an op
@@ -19,6 +22,7 @@ generated source skips NVRTC.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +31,8 @@ import warp as wp
 from op_cases import CASES
 
 import dpt_ir as dp
+from benchmarks.bench_math import BINARY, FUNCTIONS
+from dpt_ir.backends.cxx import math_header
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.module import cache_root, content_key, import_source
 from dpt_ir.passes.manager import run_pipeline
@@ -38,6 +44,54 @@ from .harness import MODULES, Batch, float_atomics, module_of, union
 ARCH = 90
 MAX_SESSION_MODULES = 8
 TOO_LARGE = ("ops_", "random_")  # labels of the union modules left out (see the module docstring)
+
+
+def _math_call(name: str) -> str:
+    if name in BINARY:
+        return f"dp_{name}(a, b)"
+    return f"dp_{name}(a, big)" if name.endswith("_fast") else f"dp_{name}(a)"
+
+
+MATH_CALLS = [_math_call(n) for n in FUNCTIONS] + ["dp_sin_t<false>(a, big)", "dp_cos_t<true>(a, big)"]
+MATH_DRIVER = "\n".join(
+    [
+        "DP_FN void dp_all(const float* x, const float* y, float* o, int* flag, int i) {",
+        "    const float a = x[i], b = y[i];",
+        "    int big = 0;",
+        *(f"    o[{len(MATH_CALLS)} * i + {k}] = {call};" for k, call in enumerate(MATH_CALLS)),
+        "    flag[i] = big;",
+        "}",
+    ]
+)
+MATH_PREAMBLE = math_header() + "\n" + MATH_DRIVER + "\n"
+wp.set_module_options(
+    {
+        "enable_backward": False,
+        "extra_build_options": wp.ModuleBuildOptions(
+            extra_cpu_preamble=MATH_PREAMBLE, extra_cuda_preamble=MATH_PREAMBLE
+        ),
+    }
+)
+
+
+@wp.func_native("dp_all((const float*)x.data, (const float*)y.data, (float*)o.data, (int*)flag.data, i);")
+def dp_all_native(
+    x: wp.array(dtype=wp.float32),
+    y: wp.array(dtype=wp.float32),
+    o: wp.array(dtype=wp.float32),
+    flag: wp.array(dtype=wp.int32),
+    i: int,
+): ...
+
+
+@wp.kernel
+def math_header_kernel(
+    x: wp.array(dtype=wp.float32),
+    y: wp.array(dtype=wp.float32),
+    o: wp.array(dtype=wp.float32),
+    flag: wp.array(dtype=wp.int32),
+):
+    dp_all_native(x, y, o, flag, wp.tid())
 
 
 def aot_dir() -> Path:
@@ -92,6 +146,12 @@ def test_session_modules_compile_for_sm90(beer_program: dp.Program, det_batch: B
     assert beer_program.module_name in names or len(names) == MAX_SESSION_MODULES
     for name in names:
         compile_sm90(module_of(name))
+
+
+def test_math_header_compiles_for_sm90() -> None:
+    """Every function of dp_math.h, one element per CUDA thread (this file's Warp module)."""
+    assert math_header_kernel.module.name == __name__
+    compile_sm90(sys.modules[__name__])
 
 
 def test_cuda_variant_of_determinism_graphs_compiles(det_batch: Batch) -> None:

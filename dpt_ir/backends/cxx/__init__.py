@@ -1,0 +1,21 @@
+"""The C++ sources shared by the CPU and CUDA builds of generated kernels.
+
+Assumes: the files sit next to this module as package data (declared in
+``pyproject.toml``). Guarantees: ``math_header()`` returns the text of ``dp_math.h``, the
+branch-free float32 math header (see its opening comment and ``docs/math.md``), ready to
+be put in a Warp module's CPU and CUDA preambles (``wp.ModuleBuildOptions``); the text is
+read once per process. The code generator does not emit calls to it yet.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+MATH_HEADER = "dp_math.h"
+
+
+@functools.cache
+def math_header() -> str:
+    """The text of ``dp_math.h``."""
+    return resources.files(__name__).joinpath(MATH_HEADER).read_text(encoding="utf-8")

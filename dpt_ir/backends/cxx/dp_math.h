@@ -1,0 +1,469 @@
+// dp_math.h - branch-free float32 math for dpt_ir's generated C++ (CPU and CUDA).
+//
+// Assumes: IEEE binary32/binary64 with round-to-nearest, no fast-math, FMA available
+// (Warp's CPU build: clang -march=native; CUDA: NVRTC). Guarantees: every function is
+// a straight-line expression (special cases are selects, no early exits, no calls that
+// are not inlined), so a plain C++ loop over it vectorises; the same text is
+// `static inline` C++ on the CPU and `__device__` code under NVRTC (DP_FN). Accuracy
+// (max error in float32 ulps against float64, measured): docs/math.md. float64 code keeps
+// libm; the only float64 arithmetic here is pow's internal log2/exp2 and the Payne-Hanek
+// reduction of huge trig arguments.
+//
+// Algorithms: Cephes-style polynomials (exp, log, sin/cos, tanh; S. L. Moshier's
+// published coefficients) with Cody-Waite argument reduction written as explicit FMAs;
+// expm1, erf and atan use polynomials fitted for this header (least squares on Chebyshev
+// nodes in float64, rounded to float32; docs/math.md). sin/cos: a 3-constant FMA
+// reduction by pi/2 for |x| < DP_TRIG_FAST_MAX, and an integer Payne-Hanek reduction
+// (2/pi to 224 bits) for larger arguments. The *_fast variants OR 1 into `big` when a
+// finite |x| >= DP_TRIG_FAST_MAX is seen (their result is then unspecified), so a
+// driver can recompute those elements with the precise dp_sin/dp_cos.
+#ifndef DP_MATH_H
+#define DP_MATH_H
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define DP_CUDA 1
+#define DP_FN static __device__ __forceinline__
+#define DP_CONST __device__ static const
+#else
+#define DP_FN static inline __attribute__((always_inline))
+#define DP_CONST static const
+#endif
+
+#define DP_TRIG_FAST_MAX 524288.0f  // 2^19: the fast reduction stays <= ~1.6 ulp below it
+
+// -- bits, constants and instructions ------------------------------------------------
+DP_FN float dp_as_float(int i) {
+#ifdef DP_CUDA
+    return __int_as_float(i);
+#else
+    return __builtin_bit_cast(float, i);
+#endif
+}
+DP_FN int dp_as_int(float f) {
+#ifdef DP_CUDA
+    return __float_as_int(f);
+#else
+    return __builtin_bit_cast(int, f);
+#endif
+}
+DP_FN double dp_as_double(long long i) {
+#ifdef DP_CUDA
+    return __longlong_as_double(i);
+#else
+    return __builtin_bit_cast(double, i);
+#endif
+}
+DP_FN long long dp_as_i64(double d) {
+#ifdef DP_CUDA
+    return __double_as_longlong(d);
+#else
+    return __builtin_bit_cast(long long, d);
+#endif
+}
+DP_FN float dp_fma(float a, float b, float c) {
+#ifdef DP_CUDA
+    return __fmaf_rn(a, b, c);
+#else
+    return __builtin_fmaf(a, b, c);
+#endif
+}
+DP_FN double dp_fma_d(double a, double b, double c) {
+#ifdef DP_CUDA
+    return __fma_rn(a, b, c);
+#else
+    return __builtin_fma(a, b, c);
+#endif
+}
+DP_FN float dp_rint(float x) {
+#ifdef DP_CUDA
+    return rintf(x);
+#else
+    return __builtin_rintf(x);
+#endif
+}
+DP_FN double dp_rint_d(double x) {
+#ifdef DP_CUDA
+    return rint(x);
+#else
+    return __builtin_rint(x);
+#endif
+}
+DP_FN float dp_floor(float x) {
+#ifdef DP_CUDA
+    return floorf(x);
+#else
+    return __builtin_floorf(x);
+#endif
+}
+// sqrt is the correctly rounded instruction (vsqrtps / sqrt.rn.f32); rsqrt = 1 / sqrt.
+DP_FN float dp_sqrt(float x) {
+#ifdef DP_CUDA
+    return __fsqrt_rn(x);
+#else
+    return __builtin_sqrtf(x);
+#endif
+}
+DP_FN float dp_rsqrt(float x) { return 1.0f / dp_sqrt(x); }
+
+DP_FN float dp_inf() { return dp_as_float(0x7f800000); }
+DP_FN float dp_nan() { return dp_as_float(0x7fc00000); }
+DP_FN float dp_abs(float x) { return dp_as_float(dp_as_int(x) & 0x7fffffff); }
+DP_FN float dp_copysign(float mag, float sgn) {
+    return dp_as_float((dp_as_int(mag) & 0x7fffffff) | (dp_as_int(sgn) & (int)0x80000000));
+}
+// 1 for inf and NaN, from the bits (an integer OR-able status, not a float reduction).
+DP_FN int dp_nonfinite(float x) { return (dp_as_int(x) & 0x7f800000) == 0x7f800000; }
+DP_FN float dp_pow2i(int n) { return dp_as_float((n + 127) << 23); }  // 2^n, -126 <= n <= 127
+
+// -- exp, expm1 ----------------------------------------------------------------------
+// expm1(r) for |r| <= ln2/2 (Cephes expf polynomial).
+DP_FN float dp_expm1_half(float r) {
+    float p = 1.9875691500e-4f;
+    p = dp_fma(p, r, 1.3981999507e-3f);
+    p = dp_fma(p, r, 8.3334519073e-3f);
+    p = dp_fma(p, r, 4.1665795894e-2f);
+    p = dp_fma(p, r, 1.6666665459e-1f);
+    p = dp_fma(p, r, 5.0000001201e-1f);
+    return dp_fma(p, r * r, r);
+}
+
+DP_FN float dp_exp(float x) {
+    float xc = x < 89.0f ? x : 89.0f;  // NaN -> 89 (no UB in the conversions), restored below
+    xc = xc > -104.0f ? xc : -104.0f;
+    const float n = dp_rint(xc * 1.44269504089f);
+    float r = dp_fma(n, -0.693359375f, xc);  // Cody-Waite: ln2 = 0.693359375 - 2.12194440e-4
+    r = dp_fma(n, 2.12194440e-4f, r);
+    const float y = dp_expm1_half(r) + 1.0f;
+    const int ni = (int)n;  // [-150, 128]: two factors 2^n1 2^n2, both normal, one rounding
+    const int n1 = ni >> 1;
+    const float v = (y * dp_pow2i(n1)) * dp_pow2i(ni - n1);
+    return x != x ? x : v;
+}
+
+// expm1(r) for |r| <= 0.6932 (fitted: relative error <= 2^-24 before rounding).
+DP_FN float dp_expm1_ln2(float r) {
+    float p = 2.4681765e-05f;
+    p = dp_fma(p, r, 2.0096084e-04f);
+    p = dp_fma(p, r, 1.3891319e-03f);
+    p = dp_fma(p, r, 8.332626e-03f);
+    p = dp_fma(p, r, 4.1666597e-02f);
+    p = dp_fma(p, r, 1.6666672e-01f);
+    p = dp_fma(p, r, 0.5f);
+    return dp_fma(p, r * r, r);
+}
+
+// n = trunc(x / ln2) keeps r and x of one sign, so 2^n expm1(r) + (2^n - 1) never cancels.
+DP_FN float dp_expm1(float x) {
+    float xc = x < 89.0f ? x : 89.0f;  // NaN -> 89, restored below; below -30 the result is -1
+    xc = xc > -30.0f ? xc : -30.0f;
+    const float n = (float)(int)(xc * 1.44269504089f);
+    float r = dp_fma(n, -0.693359375f, xc);
+    r = dp_fma(n, 2.12194440e-4f, r);
+    const float e = dp_expm1_ln2(r);
+    const int ni = (int)n;                   // [-43, 128]
+    const float s = dp_pow2i(ni < 127 ? ni : 127);
+    float v = dp_fma(s, e, s - 1.0f);
+    v = ni > 127 ? v * 2.0f : v;             // 2^128 (e + 1): overflows exactly where expm1 does
+    v = x == 0.0f ? x : v;                   // keeps -0
+    return x != x ? x : v;
+}
+
+// -- log, log1p ----------------------------------------------------------------------
+DP_FN float dp_log(float x) {
+    const bool sub = x < 1.17549435e-38f;  // subnormals (and the lanes fixed up below)
+    const float xs = sub ? x * 8388608.0f : x;
+    const int b = dp_as_int(xs);
+    int e = ((b >> 23) & 0xff) - 126 - (sub ? 23 : 0);
+    const float m = dp_as_float((b & 0x007fffff) | 0x3f000000);  // [0.5, 1)
+    const bool lo = m < 0.707106781f;
+    e = lo ? e - 1 : e;
+    const float f = lo ? (m + m) - 1.0f : m - 1.0f;  // exact (Sterbenz)
+    const float z = f * f;
+    float p = 7.0376836292e-2f;
+    p = dp_fma(p, f, -1.1514610310e-1f);
+    p = dp_fma(p, f, 1.1676998740e-1f);
+    p = dp_fma(p, f, -1.2420140846e-1f);
+    p = dp_fma(p, f, 1.4249322787e-1f);
+    p = dp_fma(p, f, -1.6668057665e-1f);
+    p = dp_fma(p, f, 2.0000714765e-1f);
+    p = dp_fma(p, f, -2.4999993993e-1f);
+    p = dp_fma(p, f, 3.3333331174e-1f);
+    const float fe = (float)e;
+    float y = (p * f) * z;
+    y = dp_fma(fe, -2.12194440e-4f, y);
+    y = dp_fma(-0.5f, z, y);
+    float v = dp_fma(fe, 0.693359375f, f + y);
+    v = x == dp_inf() ? x : v;
+    v = x == 0.0f ? -dp_inf() : v;
+    return (x < 0.0f || x != x) ? dp_nan() : v;
+}
+
+// log1p(x) = log(u) + c / u with u = 1 + x and c its exact rounding error (Fast2Sum).
+DP_FN float dp_log1p(float x) {
+    const float u = 1.0f + x;
+    const float c = dp_abs(x) <= 1.0f ? x - (u - 1.0f) : 1.0f - (u - x);
+    float v = dp_log(u) + c / u;
+    v = x == dp_inf() ? x : v;
+    v = x == -1.0f ? -dp_inf() : v;
+    v = x == 0.0f ? x : v;  // keeps -0
+    return (x < -1.0f || x != x) ? dp_nan() : v;
+}
+
+// -- sin, cos --------------------------------------------------------------------------
+// sin(r + q pi/2) for |r| <= pi/4 (Cephes sinf/cosf polynomials).
+DP_FN float dp_trig_eval(float r, int q) {
+    const float z = r * r;
+    float s = -1.9515295891e-4f;
+    s = dp_fma(s, z, 8.3321608736e-3f);
+    s = dp_fma(s, z, -1.6666654611e-1f);
+    s = dp_fma(s * z, r, r);
+    float c = 2.443315711809948e-5f;
+    c = dp_fma(c, z, -1.388731625493765e-3f);
+    c = dp_fma(c, z, 4.166664568298827e-2f);
+    c = dp_fma(c * z, z, dp_fma(-0.5f, z, 1.0f));
+    const float v = (q & 1) ? c : s;
+    return dp_as_float(dp_as_int(v) ^ (int)((unsigned int)(q & 2) << 30));
+}
+
+// x = q pi/2 + r for |x| < DP_TRIG_FAST_MAX (pi/2 split in three floats, FMA).
+// Other lanes give q = 0, r = 0.
+DP_FN float dp_trig_reduce_fast(float x, int& q) {
+    const float xs = dp_abs(x) < DP_TRIG_FAST_MAX ? x : 0.0f;
+    const float j = dp_rint(xs * 0.636619772f);
+    float r = dp_fma(j, -1.57079637f, xs);
+    r = dp_fma(j, 4.37113883e-8f, r);
+    r = dp_fma(j, 1.71512451e-15f, r);
+    q = (int)j;
+    return r;
+}
+
+// 2/pi in 32-bit words after the binary point, behind one zero word (224 bits).
+DP_CONST unsigned int dp_two_over_pi[8] = {0x00000000u, 0xa2f9836eu, 0x4e441529u, 0xfc2757d1u,
+                                           0xf534ddc0u, 0xdb629599u, 0x3c439041u, 0xfe5163abu};
+
+DP_FN unsigned int dp_tpi_window(int k, int sh) {
+    const unsigned long long w =
+        ((unsigned long long)dp_two_over_pi[k] << 32) | (unsigned long long)dp_two_over_pi[k + 1];
+    return (unsigned int)(w >> (32 - sh));
+}
+
+// Payne-Hanek: x = q pi/2 + r for finite |x| >= DP_TRIG_FAST_MAX, from the 24-bit mantissa
+// m (x = m 2^e) times the 96 bits of 2/pi that matter mod 4; r is computed in float64
+// from a 62-bit fraction. Other lanes give an unspecified (q, r) without UB.
+DP_FN float dp_trig_reduce_huge(float x, int& q) {
+    const int ix = dp_as_int(x) & 0x7fffffff;
+    int be = ix >> 23;
+    be = be < 146 ? 146 : (be > 254 ? 254 : be);
+    const unsigned long long m = (unsigned long long)((ix & 0x007fffff) | 0x00800000);
+    const int i = be - 150 + 30;  // first bit needed: weight 2^-(e-1), table bit i
+    const int k = i >> 5, sh = i & 31;
+    const unsigned long long lo = m * dp_tpi_window(k + 2, sh);
+    const unsigned long long mid = m * dp_tpi_window(k + 1, sh) + (lo >> 32);
+    const unsigned long long hi = m * dp_tpi_window(k, sh) + (mid >> 32);
+    const unsigned long long top = (hi << 32) | (mid & 0xffffffffull);  // x 2/pi mod 4, 2.62 fixed
+    const unsigned long long qq = (top + (1ull << 61)) >> 62;
+    const long long f = (long long)(top - (qq << 62));               // [-2^61, 2^61)
+    float r = (float)((double)f * 3.4061215800865545e-19);          // pi/2 2^-62
+    int qi = (int)qq;
+    const bool neg = x < 0.0f;
+    q = neg ? -qi : qi;
+    return neg ? -r : r;
+}
+
+DP_FN float dp_trig_reduce(float x, int& q) {
+    int qf, qh;
+    const float rf = dp_trig_reduce_fast(x, qf);
+    const float rh = dp_trig_reduce_huge(x, qh);
+    const bool huge = dp_abs(x) >= DP_TRIG_FAST_MAX;
+    q = huge ? qh : qf;
+    return huge ? rh : rf;
+}
+
+DP_FN int dp_trig_big(float x) {
+    const float a = dp_abs(x);
+    return (int)(a >= DP_TRIG_FAST_MAX && a <= 3.40282347e38f);
+}
+
+DP_FN float dp_sin_fast(float x, int& big) {
+    int q;
+    const float r = dp_trig_reduce_fast(x, q);
+    big |= dp_trig_big(x);
+    const float v = x == 0.0f ? x : dp_trig_eval(r, q);
+    return dp_nonfinite(x) ? dp_nan() : v;
+}
+DP_FN float dp_cos_fast(float x, int& big) {
+    int q;
+    const float r = dp_trig_reduce_fast(x, q);
+    big |= dp_trig_big(x);
+    const float v = dp_trig_eval(r, q + 1);
+    return dp_nonfinite(x) ? dp_nan() : v;
+}
+DP_FN float dp_sin(float x) {
+    int q;
+    const float r = dp_trig_reduce(x, q);
+    const float v = dp_trig_eval(r, q);
+    return dp_nonfinite(x) ? dp_nan() : (x == 0.0f ? x : v);
+}
+DP_FN float dp_cos(float x) {
+    int q;
+    const float r = dp_trig_reduce(x, q);
+    const float v = dp_trig_eval(r, q + 1);
+    return dp_nonfinite(x) ? dp_nan() : v;
+}
+// P = false: the fast path and its flag (what element loops use); P = true: the precise
+// rerun of a block whose flag was set.
+template <bool P> DP_FN float dp_sin_t(float x, int& big) { return P ? dp_sin(x) : dp_sin_fast(x, big); }
+template <bool P> DP_FN float dp_cos_t(float x, int& big) { return P ? dp_cos(x) : dp_cos_fast(x, big); }
+
+// -- tanh, sigmoid, softplus -----------------------------------------------------------
+DP_FN float dp_tanh(float x) {
+    const float a = dp_abs(x);
+    const float z = x * x;
+    float p = -5.70498872745e-3f;  // Cephes tanhf, |x| < 0.625
+    p = dp_fma(p, z, 2.06390887954e-2f);
+    p = dp_fma(p, z, -5.37397155531e-2f);
+    p = dp_fma(p, z, 1.33314422036e-1f);
+    p = dp_fma(p, z, -3.33332819422e-1f);
+    const float small = dp_fma(p * z, x, x);
+    const float e = dp_exp(2.0f * (a < 20.0f ? a : 20.0f));  // NaN -> 20, restored below
+    const float large = dp_copysign(1.0f - 2.0f / (e + 1.0f), x);
+    const float v = a < 0.625f ? small : large;
+    return (x != x || x == 0.0f) ? x : v;  // NaN, and the sign of -0
+}
+
+// 1 / (1 + e^-x) from e = exp(-|x|) <= 1: no overflow, subnormal results kept for x < 0.
+DP_FN float dp_sigmoid(float x) {
+    const float e = dp_exp(-dp_abs(x));
+    return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
+}
+
+// log(1 + e^x) = max(x, 0) + log1p(exp(-|x|)).
+DP_FN float dp_softplus(float x) {
+    const float v = (x > 0.0f ? x : 0.0f) + dp_log1p(dp_exp(-dp_abs(x)));
+    return x != x ? x : v;
+}
+
+// -- erf -------------------------------------------------------------------------------
+// |x| < 0.875: x + x Q(x^2); 0.875 <= |x|: 1 - exp(P(min(|x|, 4))), P fitted to log(erfc)
+// (erfc(4) < 2^-25, so erf rounds to 1 from there on).
+DP_FN float dp_erf(float x) {
+    const float a = dp_abs(x);
+    const float z = x * x;
+    float q = 8.714052e-05f;
+    q = dp_fma(q, z, -8.220516e-04f);
+    q = dp_fma(q, z, 5.2076215e-03f);
+    q = dp_fma(q, z, -2.686197e-02f);
+    q = dp_fma(q, z, 1.1283741e-01f);
+    q = dp_fma(q, z, -3.7612638e-01f);
+    q = dp_fma(q, z, 1.2837917e-01f);
+    const float small = dp_fma(x, q, x);
+    const float t = a < 4.0f ? a : 4.0f;  // NaN -> 4, restored below
+    float p = -7.5579624e-07f;
+    p = dp_fma(p, t, -1.09269895e-05f);
+    p = dp_fma(p, t, 3.7580918e-04f);
+    p = dp_fma(p, t, -3.981554e-03f);
+    p = dp_fma(p, t, 2.474422e-02f);
+    p = dp_fma(p, t, -1.07813805e-01f);
+    p = dp_fma(p, t, -6.337022e-01f);
+    p = dp_fma(p, t, -1.1293631f);
+    p = dp_fma(p, t, 1.4679505e-04f);
+    const float large = dp_copysign(1.0f - dp_exp(p), x);
+    const float v = a < 0.875f ? small : large;
+    return x != x ? x : v;
+}
+
+// -- pow -------------------------------------------------------------------------------
+// log2(a) for a positive normal double (a float widened), to ~2^-40 relative; exact
+// (the exponent) for powers of two.
+DP_FN double dp_log2_d(double a) {
+    const long long b = dp_as_i64(a);
+    int e = (int)((b >> 52) & 0x7ff) - 1023;
+    double m = dp_as_double((b & 0x000fffffffffffffLL) | 0x3ff0000000000000LL);  // [1, 2)
+    const bool hi = m > 1.4142135623730951;
+    m = hi ? m * 0.5 : m;
+    e = hi ? e + 1 : e;
+    const double f = m - 1.0;
+    const double s = f / (2.0 + f);  // log m = 2 atanh(s), |s| <= 0.1716
+    const double z = s * s;
+    double p = 1.0 / 15.0;
+    p = dp_fma_d(p, z, 1.0 / 13.0);
+    p = dp_fma_d(p, z, 1.0 / 11.0);
+    p = dp_fma_d(p, z, 1.0 / 9.0);
+    p = dp_fma_d(p, z, 1.0 / 7.0);
+    p = dp_fma_d(p, z, 1.0 / 5.0);
+    p = dp_fma_d(p, z, 1.0 / 3.0);
+    const double s2 = s + s;
+    return dp_fma_d(dp_fma_d(s2 * z, p, s2), 1.4426950408889634, (double)e);
+}
+
+// 2^t in float64 to ~2^-45 relative, exact for integer t; t is clamped to [-400, 400]
+// (NaN -> 400: callers select NaN results themselves).
+DP_FN double dp_exp2_d(double t) {
+    double tc = t < 400.0 ? t : 400.0;
+    tc = tc > -400.0 ? tc : -400.0;
+    const double n = dp_rint_d(tc);
+    const double r = (tc - n) * 0.6931471805599453;  // tc - n is exact, |r| <= ln2 / 2
+    double p = 1.0 / 39916800.0;                      // exp(r): Taylor to r^11
+    p = dp_fma_d(p, r, 1.0 / 3628800.0);
+    p = dp_fma_d(p, r, 1.0 / 362880.0);
+    p = dp_fma_d(p, r, 1.0 / 40320.0);
+    p = dp_fma_d(p, r, 1.0 / 5040.0);
+    p = dp_fma_d(p, r, 1.0 / 720.0);
+    p = dp_fma_d(p, r, 1.0 / 120.0);
+    p = dp_fma_d(p, r, 1.0 / 24.0);
+    p = dp_fma_d(p, r, 1.0 / 6.0);
+    p = dp_fma_d(p, r, 0.5);
+    p = dp_fma_d(p, r, 1.0);
+    p = dp_fma_d(p, r, 1.0);
+    const long long ni = (long long)n;  // [-400, 400]: 2^n is a normal double
+    return p * dp_as_double((ni + 1023) << 52);
+}
+
+// x^y = 2^(y log2|x|) in float64, rounded once to float32 (exact powers such as 2^-150
+// round to even like a correctly rounded pow); the C99/IEEE special cases (NumPy's float32
+// power) as selects.
+DP_FN float dp_pow(float x, float y) {
+    const float ax = dp_abs(x);
+    const double inf_d = dp_as_double(0x7ff0000000000000LL);
+    double la = dp_log2_d(ax > 0.0f ? (double)ax : 1.0);
+    la = ax == 0.0f ? -inf_d : (ax == dp_inf() ? inf_d : la);
+    float v = (float)dp_exp2_d((double)y * la);  // y * la is exact for powers of two
+    const bool yint = dp_floor(y) == y;  // true for +-inf, false for NaN
+    const float ay = dp_abs(y);
+    const int yi = (int)(ay < 16777216.0f ? y : 0.0f);
+    const bool yodd = yint && ay < 16777216.0f && (yi & 1);
+    v = (dp_as_int(x) < 0 && yodd) ? -v : v;
+    v = (x < 0.0f && x > -dp_inf() && !yint) ? dp_nan() : v;
+    v = (x != x || y != y) ? x + y : v;
+    v = (ax == 1.0f && ay == dp_inf()) ? 1.0f : v;
+    return (y == 0.0f || x == 1.0f) ? 1.0f : v;
+}
+
+// -- atan2 -----------------------------------------------------------------------------
+// atan(w) on w = min/max(|x|, |y|) in [0, 1] (odd polynomial, degree 17, fitted), then
+// atan2 = k pi/2 + s atan(w) with one final rounding (pi/2 in two floats, k <= 2 exact).
+DP_FN float dp_atan2(float y, float x) {
+    const float ax = dp_abs(x), ay = dp_abs(y);
+    const bool swap = ay > ax;
+    const float mn = swap ? ax : ay, mx = swap ? ay : ax;
+    const float w = mx == 0.0f ? 0.0f : (mn == dp_inf() ? 1.0f : mn / mx);  // both inf: pi/4
+    const float z = w * w;
+    float p = -1.7892655e-03f;
+    p = dp_fma(p, z, 1.089883e-02f);
+    p = dp_fma(p, z, -3.1156866e-02f);
+    p = dp_fma(p, z, 5.794697e-02f);
+    p = dp_fma(p, z, -8.4035985e-02f);
+    p = dp_fma(p, z, 1.0952576e-01f);
+    p = dp_fma(p, z, -1.4264402e-01f);
+    p = dp_fma(p, z, 1.9998574e-01f);
+    p = dp_fma(p, z, -3.3333302e-01f);
+    const float at = dp_fma(p * z, w, w);
+    const bool xneg = dp_as_int(x) < 0;
+    const float s = swap != xneg ? -1.0f : 1.0f;
+    const float kf = swap ? 1.0f : (xneg ? 2.0f : 0.0f);
+    const float v = dp_fma(kf, 1.57079637f, dp_fma(kf, -4.37113883e-8f, s * at));
+    const float r = dp_as_float(dp_as_int(v) | (dp_as_int(y) & (int)0x80000000));
+    return (x != x || y != y) ? x + y : r;
+}
+
+#endif  // DP_MATH_H
