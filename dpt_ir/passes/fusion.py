@@ -302,7 +302,12 @@ def _reads_in_registers(graph: Graph, producer: Group, consumer: Group, order: d
         for value in node.inputs:
             if value not in producer.roots or value in consumer.nodes:
                 continue
-            if name not in same or node.opdef.kind != "elementwise" or graph.types[value].shape != consumer.space:
+            if (
+                name not in same
+                or node.opdef.kind != "elementwise"
+                or graph.types[value].shape != consumer.space
+                or graph.node_map[value].opdef.kind == "reduction"  # complete only after its loop
+            ):
                 return False
             read = True
     return read
