@@ -1,0 +1,207 @@
+"""`function(program)`: a compiled program as a differentiable PyTorch operator.
+
+Assumes: PyTorch 2.13 (the ``[torch]`` extra); the program's inputs arrive as
+``torch.Tensor``s, positional in declaration order or by keyword.
+Guarantees:
+
+- One call returns one tensor for a single output, a tuple in output order for several.
+- The program is registered as two ``torch.library.custom_op``s (forward, and the
+  backward it needs) with fake implementations and ``register_autograd``, so
+  ``torch.compile(fullgraph=True)`` sees one opaque op, without graph breaks. The op
+  names are unique per program (``dpt_ir::<module name>_<device>``).
+- Gradients reach every input in ``program.wrt`` for cotangents on any subset of the
+  outputs; a tensor that requires grad on an input outside ``wrt`` is a `ContractError`
+  (a silent zero gradient would be wrong).
+- Reentrant: each call saves only its own input tensors; its backward is a complete,
+  closed tape pass of its own (forward recomputed, then backward with the cotangents;
+  see `dpt_ir.interop.vjp`). Trade-off: the forward runs twice when a backward is taken.
+- Memory: CPU tensors are read in place (a NumPy view; the program copies only a
+  non-contiguous one); CUDA tensors through ``wp.from_torch`` on torch's current stream.
+  Results come back through the host (``Program.run`` returns NumPy arrays): one copy
+  on CPU, a device round trip on CUDA. Torch's grad buffers are never handed to Warp
+  (inputs are detached, gradients are fresh tensors torch accumulates itself), which
+  avoids the Warp bridge's doubled gradients.
+- Bad tensors (shape, dtype, device, missing or extra inputs) raise `run`'s `ContractError`s.
+"""
+
+from __future__ import annotations
+
+try:
+    import torch
+except ImportError as _exc:  # the optional extra is missing
+    raise ImportError(
+        "dpt_ir.torch needs PyTorch, which is not installed; install the extra: pip install 'dpt_ir[torch]'"
+    ) from _exc
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from dpt_ir.errors import ContractError
+from dpt_ir.interop import (
+    bind_arguments,
+    differentiable_outputs,
+    forward,
+    input_names,
+    output_names,
+    output_type,
+    vjp,
+)
+from dpt_ir.runtime import Program
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int32": torch.int32,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+_FUNCTIONS: dict[str, TorchFunction] = {}  # op name -> its function: torch.library names are process-global
+
+
+def function(program: Program) -> TorchFunction:
+    """The program as a callable on ``torch.Tensor``s (see the module docstring).
+
+    Calling it twice for the same program returns the same function (one registration)."""
+    if not isinstance(program, Program):
+        raise ContractError(f"dpt_ir.torch.function: expected a dp.Program, found {type(program).__name__}")
+    base = re.sub(r"\W", "_", f"{program.module_name}_{program.device}")
+    name, k = base, 1
+    while name in _FUNCTIONS:
+        if _FUNCTIONS[name].program is program:
+            return _FUNCTIONS[name]
+        k += 1
+        name = f"{base}_{k}"
+    _FUNCTIONS[name] = TorchFunction(program, name)
+    return _FUNCTIONS[name]
+
+
+class TorchFunction:
+    """A program registered as ``dpt_ir::<name>`` (forward) and ``dpt_ir::<name>_vjp``."""
+
+    def __init__(self, program: Program, name: str) -> None:
+        self.program = program
+        self.name = name
+        self.inputs = input_names(program.graph)
+        self.outputs = output_names(program.graph)
+        self.cotangent_outputs = differentiable_outputs(program.graph)
+        self.device = torch.device(program.device)
+        self._forward = _register_forward(self, f"dpt_ir::{name}")
+        self._vjp = _register_vjp(self, f"dpt_ir::{name}_vjp")
+        self._forward.register_autograd(self._backward, setup_context=_save_inputs)
+
+    def __repr__(self) -> str:
+        return f"dpt_ir.torch.function({self.program!r}) as dpt_ir::{self.name}"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        where = f"dpt_ir.torch.function({self.program.graph.name!r})"
+        bound = bind_arguments(self.program.graph, args, kwargs, where)
+        missing = [n for n in self.inputs if n not in bound]
+        if missing:
+            raise ContractError(
+                f"graph {self.program.graph.name!r}: missing input(s) {missing}; expected exactly {self.inputs}"
+            )
+        for name, value in bound.items():
+            if not isinstance(value, torch.Tensor):
+                raise ContractError(f"{where}: input {name!r}: expected a torch.Tensor, found {type(value).__name__}")
+            if value.requires_grad and torch.is_grad_enabled() and name not in self.program.wrt:
+                raise ContractError(
+                    f"{where}: input {name!r} requires grad but is not in the program's wrt "
+                    f"{list(self.program.wrt)}; compile with wrt including it, or pass it detached"
+                )
+        results = self._forward([bound[n] for n in self.inputs])
+        return results[0] if len(results) == 1 else tuple(results)
+
+    # -- the two ops' implementations --
+    def forward_impl(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        inputs = self._program_inputs(tensors)
+        with _stream_of(tensors):
+            outs = forward(self.program, inputs)
+        return [self._tensor(outs[n]) for n in self.outputs]
+
+    def forward_fake(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [self._empty(output_type(self.program.graph, n)) for n in self.outputs]
+
+    def vjp_impl(self, tensors: list[torch.Tensor], cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+        inputs = self._program_inputs(tensors)
+        cts = {n: c.detach().cpu().numpy() for n, c in zip(self.cotangent_outputs, cotangents, strict=True)}
+        with _stream_of(tensors):
+            grads = vjp(self.program, inputs, cts)
+        return [self._tensor(grads[w]) for w in self.program.wrt]
+
+    def vjp_fake(self, tensors: list[torch.Tensor], cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [self._empty(self.program.graph.types[w]) for w in self.program.wrt]
+
+    def _backward(self, ctx: Any, grads: list[torch.Tensor | None]) -> tuple[list[torch.Tensor | None]]:
+        tensors = list(ctx.saved_tensors)
+        by_name = dict(zip(self.outputs, grads, strict=True))
+        cts = []
+        for n in self.cotangent_outputs:
+            g = by_name[n]
+            cts.append(torch.zeros_like(self._empty(output_type(self.program.graph, n))) if g is None else g)
+        wrt_grads = dict(zip(self.program.wrt, self._vjp(tensors, cts), strict=True))
+        return ([wrt_grads.get(n) for n in self.inputs],)
+
+    # -- conversions --
+    def _program_inputs(self, tensors: list[torch.Tensor]) -> dict[str, Any]:
+        return {n: self._program_input(n, t.detach()) for n, t in zip(self.inputs, tensors, strict=True)}
+
+    def _program_input(self, name: str, t: torch.Tensor) -> Any:
+        declared = self.program.graph.types[name]
+        if t.device.type == "cpu":
+            try:
+                return t.resolve_conj().resolve_neg().numpy()  # a view: zero copy
+            except TypeError:  # a dtype NumPy lacks (bfloat16, complex32, ...)
+                raise ContractError(f"input {name!r}: expected dtype {declared.dtype}, found {t.dtype}") from None
+        if t.device != self.device:
+            raise ContractError(f"input {name!r}: expected an array on {self.program.device}, found one on {t.device}")
+        flat = t.contiguous().reshape(-1) if t.dim() == 0 else t.contiguous()
+        try:
+            return wp.from_torch(flat, requires_grad=False)  # never torch's grad buffers
+        except RuntimeError:  # a dtype Warp lacks
+            raise ContractError(f"input {name!r}: expected dtype {declared.dtype}, found {t.dtype}") from None
+
+    def _tensor(self, arr: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(arr).to(self.device)  # arr is fresh (interop's guarantee): no copy on CPU
+
+    def _empty(self, t: Any) -> torch.Tensor:
+        return torch.empty(t.shape, dtype=TORCH_DTYPES[t.dtype], device=self.device)
+
+
+def _save_inputs(ctx: Any, inputs: tuple[list[torch.Tensor]], output: Any) -> None:
+    """Each call keeps its own inputs (torch's version counters catch in-place changes)."""
+    ctx.save_for_backward(*inputs[0])
+
+
+def _register_forward(fn: TorchFunction, qualname: str) -> Any:
+    def impl(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return fn.forward_impl(tensors)
+
+    op = torch.library.custom_op(qualname, impl, mutates_args=())
+    op.register_fake(fn.forward_fake)
+    return op
+
+
+def _register_vjp(fn: TorchFunction, qualname: str) -> Any:
+    def impl(tensors: list[torch.Tensor], cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+        return fn.vjp_impl(tensors, cotangents)
+
+    op = torch.library.custom_op(qualname, impl, mutates_args=())
+    op.register_fake(fn.vjp_fake)
+    return op
+
+
+@contextlib.contextmanager
+def _stream_of(tensors: list[torch.Tensor]) -> Iterator[None]:
+    """Warp launches on torch's current CUDA stream, so they are ordered after the work
+    that produced the inputs; nothing to do on CPU."""
+    device = next((t.device for t in tensors if t.device.type == "cuda"), None)
+    if device is None:
+        yield
+        return
+    with wp.ScopedStream(wp.stream_from_torch(device)):
+        yield
