@@ -21,7 +21,8 @@ Guarantees:
   on CPU, a device round trip on CUDA. Torch's grad buffers are never handed to Warp
   (inputs are detached, gradients are fresh tensors torch accumulates itself), which
   avoids the Warp bridge's doubled gradients.
-- Bad tensors (shape, dtype, device, missing or extra inputs) raise `run`'s `ContractError`s.
+- Bad tensors (shape, dtype, device, missing or extra inputs) raise `run`'s `ContractError`s;
+  every tensor must be on the program's device.
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ class TorchFunction:
         for name, value in bound.items():
             if not isinstance(value, torch.Tensor):
                 raise ContractError(f"{where}: input {name!r}: expected a torch.Tensor, found {type(value).__name__}")
+            if value.device != self.device:
+                raise ContractError(
+                    f"input {name!r}: expected an array on {self.program.device}, found one on {value.device}"
+                )
             if value.requires_grad and torch.is_grad_enabled() and name not in self.program.wrt:
                 raise ContractError(
                     f"{where}: input {name!r} requires grad but is not in the program's wrt "
@@ -157,8 +162,6 @@ class TorchFunction:
                 return t.resolve_conj().resolve_neg().numpy()  # a view: zero copy
             except TypeError:  # a dtype NumPy lacks (bfloat16, complex32, ...)
                 raise ContractError(f"input {name!r}: expected dtype {declared.dtype}, found {t.dtype}") from None
-        if t.device != self.device:
-            raise ContractError(f"input {name!r}: expected an array on {self.program.device}, found one on {t.device}")
         flat = t.contiguous().reshape(-1) if t.dim() == 0 else t.contiguous()
         try:
             return wp.from_torch(flat, requires_grad=False)  # never torch's grad buffers
