@@ -23,7 +23,7 @@ import dpt_ir as dp
 
 PAIR_SHAPE = (3, 4)
 PIPELINE_SHAPE = (8, 8)
-DECONV_SHAPE = (12, 12)
+DECONV_SHAPE = (8, 8)
 DECONV_SIGMA = 1.0
 DECONV_SMOOTHNESS = 0.05
 
@@ -79,13 +79,15 @@ def pipeline_inputs(seed: int) -> dict[str, np.ndarray]:
 
 
 def deconv_graph() -> dp.Graph:
-    """``sum((gaussian_filter(x) - y)^2) + s * sum(|gradient(x)|^2)``."""
+    """``sum((gaussian_filter(x) - y)^2) + s * sum(|gradient(x)|^2)``; zero boundary (an
+    object on a dark background; the constant mode also compiles in half the time of reflect)."""
     g = dp.GraphBuilder("interop_deconv")
     x = g.input("x", DECONV_SHAPE, dtype="float64")
     y = g.input("y", DECONV_SHAPE, dtype="float64", requires_grad=False)
     gy, gx = dp.gradient(x)
     smooth = dp.sum(dp.square(gy)) + dp.sum(dp.square(gx))
-    g.output("loss", dp.sum(dp.square(dp.gaussian_filter(x, DECONV_SIGMA) - y)) + DECONV_SMOOTHNESS * smooth)
+    fit = dp.sum(dp.square(dp.gaussian_filter(x, DECONV_SIGMA, mode="constant") - y))
+    g.output("loss", fit + DECONV_SMOOTHNESS * smooth)
     return g.build()
 
 
