@@ -132,3 +132,21 @@ def test_misuse_raises_contract_errors(pair_program: dp.Program) -> None:
         f(t["a"], a=t["a"], b=t["b"], w=t["w"])
     with pytest.raises(dp.ContractError, match="'a': expected an array on cpu, found one on meta"):
         f(t["a"].to("meta"), t["b"], t["w"])
+
+
+def test_registered_op_gradcheck_in_eager(pair_program: dp.Program) -> None:
+    """The custom op torch.compile uses (eager calls take an autograd.Function over the
+    same implementations): gradients through it, called directly, pass gradcheck too."""
+    f = dpt.function(pair_program)
+    t = tensors(pair_inputs(14), grad=("a", "b"))
+    assert f.forward_op._qualname == f"dpt_ir::{f.name}"
+    assert torch.autograd.gradcheck(lambda a, b: tuple(f.forward_op([a, b, t["w"]])[:2]), (t["a"], t["b"]))
+
+
+def test_double_backward_is_refused(pair_program: dp.Program) -> None:
+    """The gradient has no graph of its own: a second backward is an error, not a zero."""
+    f = dpt.function(pair_program)
+    t = tensors(pair_inputs(15), grad=("a",))
+    (ga,) = torch.autograd.grad(f(**t)[0], t["a"], create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        ga.sum().backward()
