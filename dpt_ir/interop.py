@@ -5,10 +5,12 @@ Assumes: the program was compiled with ``wrt`` for `vjp`; inputs are a dict inpu
 -> NumPy array or ``wp.array`` on the program's device, which the caller keeps unchanged
 during the call.
 Guarantees: every result is a fresh NumPy array owned by the caller (never a program
-buffer), so a later evaluation cannot change it; each `vjp` is one complete, closed tape
-pass (forward with the given inputs, then backward with the given cotangents), so two
-calls never share saved values: that is what makes the adapters reentrant. Errors are the
-program's own (`ContractError`, `NumericalError`).
+buffer), so a later evaluation cannot change it. A `vjp` either scales loss gradients the
+caller kept from this call's own forward, or runs complete, closed evaluations of its
+own (a fused ``value_and_grad``, or a tape pass: forward with the given inputs, then
+backward with the given cotangents); two calls never share saved values, which is what
+makes the adapters reentrant. Errors are the program's own (`ContractError`,
+`NumericalError`).
 """
 
 from __future__ import annotations
@@ -65,26 +67,41 @@ def forward(program: Program, inputs: Mapping[str, Any]) -> dict[str, np.ndarray
     return program.run(**inputs)
 
 
+def has_scalar_loss(program: Program) -> bool:
+    """Whether ``program.value_and_grad`` applies: a loss output that is a scalar."""
+    return program.loss is not None and output_type(program.graph, program.loss).shape == ()
+
+
+def forward_and_loss_grads(
+    program: Program, inputs: Mapping[str, Any]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """One fused ``value_and_grad``: the outputs, and the loss gradients a later `vjp`
+    with a cotangent on the loss alone scales instead of evaluating anything."""
+    return program.value_and_grad(**inputs)
+
+
 def vjp(
-    program: Program, inputs: Mapping[str, Any], cotangents: Mapping[str, np.ndarray | None]
+    program: Program,
+    inputs: Mapping[str, Any],
+    cotangents: Mapping[str, np.ndarray | None],
+    loss_grads: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Gradients wrt ``program.wrt`` of ``sum_k <cotangent_k, output_k>``.
 
     ``cotangents``: output name -> array of the output's shape, or None (zero); outputs
-    not named get zero. When only the loss output has a non-zero cotangent (the common
-    ``loss.backward()``), the fused ``value_and_grad`` plan runs and its gradients are
-    scaled by that scalar (the VJP is linear in the cotangent); otherwise one complete
-    tape pass runs with every cotangent as its seed."""
+    not named get zero. When only the (scalar) loss output has a non-zero cotangent (the
+    common ``loss.backward()``), the loss gradients are scaled by it (the VJP is linear
+    in the cotangent): ``loss_grads`` when the caller kept them from
+    `forward_and_loss_grads` at these inputs, else from a fused ``value_and_grad`` run.
+    Otherwise one complete tape pass runs with every cotangent as its seed."""
     live = {n: np.asarray(c) for n, c in cotangents.items() if c is not None and np.any(c)}
     if not live:
         return {w: np.zeros(program.graph.types[w].shape, dtype=program.graph.types[w].dtype) for w in program.wrt}
     loss = program.loss
-    if loss is not None and set(live) == {loss} and output_type(program.graph, loss).shape == ():
-        _, grads = program.value_and_grad(**inputs)
+    if has_scalar_loss(program) and set(live) == {loss}:
+        grads = dict(loss_grads) if loss_grads is not None else program.value_and_grad(**inputs)[1]
         scale = live[loss]
-        if scale == 1:
-            return grads
-        return {w: (g * scale).astype(g.dtype, copy=False) for w, g in grads.items()}
+        return {w: (g * scale).astype(g.dtype, copy=False) for w, g in grads.items()}  # fresh, even for 1
     return _tape_vjp(program, inputs, live)
 
 

@@ -6,13 +6,15 @@ dtypes, positional in declaration order or by keyword. A float64 program needs
 arrays to give it, and that is a `ContractError`.
 Guarantees: the result is a ``jax.custom_vjp`` function that works under ``jax.jit``,
 ``jax.grad``, ``jax.vjp`` and ``jax.vmap`` (one program call per batch element). The
-program runs in a host callback (``jax.pure_callback``): the forward is ``Program.run``,
-the backward is a complete, closed tape pass of its own on the saved inputs
-(`dpt_ir.interop.vjp`), so calls are reentrant and the forward is recomputed when a
-gradient is taken. Inputs outside ``program.wrt`` get a zero cotangent. A CUDA program
-runs through the same callback, so its arrays cross the host (Warp's JAX FFI is not
-used). One call returns one array for a single output, a tuple for several. Shape and
-dtype errors are raised when the call is traced, with `run`'s wording.
+program runs in a host callback (``jax.pure_callback``): the primal is ``Program.run``;
+when JAX differentiates, the forward is one fused ``value_and_grad`` (for a scalar loss)
+whose loss gradients are residuals, so a cotangent on the loss alone only scales them;
+other cotangents run a complete, closed tape pass of its own on the saved inputs
+(`dpt_ir.interop.vjp`). Residuals are each call's own, so calls are reentrant. Inputs
+outside ``program.wrt`` get a zero cotangent. A CUDA program runs through the same
+callback, so its arrays cross the host (Warp's JAX FFI is not used). One call returns
+one array for a single output, a tuple for several. Shape and dtype errors are raised
+when the call is traced, with `run`'s wording.
 """
 
 from __future__ import annotations
@@ -30,7 +32,17 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.errors import ContractError
-from dpt_ir.interop import bind_arguments, differentiable_outputs, forward, input_names, output_names, output_type, vjp
+from dpt_ir.interop import (
+    bind_arguments,
+    differentiable_outputs,
+    forward,
+    forward_and_loss_grads,
+    has_scalar_loss,
+    input_names,
+    output_names,
+    output_type,
+    vjp,
+)
 from dpt_ir.runtime import Program
 
 
@@ -46,26 +58,36 @@ def function(program: Program) -> Any:
         results = forward(program, dict(zip(names, arrays, strict=True)))
         return tuple(results[n] for n in outs)
 
+    def forward_grads_host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+        results, grads = forward_and_loss_grads(program, dict(zip(names, arrays, strict=True)))
+        return (*(results[n] for n in outs), *(grads[w] for w in program.wrt))
+
     def vjp_host(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-        inputs = dict(zip(names, arrays[: len(names)], strict=True))
-        grads = vjp(program, inputs, dict(zip(cot_outs, arrays[len(names) :], strict=True)))
+        k, m = len(names), len(names) + len(cot_outs)
+        inputs = dict(zip(names, arrays[:k], strict=True))
+        kept = dict(zip(program.wrt, arrays[m:], strict=True)) if keep else None
+        grads = vjp(program, inputs, dict(zip(cot_outs, arrays[k:m], strict=True)), kept)
         return tuple(grads[w] for w in program.wrt)
 
-    def call_forward(*args: Any) -> tuple[Any, ...]:
-        shapes = tuple(_struct(output_type(graph, n)) for n in outs)
-        return jax.pure_callback(run_host, shapes, *args, vmap_method="sequential")
+    keep = has_scalar_loss(program)  # the forward of a derivative is one fused value_and_grad
+    out_shapes = tuple(_struct(output_type(graph, n)) for n in outs)
+    grad_shapes = tuple(_struct(graph.types[w]) for w in program.wrt)
 
     @jax.custom_vjp
     def evaluate(*args: Any) -> tuple[Any, ...]:
-        return call_forward(*args)
+        return jax.pure_callback(run_host, out_shapes, *args, vmap_method="sequential")
 
     def evaluate_fwd(*args: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return call_forward(*args), args
+        if not keep:
+            return evaluate(*args), (args, ())
+        both = jax.pure_callback(forward_grads_host, out_shapes + grad_shapes, *args, vmap_method="sequential")
+        return tuple(both[: len(outs)]), (args, tuple(both[len(outs) :]))
 
-    def evaluate_bwd(saved: tuple[Any, ...], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+    def evaluate_bwd(saved: tuple[tuple[Any, ...], tuple[Any, ...]], cts: tuple[Any, ...]) -> tuple[Any, ...]:
+        args, kept = saved
         by_name = dict(zip(outs, cts, strict=True))
-        shapes = tuple(_struct(graph.types[w]) for w in program.wrt)
-        grads = jax.pure_callback(vjp_host, shapes, *saved, *(by_name[n] for n in cot_outs), vmap_method="sequential")
+        operands = (*args, *(by_name[n] for n in cot_outs), *kept)
+        grads = jax.pure_callback(vjp_host, grad_shapes, *operands, vmap_method="sequential")
         by_input = dict(zip(program.wrt, grads, strict=True))
         return tuple(by_input.get(n) for n in names)  # None: a zero cotangent
 

@@ -16,9 +16,12 @@ Guarantees:
 - Gradients reach every input in ``program.wrt`` for cotangents on any subset of the
   outputs; a tensor that requires grad on an input outside ``wrt`` is a `ContractError`
   (a silent zero gradient would be wrong).
-- Reentrant: each call saves only its own input tensors; its backward is a complete,
-  closed tape pass of its own (forward recomputed, then backward with the cotangents;
-  see `dpt_ir.interop.vjp`). Trade-off: the forward runs twice when a backward is taken.
+- Reentrant: each call saves only its own input tensors (and, eagerly, its own loss
+  gradients); its backward scales those gradients (a cotangent on the scalar loss alone)
+  or runs complete, closed evaluations of its own (see `dpt_ir.interop.vjp`). Trade-off:
+  an eager forward that needs a gradient runs the fused ``value_and_grad`` (more work
+  than ``run`` if no backward follows), and other cotangents, and every backward under
+  ``torch.compile``, recompute the forward.
 - Memory: CPU tensors are read in place (a NumPy view; the program copies only a
   non-contiguous one); CUDA tensors through ``wp.from_torch`` on torch's current stream.
   Results come back through the host (``Program.run`` returns NumPy arrays): one copy
@@ -52,6 +55,8 @@ from dpt_ir.interop import (
     bind_arguments,
     differentiable_outputs,
     forward,
+    forward_and_loss_grads,
+    has_scalar_loss,
     input_names,
     output_names,
     output_type,
@@ -127,7 +132,9 @@ class TorchFunction:
         if torch.compiler.is_compiling():  # the registered op: opaque to the compiler, with its fake
             results = self.forward_op(ordered)
         else:  # eager: the same implementations without the custom op's dispatch (~0.1 ms a call here)
-            results = _Eager.apply(self, *ordered)
+            keep = has_scalar_loss(self.program) and torch.is_grad_enabled()
+            keep = keep and any(bound[w].requires_grad for w in self.program.wrt)
+            results = _Eager.apply(self, keep, *ordered)
         return results[0] if len(results) == 1 else tuple(results)
 
     # -- the two ops' implementations --
@@ -140,11 +147,23 @@ class TorchFunction:
     def forward_fake(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         return [self._empty(output_type(self.program.graph, n)) for n in self.outputs]
 
-    def vjp_impl(self, tensors: list[torch.Tensor], cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
+    def forward_keeping_grads(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict[str, np.ndarray]]:
+        """The outputs by one fused ``value_and_grad``, and the loss gradients it gave."""
+        inputs = self._program_inputs(tensors)
+        with _stream_of(tensors):
+            outs, grads = forward_and_loss_grads(self.program, inputs)
+        return [self._tensor(outs[n]) for n in self.outputs], grads
+
+    def vjp_impl(
+        self,
+        tensors: list[torch.Tensor],
+        cotangents: list[torch.Tensor],
+        loss_grads: dict[str, np.ndarray] | None = None,
+    ) -> list[torch.Tensor]:
         inputs = self._program_inputs(tensors)
         cts = {n: c.detach().cpu().numpy() for n, c in zip(self.cotangent_outputs, cotangents, strict=True)}
         with _stream_of(tensors):
-            grads = vjp(self.program, inputs, cts)
+            grads = vjp(self.program, inputs, cts, loss_grads)
         return [self._tensor(grads[w]) for w in self.program.wrt]
 
     def vjp_fake(self, tensors: list[torch.Tensor], cotangents: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -191,13 +210,21 @@ class TorchFunction:
 
 
 class _Eager(torch.autograd.Function):
-    """The eager route: `TorchFunction.forward_impl` / `vjp_impl` as an autograd.Function."""
+    """The eager route: `TorchFunction.forward_impl` / `vjp_impl` as an autograd.Function.
+
+    With ``keep`` (a gradient will likely be taken, and the program has a scalar loss) the
+    forward is one fused ``value_and_grad`` whose loss gradients this call keeps: a
+    backward with a cotangent on the loss alone then only scales them, so a training
+    step evaluates the program once, not twice. Other cotangents run a tape pass."""
 
     @staticmethod
-    def forward(ctx: Any, fn: TorchFunction, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(ctx: Any, fn: TorchFunction, keep: bool, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.fn = fn
         ctx.save_for_backward(*tensors)  # this call's own inputs
-        outs = fn.forward_impl(list(tensors))
+        if keep:
+            outs, ctx.loss_grads = fn.forward_keeping_grads(list(tensors))
+        else:
+            outs, ctx.loss_grads = fn.forward_impl(list(tensors)), None
         fixed = [o for o, n in zip(outs, fn.outputs, strict=True) if n not in fn.cotangent_outputs]
         ctx.mark_non_differentiable(*fixed)  # bool and integer outputs
         return tuple(outs)
@@ -206,7 +233,8 @@ class _Eager(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         fn: TorchFunction = ctx.fn
-        return (None, *fn.input_grads(fn.vjp_impl(list(ctx.saved_tensors), fn.cotangents(grads))))
+        wrt_grads = fn.vjp_impl(list(ctx.saved_tensors), fn.cotangents(grads), ctx.loss_grads)
+        return (None, None, *fn.input_grads(wrt_grads))
 
 
 def _save_inputs(ctx: Any, inputs: tuple[list[torch.Tensor]], output: Any) -> None:

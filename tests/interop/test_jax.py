@@ -77,3 +77,12 @@ def test_float64_program_needs_x64(pair_program: dp.Program) -> None:
     f = dpj.function(pair_program)
     with jax.enable_x64(False), pytest.raises(dp.ContractError, match="jax_enable_x64"):
         f(*pair_inputs(13).values())
+
+
+def test_grad_of_the_loss_alone_scales_the_kept_gradients(pair_program: dp.Program) -> None:
+    f = dpj.function(pair_program)
+    args = [jnp.asarray(v) for v in pair_inputs(14).values()]
+    got = jax.jit(jax.grad(lambda a, b, w: 2.5 * f(a, b, w)[0], argnums=(0, 1)))(*args)
+    want = jax.grad(lambda a, b, w: 2.5 * pair_reference(a, b, w)[0], argnums=(0, 1))(*args)
+    for g, r in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-10, atol=1e-12)

@@ -150,3 +150,14 @@ def test_double_backward_is_refused(pair_program: dp.Program) -> None:
     (ga,) = torch.autograd.grad(f(**t)[0], t["a"], create_graph=True)
     with pytest.raises(RuntimeError, match="does not require grad"):
         ga.sum().backward()
+
+
+def test_backward_twice_with_retained_graph_accumulates_fresh_gradients(pair_program: dp.Program) -> None:
+    """Kept loss gradients are scaled into a fresh tensor each backward, never handed out twice."""
+    f = dpt.function(pair_program)
+    t = tensors(pair_inputs(16), grad=("a",))
+    loss = f(**t)[0]
+    loss.backward(retain_graph=True)
+    first = t["a"].grad.clone()
+    loss.backward()
+    torch.testing.assert_close(t["a"].grad, 2.0 * first, rtol=0, atol=0)
