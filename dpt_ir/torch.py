@@ -43,7 +43,7 @@ except ImportError as _exc:  # the optional extra is missing
 
 import contextlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -140,7 +140,7 @@ class TorchFunction:
     # -- the two ops' implementations --
     def forward_impl(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         inputs = self._program_inputs(tensors)
-        with _stream_of(tensors):
+        with self._stream():
             outs = forward(self.program, inputs)
         return [self._tensor(outs[n]) for n in self.outputs]
 
@@ -150,7 +150,7 @@ class TorchFunction:
     def forward_keeping_grads(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict[str, np.ndarray]]:
         """The outputs by one fused ``value_and_grad``, and the loss gradients it gave."""
         inputs = self._program_inputs(tensors)
-        with _stream_of(tensors):
+        with self._stream():
             outs, grads = forward_and_loss_grads(self.program, inputs)
         return [self._tensor(outs[n]) for n in self.outputs], grads
 
@@ -162,7 +162,7 @@ class TorchFunction:
     ) -> list[torch.Tensor]:
         inputs = self._program_inputs(tensors)
         cts = {n: c.detach().cpu().numpy() for n, c in zip(self.cotangent_outputs, cotangents, strict=True)}
-        with _stream_of(tensors):
+        with self._stream():
             grads = vjp(self.program, inputs, cts, loss_grads)
         return [self._tensor(grads[w]) for w in self.program.wrt]
 
@@ -186,6 +186,13 @@ class TorchFunction:
         return (self.input_grads(self.vjp_op(list(ctx.saved_tensors), self.cotangents(grads))),)
 
     # -- conversions --
+    def _stream(self) -> contextlib.AbstractContextManager[Any]:
+        """Warp launches on torch's current CUDA stream, so they are ordered after the work
+        that produced the inputs; nothing to do on CPU."""
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        return wp.ScopedStream(wp.stream_from_torch(self.device))
+
     def _program_inputs(self, tensors: list[torch.Tensor]) -> dict[str, Any]:
         return {n: self._program_input(n, t.detach()) for n, t in zip(self.inputs, tensors, strict=True)}
 
@@ -258,15 +265,3 @@ def _register_vjp(fn: TorchFunction, qualname: str) -> Any:
     op = torch.library.custom_op(qualname, impl, mutates_args=())
     op.register_fake(fn.vjp_fake)
     return op
-
-
-@contextlib.contextmanager
-def _stream_of(tensors: list[torch.Tensor]) -> Iterator[None]:
-    """Warp launches on torch's current CUDA stream, so they are ordered after the work
-    that produced the inputs; nothing to do on CPU."""
-    device = next((t.device for t in tensors if t.device.type == "cuda"), None)
-    if device is None:
-        yield
-        return
-    with wp.ScopedStream(wp.stream_from_torch(device)):
-        yield
