@@ -43,6 +43,7 @@ except ImportError as _exc:  # the optional extra is missing
 
 import contextlib
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,6 +73,7 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
 }
 _FUNCTIONS: dict[str, TorchFunction] = {}  # op name -> its function: torch.library names are process-global
+_REGISTERING = threading.Lock()  # two threads wrapping one program must not register its ops twice
 
 
 def function(program: Program) -> TorchFunction:
@@ -81,14 +83,15 @@ def function(program: Program) -> TorchFunction:
     if not isinstance(program, Program):
         raise ContractError(f"dpt_ir.torch.function: expected a dp.Program, found {type(program).__name__}")
     base = re.sub(r"\W", "_", f"{program.module_name}_{program.device}")
-    name, k = base, 1
-    while name in _FUNCTIONS:
-        if _FUNCTIONS[name].program is program:
-            return _FUNCTIONS[name]
-        k += 1
-        name = f"{base}_{k}"
-    _FUNCTIONS[name] = TorchFunction(program, name)
-    return _FUNCTIONS[name]
+    with _REGISTERING:
+        name, k = base, 1
+        while name in _FUNCTIONS:
+            if _FUNCTIONS[name].program is program:
+                return _FUNCTIONS[name]
+            k += 1
+            name = f"{base}_{k}"
+        _FUNCTIONS[name] = TorchFunction(program, name)
+        return _FUNCTIONS[name]
 
 
 class TorchFunction:
