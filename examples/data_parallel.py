@@ -5,8 +5,9 @@ Model: an attenuation image ``theta`` (a torch parameter) seen through Beer-Lamb
 Each rank compiles the program for its shard of the batch, evaluates its shard, and
 ``DistributedDataParallel`` all-reduces (averages) the gradients; since the shards are
 equal, the average of the shard means is the full-batch mean, so the run equals a
-single process on the full batch (to rounding). Backend: gloo on the CPU (loopback);
-with ``--backend nccl`` on GPUs, compile each rank's program on ``cuda:<rank>``.
+single process on the full batch (to rounding). Backend: gloo on the CPU (loopback).
+On GPUs the same code runs with ``init_process_group("nccl")``, each rank's program
+compiled on ``cuda:<rank>`` and its shard moved there (not in this example: untested).
 
     python examples/data_parallel.py --world-size 2 --steps 20 [--out theta.npy]
 
