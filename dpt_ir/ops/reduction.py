@@ -49,11 +49,16 @@ def _unreduce(c: GradContext, g: Any) -> Any:
 
 
 def _extremum_grad(arg_op: str) -> Any:
+    """The cotangent goes to the first extremal element; a NaN result (a NaN in the
+    slice) gives the whole slice a NaN gradient, as PyTorch's amax/amin and JAX's max do:
+    never a finite gradient for a NaN value."""
+
     def formula(c: GradContext) -> Any:
         x, axes = c.input(0), c.attrs.axes
         idx = x.builder.emit(arg_op, [x], {"axes": list(axes), "keepdims": True})
         first = F.iota(x.builder, x.shape, axes) == idx
-        return F.where(first, _unreduce(c, c.gy), 0)
+        result = _unreduce(c, c.out)
+        return F.where(result == result, F.where(first, _unreduce(c, c.gy), 0), result)
 
     return formula
 
@@ -191,16 +196,16 @@ _reduction(
     "max",
     _rule("numeric"),
     lambda attrs, x: np.max(x, axis=attrs.axes, keepdims=attrs.keepdims),
-    Derivative({0: _extremum_grad("argmax")}, saved_inputs=(0,)),
-    "maximum over axes; the gradient goes to the first maximal element",
+    Derivative({0: _extremum_grad("argmax")}, saved_inputs=(0,), saved_output=True),
+    "maximum over axes; the gradient goes to the first maximal element (NaN to a NaN slice)",
     _extremum_template(">", with_index=False),
 )
 _reduction(
     "min",
     _rule("numeric"),
     lambda attrs, x: np.min(x, axis=attrs.axes, keepdims=attrs.keepdims),
-    Derivative({0: _extremum_grad("argmin")}, saved_inputs=(0,)),
-    "minimum over axes; the gradient goes to the first minimal element",
+    Derivative({0: _extremum_grad("argmin")}, saved_inputs=(0,), saved_output=True),
+    "minimum over axes; the gradient goes to the first minimal element (NaN to a NaN slice)",
     _extremum_template("<", with_index=False),
 )
 _reduction(
