@@ -966,11 +966,18 @@ def special_case(
     )
 
 
-def _vector(values: Callable[[str], list[float]]) -> Callable[[str], dict[str, np.ndarray]]:
-    return lambda dtype: {"a": np.array(values(dtype), dtype)}
-
-
 BINARY_SPECIALS = (0.0, -0.0, math.inf, -math.inf, math.nan, 1.0, -1.0, 0.5, -2.5, 2.0)
+# Every elementwise special input has this length (values repeated cyclically): compiled
+# as one batch, cases of one iteration space fuse horizontally into a few kernels.
+SPECIAL_LENGTH = len(BINARY_SPECIALS) ** 2
+
+
+def _cycled(values: Sequence[float], dtype: str) -> np.ndarray:
+    return np.resize(np.array(values, dtype), SPECIAL_LENGTH)
+
+
+def _vector(values: Callable[[str], list[float]]) -> Callable[[str], dict[str, np.ndarray]]:
+    return lambda dtype: {"a": _cycled(values(dtype), dtype)}
 
 
 def _grid(dtype: str) -> dict[str, np.ndarray]:
@@ -983,7 +990,7 @@ def _grid(dtype: str) -> dict[str, np.ndarray]:
 def _pairs(pairs: Callable[[str], list[tuple[float, float]]]) -> Callable[[str], dict[str, np.ndarray]]:
     def arrays(dtype: str) -> dict[str, np.ndarray]:
         a, b = zip(*pairs(dtype), strict=True)
-        return {"a": np.array(a, dtype), "b": np.array(b, dtype)}
+        return {"a": _cycled(a, dtype), "b": _cycled(b, dtype)}
 
     return arrays
 
@@ -1060,7 +1067,7 @@ def elementwise_special_cases() -> list[OpCase]:
         special_case(
             "where",
             "grid",
-            lambda dtype: {"c": np.arange(100) % 3 == 0, **_grid(dtype)},
+            lambda dtype: {"c": np.arange(SPECIAL_LENGTH) % 3 == 0, **_grid(dtype)},
             dp.where,
             np.where,
             "torch:where",
@@ -1076,7 +1083,7 @@ def elementwise_special_cases() -> list[OpCase]:
         special_case(
             "cast",
             "to_other_float",
-            lambda dtype: {"a": np.array(special_values(_other(dtype)), _other(dtype))},
+            lambda dtype: {"a": _cycled(special_values(_other(dtype)), _other(dtype))},
             lambda a: dp.cast(a, _other(a.dtype)),
             lambda a: a.astype(_other(str(a.dtype))),
             "linear",
@@ -1084,7 +1091,7 @@ def elementwise_special_cases() -> list[OpCase]:
         special_case(
             "guard",
             "values",
-            lambda dtype: {"a": np.array(special_values(dtype), dtype), "ok": np.ones(14, bool)},
+            lambda dtype: {"a": _cycled(special_values(dtype), dtype), "ok": np.ones(SPECIAL_LENGTH, bool)},
             _emit("guard", message="test"),
             lambda a, ok: a,
             "linear",
@@ -1150,8 +1157,11 @@ def reduction_special_cases() -> list[OpCase]:
 
 
 def _fill(shape: tuple[int, ...], dtype: str, shift: int) -> np.ndarray:
-    """``shape`` filled with `special_values` of ``dtype``, rotated by ``shift``."""
-    v = special_values(dtype)
+    """``shape`` filled with `special_values` of ``dtype`` but ±max, rotated by ``shift``.
+    (Folds and correlations add several inputs: max + max + -inf is NaN or -inf depending on
+    the order of the terms, which the reference and the kernels need not share.)"""
+    big = float(np.finfo(dtype).max)
+    v = [x for x in special_values(dtype) if abs(x) != big]
     return np.resize(np.array(v[shift:] + v[:shift], dtype), shape)
 
 
@@ -1194,7 +1204,30 @@ def view_special_cases() -> list[OpCase]:
         if op == "pad_adjoint":  # the case's reference is a matrix product: 0 * inf would be NaN
             expect = lambda g, at=attrs: _pad_adjoint_direct(g, at)  # noqa: E731
         out.append(_respecial(c, expect))
-    return out
+    return [*out, zero_tap_case()]
+
+
+ZERO_TAP = np.array([[0.0, 0.5], [-1.0, 0.25], [2.0, 0.75]])
+
+
+def _zero_tap_image(dtype: str) -> dict[str, np.ndarray]:
+    """Finite pixels but an infinity that only the zero tap of `ZERO_TAP` reads (at the
+    first output) and another that a non-zero tap reads."""
+    a = np.ones((5, 6), dtype)
+    a[0, 0], a[4, 5] = math.inf, -math.inf
+    return {"a": a}
+
+
+def zero_tap_case() -> OpCase:
+    """A zero weight next to an infinite pixel: skipped, as scipy.ndimage.correlate does."""
+    return special_case(
+        "correlate_valid",
+        "zero_tap",
+        _zero_tap_image,
+        _emit("correlate_valid", weights=ZERO_TAP.tolist()),
+        lambda a: _correlate_direct(a, ZERO_TAP),
+        "linear",
+    )
 
 
 def _respecial(c: OpCase, ref: Callable[..., np.ndarray] | None) -> OpCase:
