@@ -24,8 +24,7 @@ HELPERS = """
 @wp.func
 def dp_log1p(x: Any):
     # log(1 + x) accurate near 0 (Goldberg): u - 1 is exact, the ratio corrects log(u).
-    # An infinite u (x = +inf, or 1 + x rounding up to inf) has log(u) itself as the answer:
-    # the correction x / d would read inf / inf.
+    # At x = +inf, log(u) itself is the answer: the correction x / d would read inf / inf.
     u = type(x)(1.0) + x
     d = u - type(x)(1.0)
     if d == type(x)(0.0):
