@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from numbers import Real
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,8 @@ ALIASES = {"grid-mirror": "reflect", "grid-constant": "constant", "grid-wrap": "
 
 
 def _mode(mode: str, where: str) -> str:
+    if not isinstance(mode, str):
+        raise ContractError(f"{where}: a boundary mode must be a string, found {type(mode).__name__} {mode!r}")
     mode = ALIASES.get(mode, mode)
     if mode not in MODES:
         raise ContractError(f"{where}: unknown boundary mode {mode!r}; expected one of {', '.join(MODES)}")
@@ -134,41 +137,108 @@ def gaussian_filter(
     """Separable Gaussian blur (``scipy.ndimage.gaussian_filter``, order 0): one 1-D
     correlation per axis whose sigma is non-zero."""
     where = "dp.gaussian_filter"
-    sigmas = [float(sigma)] * x.ndim if isinstance(sigma, int | float) else [float(s) for s in sigma]
-    if len(sigmas) != x.ndim or any(s < 0 or not math.isfinite(s) for s in sigmas):
-        raise ContractError(
-            f"{where}: sigma must be one non-negative value or one per axis ({x.ndim}), found {sigma!r}"
-        )
+    sigmas = [float(s) for s in _per_axis(sigma, x.ndim, "sigma", where)]
+    if any(s < 0 or not math.isfinite(s) for s in sigmas):
+        raise ContractError(f"{where}: sigma must be finite and non-negative, found {sigma!r}")
+    modes = _per_axis(mode, x.ndim, "mode", where)
     out = x
-    for axis, s in enumerate(sigmas):
+    for axis, (s, m) in enumerate(zip(sigmas, modes, strict=True)):
         if s > 0:
-            out = correlate1d(out, gaussian_kernel1d(s, truncate)[::-1], axis, mode, cval)
+            out = correlate1d(out, gaussian_kernel1d(s, truncate)[::-1], axis, m, cval)
     return out
 
 
-def gradient(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor | list[Tensor]:
-    """Finite differences like ``numpy.gradient`` (unit spacing, edge_order=1): central
-    differences inside, one-sided at the ends. A list when several axes are asked for
-    (in the order asked for), else one tensor."""
+def _per_axis(value: Any, rank: int, what: str, where: str) -> list[Any]:
+    """``value`` once per axis, as scipy.ndimage reads its per-axis arguments: a scalar (a
+    Python or NumPy number, or a string for modes) applies to every axis; a sequence gives
+    one per axis."""
+    if isinstance(value, str) or np.ndim(value) == 0:
+        items = [value] * rank
+    else:
+        items = list(np.asarray(value).tolist() if isinstance(value, np.ndarray) else value)
+    if len(items) != rank:
+        raise ContractError(f"{where}: {what} must be one value or one per axis ({rank}), found {value!r}")
+    if what == "sigma" and any(isinstance(v, bool | np.bool_) or not isinstance(v, Real) for v in items):
+        raise ContractError(f"{where}: sigma must be real numbers, found {value!r}")
+    return items
+
+
+def _spacings(varargs: tuple[Any, ...], n_axes: int, where: str) -> list[float]:
+    """One sample distance per differentiated axis, read as ``numpy.gradient`` reads its
+    ``*varargs``: none (unit spacing), one scalar for every axis, or one per axis.
+    Coordinate arrays (non-uniform spacing) are refused."""
+    if len(varargs) not in (0, 1, n_axes):
+        raise ContractError(
+            f"{where}: expected 0, 1 or {n_axes} spacings (one per axis differentiated), found {len(varargs)}"
+        )
+    out = []
+    for h in varargs:
+        if isinstance(h, bool | np.bool_) or not isinstance(h, int | float | np.integer | np.floating | np.ndarray):
+            raise ContractError(f"{where}: a spacing must be a real scalar, found {type(h).__name__} {h!r}")
+        if np.ndim(h) != 0:
+            raise ContractError(
+                f"{where}: spacings must be scalars (coordinate arrays are not supported), "
+                f"found shape {list(np.shape(h))}"
+            )
+        if not math.isfinite(float(h)) or float(h) == 0:
+            raise ContractError(f"{where}: a spacing must be finite and non-zero, found {float(h)!r}")
+        out.append(float(h))
+    if len(out) == 1:
+        out *= n_axes
+    return out or [1.0] * n_axes
+
+
+def _difference(x: Tensor, ax: int, h: float, edge_order: int) -> Tensor:
+    """``numpy.gradient`` along one axis: central differences inside, one-sided differences
+    of order ``edge_order`` at the two ends."""
+    n = x.shape[ax]
+
+    def take(start: int, stop: int | None) -> Tensor:
+        return x[tuple(slice(start, stop) if k == ax else slice(None) for k in range(x.ndim))]
+
+    if edge_order == 1:
+        first = (take(1, 2) - take(0, 1)) / h
+        last = (take(n - 1, n) - take(n - 2, n - 1)) / h
+    else:
+        # NumPy's coefficients, divided by h first, in NumPy's order of terms.
+        first = (-1.5 / h) * take(0, 1) + (2.0 / h) * take(1, 2) + (-0.5 / h) * take(2, 3)
+        last = (0.5 / h) * take(n - 3, n - 2) + (-2.0 / h) * take(n - 2, n - 1) + (1.5 / h) * take(n - 1, n)
+    parts = [first]
+    if n > 2:
+        parts.append((take(2, None) - take(0, n - 2)) / (2.0 * h))
+    parts.append(last)
+    return F.concatenate(parts, axis=ax)
+
+
+def gradient(
+    x: Tensor, *varargs: Any, axis: int | Sequence[int] | None = None, edge_order: int = 1
+) -> Tensor | list[Tensor]:
+    """Finite differences like ``numpy.gradient(f, *varargs, axis=None, edge_order=1)``:
+    central differences inside, one-sided (first or second order) at the ends; ``varargs``
+    are uniform sample distances (none: 1; one scalar for every axis; or one per axis).
+    Integer inputs are differentiated in float64, as NumPy does (never in wrapping integer
+    arithmetic). A list when several axes are asked for (in the order asked for), else one
+    tensor."""
     where = "dp.gradient"
     (x,) = F.lift([x], where)
+    if x.dtype == "bool":
+        raise ContractError(f"{where}: expected a numeric input, found bool")
+    if x.dtype not in ("float32", "float64"):
+        x = F.cast(x, "float64")
+    if edge_order not in (1, 2) or isinstance(edge_order, bool):
+        raise ContractError(f"{where}: edge_order must be 1 or 2, found {edge_order!r}")
     axes = normalize_axes(axis, x.ndim, where)
     if isinstance(axis, Sequence):  # numpy.gradient returns the axes in the order asked for
         axes = tuple(normalize_axis(a, x.ndim, where) for a in axis)
+    spacings = _spacings(varargs, len(axes), where)
     out = []
-    for ax in axes:
-        n = x.shape[ax]
-        if n < 2:
-            raise ContractError(f"{where}: axis {ax} has size {n}; at least 2 samples are needed")
-
-        def take(s: slice, ax: int = ax) -> Tensor:
-            return x[tuple(s if k == ax else slice(None) for k in range(x.ndim))]
-
-        parts = [take(slice(1, 2)) - take(slice(0, 1))]
-        if n > 2:
-            parts.append((take(slice(2, None)) - take(slice(None, -2))) * 0.5)
-        parts.append(take(slice(n - 1, n)) - take(slice(n - 2, n - 1)))
-        out.append(F.concatenate(parts, axis=ax))
+    for ax, h in zip(axes, spacings, strict=True):
+        if x.shape[ax] < edge_order + 1:
+            raise ContractError(
+                f"{where}: axis {ax} has size {x.shape[ax]}; at least {edge_order + 1} samples are needed "
+                f"for edge_order={edge_order}"
+            )
+        out.append(_difference(x, ax, h, edge_order))
     return out[0] if len(out) == 1 else out  # like numpy.gradient: one axis, one array
 
 

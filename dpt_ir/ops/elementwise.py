@@ -5,6 +5,7 @@ the input's shape by autodiff, so formulas here work at the output's shape."""
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -23,23 +24,28 @@ HELPERS = """
 @wp.func
 def dp_log1p(x: Any):
     # log(1 + x) accurate near 0 (Goldberg): u - 1 is exact, the ratio corrects log(u).
+    # At x = +inf, log(u) itself is the answer: the correction x / d would read inf / inf.
     u = type(x)(1.0) + x
     d = u - type(x)(1.0)
     if d == type(x)(0.0):
         return x
+    if d == type(x)(wp.inf):
+        return wp.log(u)
     return wp.log(u) * (x / d)
 
 
 @wp.func
 def dp_expm1(x: Any):
-    # exp(x) - 1 accurate near 0 (Kahan).
+    # exp(x) - 1 accurate near 0 (Kahan). The correction x / log(u) is formed first, so
+    # d * x never overflows for finite results (x near log(max)); an infinite u (overflow,
+    # x = +inf) is the answer itself, as inf * (x / inf) would read inf * 0.
     u = wp.exp(x)
     if u == type(x)(1.0):
         return x
     d = u - type(x)(1.0)
-    if d == type(x)(-1.0):
+    if d == type(x)(-1.0) or u == type(x)(wp.inf):
         return d
-    return d * x / wp.log(u)
+    return d * (x / wp.log(u))
 
 
 @wp.func
@@ -270,15 +276,28 @@ def _b(c: GradContext) -> Any:
     return c.input(1)
 
 
+def _pow_wrt_base(c: GradContext) -> Any:
+    # d/da a**b = b * a**(b - 1), and 0 where b == 0 (PyTorch's convention: a**0 is the
+    # constant 1, also at a == 0 where a**-1 is infinite). Reading a**0 there, not 0 * inf,
+    # keeps every intermediate finite, so the status check sees no NaN.
+    exponent = F.where(_b(c) == 0, 1.0, _b(c))
+    return c.gy * _b(c) * F.power(_a(c), exponent - 1.0)
+
+
 def _pow_wrt_exponent(c: GradContext) -> Any:
-    # d/db a**b = a**b * log(a). A zero base contributes 0 (its power is 0 for b > 0);
-    # reading log(1) there keeps log's domain check quiet. A negative base stays NaN.
-    base = F.where(_a(c) == 0, 1.0, _a(c))
+    # d/db a**b = a**b * log(a); 0 where a == 0 and b >= 0 (0**b is constant there:
+    # PyTorch's convention), read as log(1) so no intermediate is 0 * -inf. A zero base with
+    # b < 0 gives a**b * log(a) = inf * -inf = -inf (the one-sided limit, as PyTorch); a
+    # negative base gives NaN, as log(a) does.
+    base = F.where((_a(c) == 0) & (_b(c) >= 0), 1.0, _a(c))
     return c.gy * c.out * F.log(base)
 
 
 def _atan2_scale(c: GradContext) -> Any:
-    return c.gy / (F.square(_a(c)) + F.square(_b(c)))
+    # d atan2(a, b) = (b da - a db) / (a**2 + b**2); at the origin, where the quotient is
+    # 0 / 0, the gradient is 0 (PyTorch's convention), read as 1 / 1 times a zero numerator.
+    r2 = F.square(_a(c)) + F.square(_b(c))
+    return c.gy / F.where(r2 == 0, 1.0, r2)
 
 
 _binary(
@@ -322,31 +341,45 @@ _binary(
     "float",
     np.power,
     "wp.pow({0}, {1})",
-    {0: lambda c: c.gy * _b(c) * F.power(_a(c), _b(c) - 1.0), 1: _pow_wrt_exponent},
+    {0: _pow_wrt_base, 1: _pow_wrt_exponent},
     (0, 1),
     True,
-    doc="a ** b; gradient wrt b is 0 where a == 0",
+    doc="a ** b; gradient wrt a is 0 where b == 0, wrt b is 0 where a == 0 and b >= 0",
     warp_domain="{0} >= {T}(0.0) or {1} == wp.floor({1})",
     identity=1.0,
     work=8,
 )
+
+
+def _takes_a(cmp: Any) -> Any:
+    # Where the forward takes a: a wins or ties, or a is NaN (NaN propagates, as in NumPy;
+    # a NaN b loses every comparison, so the forward takes b). The gradient follows the
+    # forward's choice, so a NaN result's gradient goes to the NaN operand.
+    return lambda c: cmp(_a(c), _b(c)) | (_a(c) != _a(c))
+
+
+def _extremum_formulas(cmp: Any) -> dict[int, Any]:
+    takes_a = _takes_a(cmp)
+    return {0: lambda c: F.where(takes_a(c), c.gy, 0), 1: lambda c: F.where(takes_a(c), 0, c.gy)}
+
+
 _binary(
     "maximum",
     "numeric",
     np.maximum,
     "wp.where({0} >= {1} or {0} != {0}, {0}, {1})",
-    {0: lambda c: F.where(_a(c) >= _b(c), c.gy, 0), 1: lambda c: F.where(_a(c) >= _b(c), 0, c.gy)},
+    _extremum_formulas(operator.ge),
     (0, 1),
-    doc="a tie sends the gradient to a",
+    doc="a tie sends the gradient to a; a NaN result sends it to the NaN operand (a if both)",
 )
 _binary(
     "minimum",
     "numeric",
     np.minimum,
     "wp.where({0} <= {1} or {0} != {0}, {0}, {1})",
-    {0: lambda c: F.where(_a(c) <= _b(c), c.gy, 0), 1: lambda c: F.where(_a(c) <= _b(c), 0, c.gy)},
+    _extremum_formulas(operator.le),
     (0, 1),
-    doc="a tie sends the gradient to a",
+    doc="a tie sends the gradient to a; a NaN result sends it to the NaN operand (a if both)",
 )
 _binary(
     "atan2",

@@ -1,6 +1,7 @@
 """Reductions over any set of axes, with keepdims: sum, mean, max, min, logsumexp, and
 the non-differentiable argmax/argmin (row-major flat index within the reduced axes, the
-first extremum on ties, int32). Sums of integers and bools accumulate in int32."""
+first extremum on ties, int32). Sums of integers and bools accumulate in int32; float sums,
+means and log-sum-exps accumulate in float64 and round once, in the reference as compiled."""
 
 from __future__ import annotations
 
@@ -49,11 +50,16 @@ def _unreduce(c: GradContext, g: Any) -> Any:
 
 
 def _extremum_grad(arg_op: str) -> Any:
+    """The cotangent goes to the first extremal element; a NaN result (a NaN in the
+    slice) gives the whole slice a NaN gradient, as PyTorch's amax/amin and JAX's max do:
+    never a finite gradient for a NaN value."""
+
     def formula(c: GradContext) -> Any:
         x, axes = c.input(0), c.attrs.axes
         idx = x.builder.emit(arg_op, [x], {"axes": list(axes), "keepdims": True})
         first = F.iota(x.builder, x.shape, axes) == idx
-        return F.where(first, _unreduce(c, c.gy), 0)
+        result = _unreduce(c, c.out)
+        return F.where(result == result, F.where(first, _unreduce(c, c.gy), 0), result)
 
     return formula
 
@@ -75,15 +81,26 @@ def _arg_ref(fn: Any) -> Any:
 
 
 def _logsumexp_ref(attrs: ReduceAttrs, x: np.ndarray) -> np.ndarray:
-    m = np.max(x, axis=attrs.axes, keepdims=True) if x.size else np.zeros((), x.dtype)
+    # In float64, rounded once, as the compiled reduction accumulates (see _sum_ref).
+    x64 = x.astype(np.float64)
+    m = np.max(x64, axis=attrs.axes, keepdims=True) if x.size else np.zeros((), np.float64)
     m = np.where(np.isfinite(m), m, 0)
-    out = np.log(np.sum(np.exp(x - m), axis=attrs.axes, keepdims=True)) + m
-    return out if attrs.keepdims else np.squeeze(out, axis=attrs.axes)
+    out = np.log(np.sum(np.exp(x64 - m), axis=attrs.axes, keepdims=True)) + m
+    return (out if attrs.keepdims else np.squeeze(out, axis=attrs.axes)).astype(x.dtype)
 
 
 def _sum_ref(attrs: ReduceAttrs, x: np.ndarray) -> np.ndarray:
-    dtype = "int32" if x.dtype.kind in "biu" else x.dtype
-    return np.sum(x, axis=attrs.axes, keepdims=attrs.keepdims, dtype=dtype)
+    # Floats accumulate in float64 and round once, as the compiled sums do (DESIGN §6):
+    # a float32 sum whose partial sums pass float32's max but whose result does not is
+    # finite, where NumPy's float32 accumulation gives inf (docs/design-decisions.md).
+    if x.dtype.kind in "biu":
+        return np.sum(x, axis=attrs.axes, keepdims=attrs.keepdims, dtype="int32")
+    return np.asarray(np.sum(x, axis=attrs.axes, keepdims=attrs.keepdims, dtype=np.float64)).astype(x.dtype)
+
+
+def _mean_ref(attrs: ReduceAttrs, x: np.ndarray) -> np.ndarray:
+    # In float64 for every float dtype, rounded once (see _sum_ref).
+    return np.asarray(np.mean(x, axis=attrs.axes, keepdims=attrs.keepdims, dtype=np.float64)).astype(x.dtype)
 
 
 # -- Warp lowering: accumulate in a fixed order (float64 for floats), combine partials
@@ -182,7 +199,7 @@ _reduction(
 _reduction(
     "mean",
     _rule("float"),
-    lambda attrs, x: np.mean(x, axis=attrs.axes, keepdims=attrs.keepdims),
+    _mean_ref,
     Derivative({0: lambda c: _unreduce(c, c.gy / float(c.derived("count")))}, derived={"count": _count}),
     "mean over axes; the backward saves only the element count",
     _sum_template("{out}({{acc_s}} / {acc}({{count}}))"),
@@ -191,16 +208,16 @@ _reduction(
     "max",
     _rule("numeric"),
     lambda attrs, x: np.max(x, axis=attrs.axes, keepdims=attrs.keepdims),
-    Derivative({0: _extremum_grad("argmax")}, saved_inputs=(0,)),
-    "maximum over axes; the gradient goes to the first maximal element",
+    Derivative({0: _extremum_grad("argmax")}, saved_inputs=(0,), saved_output=True),
+    "maximum over axes; the gradient goes to the first maximal element (NaN to a NaN slice)",
     _extremum_template(">", with_index=False),
 )
 _reduction(
     "min",
     _rule("numeric"),
     lambda attrs, x: np.min(x, axis=attrs.axes, keepdims=attrs.keepdims),
-    Derivative({0: _extremum_grad("argmin")}, saved_inputs=(0,)),
-    "minimum over axes; the gradient goes to the first minimal element",
+    Derivative({0: _extremum_grad("argmin")}, saved_inputs=(0,), saved_output=True),
+    "minimum over axes; the gradient goes to the first minimal element (NaN to a NaN slice)",
     _extremum_template("<", with_index=False),
 )
 _reduction(

@@ -301,13 +301,15 @@ def _infer_correlate(inputs: tuple[TensorType, ...], a: CorrelateAttrs, where: s
 
 
 def _correlate_ref(a: CorrelateAttrs, x: np.ndarray) -> np.ndarray:
-    w = weights_array(a).astype(x.dtype)
+    # As scipy.ndimage: float64 weights and accumulation for every float input, one rounding
+    # to the input's dtype at the end; zero weights are skipped (0 * inf does not make NaN).
+    w = weights_array(a).astype(np.float64)
     out_shape = tuple(n - k + 1 for n, k in zip(x.shape, w.shape, strict=True))
-    out = np.zeros(out_shape, dtype=x.dtype)
+    out = np.zeros(out_shape, dtype=np.float64)
     for t in np.ndindex(*w.shape):
         if w[t] != 0:
             out += w[t] * x[tuple(slice(o, o + n) for o, n in zip(t, out_shape, strict=True))]
-    return out
+    return out.astype(x.dtype)
 
 
 def _correlate_grad(c: GradContext) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from op_cases import CASES, OUTPUT, OpCase
+from op_cases import CASES, OUTPUT, SPECIAL_CASES, OpCase, special_seed
 
 import dpt_ir as dp
 
@@ -63,6 +63,36 @@ def ops_float64() -> Batch:
 def ops_float32() -> Batch:
     """The float32 op cases, compiled as one program (run, value_and_grad and tape)."""
     return op_batch("float32")
+
+
+# -- special values ---------------------------------------------------------------------
+def special_cases() -> list[tuple[str, str, OpCase]]:
+    """(id, dtype, case) of every special-value case in each of its dtypes."""
+    return [(f"s{k:03d}{dtype[-2:]}", dtype, c) for k, c in enumerate(SPECIAL_CASES) for dtype in c.dtypes]
+
+
+@pytest.fixture(scope="session")
+def special_batch() -> Batch:
+    """Every special-value case, in both dtypes, in one program compiled with
+    ``checks=False``: with the status checks compiled in, the first ±inf or NaN would raise
+    NumericalError before any value could be compared, and a NaN-for-inf error would go
+    unseen. One program for both dtypes (inputs of one length) keeps it to one module of
+    few kernels; without a loss it has no value_and_grad plan (``run`` and the tape pass
+    check it; the op lowerings are the same in every plan). Seeds are `special_seed` (±1),
+    as in the interpreter's oracle tests."""
+    graphs, inputs, wrt, seeds = {}, {}, {}, {}
+    for pid, dtype, case in special_cases():
+        graphs[pid] = case.build(dtype)
+        inputs[pid] = case.inputs(np.random.default_rng(0), dtype)
+        wrt[pid] = case.wrt
+        if case.wrt:
+            seeds[pid] = special_seed(case, dtype)
+    # An "ops_" label: like the op-table unions, too large for the CUDA AOT check's NVRTC
+    # budget (test_cuda_aot.TOO_LARGE); its lowerings are the op table's, which the AOT
+    # op sampler covers.
+    batch = Batch("ops_special_values", graphs, inputs, wrt, seeds, with_loss=False)
+    batch.compile(checks=False)
+    return batch
 
 
 # -- hand-written graphs at moderate sizes -------------------------------------------------

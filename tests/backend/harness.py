@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -126,7 +126,9 @@ class Batch:
 
     ``graphs``: id -> graph; ``inputs``: id -> that graph's input arrays; ``wrt``: id ->
     inputs to differentiate; ``seeds``: id -> output name -> cotangent array (tape pass
-    and value_and_grad loss terms). ``full`` is the union plus the `LOSS` output.
+    and value_and_grad loss terms). ``full`` is the union plus the `LOSS` output, unless
+    ``with_loss`` is False: then the program has no value_and_grad plan (one fewer copy of
+    every kernel to compile) and its gradients are checked through the tape pass only.
     """
 
     name: str
@@ -134,6 +136,7 @@ class Batch:
     inputs: dict[str, dict[str, np.ndarray]]
     wrt: dict[str, tuple[str, ...]]
     seeds: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    with_loss: bool = True
     full: Graph | None = None
     program: dp.Program | None = None
 
@@ -146,7 +149,7 @@ class Batch:
             for pid, seeds in self.seeds.items()
             for out in seeds
         ]
-        self.full = with_loss(g, terms) if terms else g
+        self.full = with_loss(g, terms) if terms and self.with_loss else g
         return self.full
 
     def compile(self, **options: Any) -> dp.Program:
@@ -156,10 +159,11 @@ class Batch:
         self.program = register(dp.compile(graph, wrt=wrt or None, loss=loss, **options), self.name)
         return self.program
 
-    def feed(self, with_seeds: bool = True) -> dict[str, np.ndarray]:
-        """The program's inputs: every graph's inputs (and the seed inputs), prefixed."""
+    def feed(self, with_seeds: bool | None = None) -> dict[str, np.ndarray]:
+        """The program's inputs: every graph's inputs (and the seed inputs, by default when
+        the program has the `LOSS` output), prefixed."""
         out = {prefixed(pid, k): v for pid, ins in self.inputs.items() for k, v in ins.items()}
-        if with_seeds:
+        if self.with_loss if with_seeds is None else with_seeds:
             for pid, seeds in self.seeds.items():
                 out.update({prefixed(pid, f"{o}{SEP}{SEED_SUFFIX}"): s for o, s in seeds.items()})
         return out
@@ -182,13 +186,20 @@ def mixed_precision(graph: Graph, table: Mapping[str, tuple[float, float]]) -> d
     return dict(table)
 
 
+Comparator = Callable[[Any, Any, str], str]
+
+
 def compare_batch(
-    batch: Batch, table: Mapping[str, tuple[float, float]] = TOLERANCES, mixed: bool = False
+    batch: Batch,
+    table: Mapping[str, tuple[float, float]] = TOLERANCES,
+    mixed: bool = False,
+    comparator: Comparator | None = None,
 ) -> dict[str, list[str]]:
     """Run ``batch.program`` (``run``, ``value_and_grad`` and a tape pass seeded with
     ``batch.seeds``) and compare every sub-output and gradient with the interpreter on the
-    original small graph (``mixed``: with `mixed_precision` tolerances). Returns id -> list
-    of mismatches (empty: all good)."""
+    original small graph (``mixed``: with `mixed_precision` tolerances; ``comparator``
+    (actual, expected, what) -> mismatch text replaces `mismatch` and its tolerances).
+    Returns id -> list of mismatches (empty: all good)."""
     program = batch.program
     assert program is not None
     feed = batch.feed()
@@ -196,7 +207,7 @@ def compare_batch(
     tables = {pid: mixed_precision(g, table) if mixed else table for pid, g in batch.graphs.items()}
 
     def check(pid: str, actual: Any, expected: Any, what: str) -> None:
-        msg = mismatch(actual, expected, what, tables[pid])
+        msg = comparator(actual, expected, what) if comparator else mismatch(actual, expected, what, tables[pid])
         if msg:
             problems[pid].append(msg)
 

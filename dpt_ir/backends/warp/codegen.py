@@ -251,7 +251,7 @@ class KernelWriter:
         array. When the source is a view with an interior fast path (a padded input),
         windows inside the interior read the unpadded input directly."""
         param = f"$weights:{name}"
-        self.constants[param] = (out_t, [float(v) for v in weights.ravel()])
+        self.constants[param] = (_tap_type(out_t), [float(v) for v in weights.ravel()])
         self.param(param)
         node = self.graph.node_map.get(source) if source in self.members else None
         op = node.opdef if node is not None else None
@@ -271,17 +271,28 @@ class KernelWriter:
         return self._taps(param, weights, source, index, out_t)
 
     def _taps(self, param: str, weights: Any, source: str, index: tuple[str, ...], out_t: str) -> str:
+        """The tap loop, accumulated as scipy.ndimage does: float32 in float64 (weights in
+        float64 too), rounded once at the end; zero weights are skipped (as the reference
+        and scipy.ndimage.correlate do), so 0 * inf never turns a finite result into NaN."""
+        acc_t = _tap_type(out_t)
         acc, tap = self.fresh("s"), self.fresh("t")
-        self.emit(f"{acc} = {out_t}(0)")
+        self.emit(f"{acc} = {acc_t}(0)")
         self.emit(f"for {tap} in range({weights.size}):")
         self.indent += 1
         outside = dict(self.memo)  # values computed in the loop body stay in it
         offsets = idx.delinearize(tap, weights.shape)
         v = self.value_at(source, tuple(idx.add(e, o) for e, o in zip(index, offsets, strict=True)))
-        self.emit(f"{acc} = {acc} + {param_name(param)}[{tap}] * {v}")
+        w, term = f"{param_name(param)}[{tap}]", f"{param_name(param)}[{tap}] * {acc_t}({v})"
+        if bool((weights == 0).any()):
+            term = f"wp.where({w} != {acc_t}(0), {term}, {acc_t}(0))"
+        self.emit(f"{acc} = {acc} + {term}")
         self.memo = outside
         self.indent -= 1
-        return acc
+        if acc_t == out_t:
+            return acc
+        var = self.fresh()
+        self.emit(f"{var} = {out_t}({acc})")
+        return var
 
     def _sum(self, inputs: tuple[str, ...], sources: list[Any], out_t: str) -> str:
         """A stencil's element: the sum, in source order, of the sources whose condition holds."""
@@ -294,6 +305,11 @@ class KernelWriter:
             else:
                 self.emit(f"{var} = {var} + wp.where({self.let(s.when, 'c')}, {v}, {out_t}(0))")
         return var
+
+
+def _tap_type(out_t: str) -> str:
+    """The accumulator (and weight) type of a tap loop producing ``out_t``."""
+    return "wp.float64" if out_t == "wp.float32" else out_t
 
 
 def _shifted(index: tuple[str, ...], shift: tuple[int, ...]) -> tuple[str, ...]:
