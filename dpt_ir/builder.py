@@ -3,18 +3,49 @@
 Every op application goes through `GraphBuilder.emit`, which validates arity, attributes
 and types eagerly, so a mistake is reported at the line that made it. Python operators
 on `Tensor` map to ops of the table (``+`` is ``add``, ``x[1:3]`` is ``slice``...).
+
+Provenance: a ``dp.*`` function decorated with `records_origin` marks every node emitted
+while it runs with ``meta["origin"] = "dp.<name>"`` (the outermost such function wins, so
+the nodes of ``dp.poisson_deviance`` say ``dp.poisson_deviance``, not the ``dp.log`` it
+calls). Node meta round-trips through JSON and the textual IR, survives the passes, and
+lets a `NumericalError` name the user-level function (`dpt_ir.graph.origin_of`).
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph, Input, Node, Output, check_name
+from dpt_ir.graph import ORIGIN, Graph, Input, Node, Output, check_name
 from dpt_ir.ops.registry import get_op
 from dpt_ir.types import Scalar, TensorType, make_type
+
+P = ParamSpec("P")
+R = TypeVar("R")
+# The user-level function being run, if any (a context variable: safe across threads).
+_ORIGIN: contextvars.ContextVar[str | None] = contextvars.ContextVar("dpt_ir_origin", default=None)
+
+
+def records_origin(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a ``dp.*`` function so the nodes it emits record ``dp.<name>`` as their
+    origin (unless an outer decorated function is already running: the outermost wins)."""
+    label = f"dp.{fn.__name__}"
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        if _ORIGIN.get() is not None:
+            return fn(*args, **kwargs)
+        token = _ORIGIN.set(label)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _ORIGIN.reset(token)
+
+    return wrapper
 
 
 class Tensor:
@@ -142,7 +173,7 @@ class GraphBuilder:
             inputs=tuple(t.name for t in inputs),
             attrs=parsed.model_dump(mode="json"),
             type=out_type,
-            meta=dict(meta or {}),
+            meta=_with_origin(meta),
         )
         self._nodes.append(node)
         return Tensor(self, node_name, out_type)
@@ -204,3 +235,12 @@ class GraphBuilder:
     @property
     def nodes(self) -> tuple[Node, ...]:
         return tuple(self._nodes)
+
+
+def _with_origin(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``meta`` plus the running user-level function as ``origin`` (see `records_origin`)."""
+    out = dict(meta or {})
+    origin = _ORIGIN.get()
+    if origin is not None and ORIGIN not in out:
+        out[ORIGIN] = origin
+    return out

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir import functions as F
-from dpt_ir.builder import Tensor
+from dpt_ir.builder import Tensor, records_origin
 from dpt_ir.errors import ContractError
 from dpt_ir.types import normalize_axes, normalize_axis
 
@@ -68,6 +68,7 @@ def _filter(x: Tensor, w: np.ndarray, mode: str, cval: float, origins: list[int]
     return F.apply("correlate_valid", padded, weights=w.tolist())
 
 
+@records_origin
 def correlate(
     x: Tensor, weights: Any, mode: str = "reflect", cval: float = 0.0, origin: int | Sequence[int] = 0
 ) -> Tensor:
@@ -77,6 +78,7 @@ def correlate(
     return _filter(x, w, mode, cval, _origins(origin, w, where, np.ndim(weights)), where)
 
 
+@records_origin
 def convolve(
     x: Tensor, weights: Any, mode: str = "reflect", cval: float = 0.0, origin: int | Sequence[int] = 0
 ) -> Tensor:
@@ -102,6 +104,7 @@ def _along(x: Tensor, weights: Any, axis: int, origin: int, where: str) -> tuple
     return w, _origins([origin if n > 1 else 0 for n in w.shape], w, where)
 
 
+@records_origin
 def correlate1d(
     x: Tensor, weights: Any, axis: int = -1, mode: str = "reflect", cval: float = 0.0, origin: int = 0
 ) -> Tensor:
@@ -111,6 +114,7 @@ def correlate1d(
     return _filter(x, w, mode, cval, origins, where)
 
 
+@records_origin
 def convolve1d(
     x: Tensor, weights: Any, axis: int = -1, mode: str = "reflect", cval: float = 0.0, origin: int = 0
 ) -> Tensor:
@@ -128,6 +132,7 @@ def gaussian_kernel1d(sigma: float, truncate: float = 4.0) -> np.ndarray:
     return phi / phi.sum()
 
 
+@records_origin
 def gaussian_filter(
     x: Tensor, sigma: float | Sequence[float], mode: str = "reflect", cval: float = 0.0, truncate: float = 4.0
 ) -> Tensor:
@@ -146,6 +151,7 @@ def gaussian_filter(
     return out
 
 
+@records_origin
 def gradient(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor | list[Tensor]:
     """Finite differences like ``numpy.gradient`` (unit spacing, edge_order=1): central
     differences inside, one-sided at the ends. A list when several axes are asked for
@@ -200,6 +206,7 @@ def _guarded_weights(weights: Tensor | None, valid: Tensor | None, where: str) -
     return weights.builder.emit("guard", [weights, ok], {"message": f"{where}: weights must be non-negative"})
 
 
+@records_origin
 def squared_error(
     pred: Tensor, obs: Tensor, weights: Tensor | None = None, mask: Tensor | None = None, reduction: str = "sum"
 ) -> Tensor:
@@ -220,6 +227,7 @@ def squared_error(
     return _reduce(loss, reduction, where)
 
 
+@records_origin
 def poisson_deviance(
     mean: Tensor, counts: Tensor, weights: Tensor | None = None, mask: Tensor | None = None, reduction: str = "sum"
 ) -> Tensor:
