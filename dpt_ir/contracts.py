@@ -84,7 +84,8 @@ def host_array(name: str, value: Any, t: TensorType, what: str = "input") -> np.
         if not python:
             raise ContractError(f"{what} {name!r}: expected dtype {t.dtype}, found {arr.dtype}")
         arr = _convert_exactly(name, arr, t.dtype, what)
-    return np.ascontiguousarray(arr)
+    # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def check_warp_array(name: str, value: Any, t: TensorType, what: str = "input", device: str | None = None) -> None:

@@ -136,3 +136,14 @@ def test_messages_name_what_was_expected_and_found() -> None:
     assert converted.dtype == np.int32 and converted.flags.c_contiguous
     strided = host_array("x", _strided(), dp.TensorType(shape=(2, 3), dtype="float32"))
     assert strided.flags.c_contiguous and np.array_equal(strided, X)
+
+
+def test_zero_d_inputs_stay_zero_d() -> None:
+    t = dp.TensorType(shape=(), dtype="float64")
+    for value in (np.float64(2.0), np.array(2.0), 2.0, 2):
+        arr = host_array("s", value, t)
+        assert arr.shape == () and arr.dtype == np.float64
+    g = dp.GraphBuilder("zero_d")
+    s = g.input("s", (), "float64")
+    g.output("loss", dp.sum(dp.sum(s, axis=())))
+    assert dp.interpret(g.build(), s=np.array(3.0))["loss"].shape == ()
