@@ -3,22 +3,80 @@
 Every op application goes through `GraphBuilder.emit`, which validates arity, attributes
 and types eagerly, so a mistake is reported at the line that made it. Python operators
 on `Tensor` map to ops of the table (``+`` is ``add``, ``x[1:3]`` is ``slice``...).
+
+Provenance: a ``dp.*`` function decorated with `records_origin` marks every node emitted
+while it runs with ``meta["origin"] = "dp.<name>"`` (the outermost such function wins, so
+the nodes of ``dp.poisson_deviance`` say ``dp.poisson_deviance``, not the ``dp.log`` it
+calls). Node meta round-trips through JSON and the textual IR, survives the passes, and
+lets a `NumericalError` name the user-level function (`dpt_ir.graph.origin_of`).
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph, Input, Node, Output, check_name
+from dpt_ir.graph import ORIGIN, Graph, Input, Node, Output, check_name
 from dpt_ir.ops.registry import get_op
 from dpt_ir.types import Scalar, TensorType, make_type
 
+P = ParamSpec("P")
+R = TypeVar("R")
+# The user-level function being run, if any (a context variable: safe across threads).
+_ORIGIN: contextvars.ContextVar[str | None] = contextvars.ContextVar("dpt_ir_origin", default=None)
+
+
+def records_origin(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a ``dp.*`` function so the nodes it emits record ``dp.<name>`` as their
+    origin (unless an outer decorated function is already running: the outermost wins)."""
+    label = f"dp.{fn.__name__}"
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        if _ORIGIN.get() is not None:
+            return fn(*args, **kwargs)
+        token = _ORIGIN.set(label)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _ORIGIN.reset(token)
+
+    return wrapper
+
 
 class Tensor:
-    """A handle on a value of the graph being built. Supports NumPy-style operators."""
+    """A handle on a value of the graph being built (made by `GraphBuilder.input` or by a
+    ``dp.*`` function); it holds a name and a static `TensorType`, never data.
+
+    Attributes: ``shape`` (tuple of ints), ``dtype`` (str), ``ndim``, ``size``, ``name``
+    and ``builder``.
+
+    Operators build nodes with NumPy's meaning, broadcasting and type promotion (a Python
+    or NumPy scalar operand is a weak constant: it keeps the tensor's dtype, ``x * 2.0``
+    stays float32; only a float scalar with an integer tensor gives float64):
+    ``+ - * / **`` (add, sub, mul, div, pow; ``/`` of integers gives float64), unary
+    ``-`` and ``abs()``, comparisons ``< <= > >= == !=`` (bool tensors), and on bool
+    tensors ``& | ~`` (logical and, or, not). ``x.T`` reverses the axes;
+    ``x.transpose(*axes)``, ``x.reshape(*shape)``, ``x.astype(dtype)``, ``x.sum(axis)``,
+    ``x.mean(axis)``, ``x.max(axis)``, ``x.min(axis)`` are the ``dp.*`` functions.
+
+    Indexing is NumPy's basic indexing, and gives a new tensor (a ``slice`` node, then
+    ``squeeze`` for integer indices and ``expand_dims`` for ``None``), differentiable like
+    any other node: ``x[1]`` (an int drops the axis; negative ints count from the end),
+    ``x[:, 1:3]`` and ``x[::-2]`` (slices, any non-zero step, bounds clipped as in NumPy),
+    ``x[..., 0]`` (one Ellipsis), ``x[None]`` / ``x[:, None]`` (new axes of size 1). An
+    index out of bounds, a zero step, a float, a bool or more indices than axes raise
+    ContractError. Integer-array (gather) indexing is not supported yet (``dp.take`` is
+    planned). ``len(x)`` is the first axis's size and iterating yields ``x[0], x[1], ...``.
+
+    A tensor has no truth value (``if x:`` raises ContractError: use `dp.where`) and no
+    NumPy value while the graph is built (``np.exp(x)`` raises: use `dp.exp`). Tensors of
+    different builders never mix.
+    """
 
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
@@ -90,6 +148,10 @@ class GraphBuilder:
         dtype: object = "float32",
         requires_grad: bool = True,
     ) -> Tensor:
+        """Declare an input ``name`` of static ``shape`` and ``dtype`` (float32, float64,
+        int32, uint8 or bool; a NumPy dtype works too). ``requires_grad=False`` marks it as
+        data that is never differentiated (observations, weights, masks); only float
+        inputs with ``requires_grad=True`` may be named in ``wrt``."""
         check_name(name, "input")
         where = f"input {name!r}"
         self._claim(name, where)
@@ -98,6 +160,8 @@ class GraphBuilder:
         return Tensor(self, name, ttype)
 
     def output(self, name: str, value: Tensor) -> None:
+        """Declare output ``name`` returning ``value`` (names are unique; an output may be
+        an input or any other value)."""
         check_name(name, "output")
         if any(o.name == name for o in self._outputs):
             raise ContractError(f"output {name!r}: duplicate output name")
@@ -105,6 +169,7 @@ class GraphBuilder:
         self._outputs.append(Output(name=name, value=value.name))
 
     def build(self) -> Graph:
+        """The recorded graph as a validated, frozen `Graph` (at least one output)."""
         if not self._outputs:
             raise ContractError(f"graph {self.name!r}: has no output (call builder.output(name, tensor) first)")
         return Graph(
@@ -142,7 +207,7 @@ class GraphBuilder:
             inputs=tuple(t.name for t in inputs),
             attrs=parsed.model_dump(mode="json"),
             type=out_type,
-            meta=dict(meta or {}),
+            meta=_with_origin(meta),
         )
         self._nodes.append(node)
         return Tensor(self, node_name, out_type)
@@ -204,3 +269,12 @@ class GraphBuilder:
     @property
     def nodes(self) -> tuple[Node, ...]:
         return tuple(self._nodes)
+
+
+def _with_origin(meta: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``meta`` plus the running user-level function as ``origin`` (see `records_origin`)."""
+    out = dict(meta or {})
+    origin = _ORIGIN.get()
+    if origin is not None and ORIGIN not in out:
+        out[ORIGIN] = origin
+    return out

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir import functions as F
-from dpt_ir.builder import Tensor
+from dpt_ir.builder import Tensor, records_origin
 from dpt_ir.errors import ContractError
 from dpt_ir.types import normalize_axes, normalize_axis
 
@@ -71,6 +71,7 @@ def _filter(x: Tensor, w: np.ndarray, mode: str, cval: float, origins: list[int]
     return F.apply("correlate_valid", padded, weights=w.tolist())
 
 
+@records_origin
 def correlate(
     x: Tensor, weights: Any, mode: str = "reflect", cval: float = 0.0, origin: int | Sequence[int] = 0
 ) -> Tensor:
@@ -80,6 +81,7 @@ def correlate(
     return _filter(x, w, mode, cval, _origins(origin, w, where, np.ndim(weights)), where)
 
 
+@records_origin
 def convolve(
     x: Tensor, weights: Any, mode: str = "reflect", cval: float = 0.0, origin: int | Sequence[int] = 0
 ) -> Tensor:
@@ -105,6 +107,7 @@ def _along(x: Tensor, weights: Any, axis: int, origin: int, where: str) -> tuple
     return w, _origins([origin if n > 1 else 0 for n in w.shape], w, where)
 
 
+@records_origin
 def correlate1d(
     x: Tensor, weights: Any, axis: int = -1, mode: str = "reflect", cval: float = 0.0, origin: int = 0
 ) -> Tensor:
@@ -114,6 +117,7 @@ def correlate1d(
     return _filter(x, w, mode, cval, origins, where)
 
 
+@records_origin
 def convolve1d(
     x: Tensor, weights: Any, axis: int = -1, mode: str = "reflect", cval: float = 0.0, origin: int = 0
 ) -> Tensor:
@@ -131,6 +135,7 @@ def gaussian_kernel1d(sigma: float, truncate: float = 4.0) -> np.ndarray:
     return phi / phi.sum()
 
 
+@records_origin
 def gaussian_filter(
     x: Tensor, sigma: float | Sequence[float], mode: str = "reflect", cval: float = 0.0, truncate: float = 4.0
 ) -> Tensor:
@@ -210,6 +215,7 @@ def _difference(x: Tensor, ax: int, h: float, edge_order: int) -> Tensor:
     return F.concatenate(parts, axis=ax)
 
 
+@records_origin
 def gradient(
     x: Tensor, *varargs: Any, axis: int | Sequence[int] | None = None, edge_order: int = 1
 ) -> Tensor | list[Tensor]:
@@ -270,6 +276,7 @@ def _guarded_weights(weights: Tensor | None, valid: Tensor | None, where: str) -
     return weights.builder.emit("guard", [weights, ok], {"message": f"{where}: weights must be non-negative"})
 
 
+@records_origin
 def squared_error(
     pred: Tensor, obs: Tensor, weights: Tensor | None = None, mask: Tensor | None = None, reduction: str = "sum"
 ) -> Tensor:
@@ -290,6 +297,7 @@ def squared_error(
     return _reduce(loss, reduction, where)
 
 
+@records_origin
 def poisson_deviance(
     mean: Tensor, counts: Tensor, weights: Tensor | None = None, mask: Tensor | None = None, reduction: str = "sum"
 ) -> Tensor:

@@ -111,7 +111,8 @@ class Program:
 def _describe(slot: StatusSlot) -> str:
     what = "out-of-domain input" if slot.kind == "domain" else "non-finite value"
     detail = f": {slot.detail}" if slot.detail else ""
-    return f"{what} at node {slot.node!r} (op {slot.op}, kernel {slot.kernel}){detail}"
+    origin = f" in {slot.origin}" if slot.origin else ""
+    return f"{what} at node {slot.node!r} (op {slot.op}{origin}, kernel {slot.kernel}){detail}"
 
 
 def _input_types(graph: Graph) -> dict[str, Any]:

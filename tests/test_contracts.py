@@ -551,3 +551,31 @@ def test_no_scalar_output_to_seed_by_default() -> None:
         "exactly one scalar float output",
         "found none",
     )
+
+
+# -- compiling what the backend cannot lower --------------------------------------------------
+def test_user_op_without_warp_lowering_is_a_contract_error_at_compile_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpt_ir.ops import registry
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # the op is gone after the test
+    dp.register_op(
+        dp.OpDef(
+            name="test_contracts_cube",
+            kind="elementwise",
+            arity=1,
+            infer=lambda inputs, attrs, where: inputs[0],
+            reference=lambda attrs, a: a * a * a,
+            derivative=dp.Derivative({0: lambda c: c.gy * 3.0 * dp.square(c.input(0))}, saved_inputs=(0,)),
+        )
+    )
+    g, x = builder((4,))
+    g.output("loss", dp.sum(g.emit("test_contracts_cube", [x]) + 1.0))
+    graph = g.build()
+    assert dp.interpret(graph, x=np.ones(4, np.float32))["loss"] == 8.0  # the interpreter runs it
+    expect_contract_error(
+        lambda: dp.compile(graph, wrt=["x"], device="cpu"),
+        "op 'test_contracts_cube' (node 'test_contracts_cube_0')",
+        "cannot be compiled for the Warp backend",
+        "expected an OpDef with a Warp lowering",
+        "found none",
+    )

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
@@ -32,6 +32,7 @@ from dpt_ir.passes import (
 )
 from dpt_ir.passes.dumps import resolve_dump_dir
 from dpt_ir.passes.options import CompileOptions
+from dpt_ir.types import FrozenModel
 
 PassFn = Callable[[Graph, CompileOptions], Graph]
 PASSES: dict[str, PassFn] = {
@@ -52,12 +53,33 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
 )
 
 
-class PassSpec(BaseModel):
-    """One pipeline entry: a pass name and option overrides for that pass only."""
+class PassSpec(FrozenModel):
+    """One pipeline entry: a pass name and option overrides for that pass only.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Each override is a field of `CompileOptions`, validated strictly when the spec is
+    made (a bool must be a bool, an int an int): a misspelt or ill-typed option raises
+    ContractError naming the pass and the option, and listing the valid options.
+    """
+
     name: str
     options: dict[str, Any] = {}
+
+    @field_validator("options", mode="after")
+    @classmethod
+    def _valid_options(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        where = f"pass {info.data.get('name')!r}"
+        valid = sorted(CompileOptions.model_fields)
+        unknown = [k for k in options if k not in CompileOptions.model_fields]
+        if unknown:
+            raise ContractError(f"{where}: unknown option(s) {unknown}; valid options are {valid}")
+        try:
+            checked = CompileOptions.model_validate(options, strict=True)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"option {'.'.join(map(str, e['loc']))!r}: {e['msg']} (found {e.get('input')!r})" for e in exc.errors()
+            )
+            raise ContractError(f"{where}: {problems}; valid options are {valid}") from None
+        return {k: getattr(checked, k) for k in options}
 
 
 PipelineEntry = str | PassSpec
@@ -111,6 +133,7 @@ def run_pipeline(
     records: list[PassRecord] = []
     for k, spec in enumerate(specs):
         name = spec.name
+        # spec.options were validated against CompileOptions' fields when the spec was made
         pass_options = options.model_copy(update=spec.options) if spec.options else options
         start = time.perf_counter()
         graph = PASSES[name](graph, pass_options)

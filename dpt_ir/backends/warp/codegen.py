@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpt_ir.graph import Graph
+from dpt_ir.errors import ContractError
+from dpt_ir.graph import Graph, origin_of
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.registry import WarpSite
 from dpt_ir.passes.util import same_index_members
@@ -41,6 +42,7 @@ class StatusSlot:
     op: str
     kind: str  # "domain" or "nonfinite"
     detail: str = ""  # the op's own explanation (e.g. a guard's message)
+    origin: str = ""  # the user-level function the node comes from (`dpt_ir.graph.origin_of`)
 
 
 @dataclass
@@ -100,7 +102,7 @@ class KernelWriter:
     def flag(self, node: str, op: str, kind: str, bad: str, detail: str = "") -> None:
         if not self.checks:
             return
-        self.slots.append(StatusSlot(self.kernel, node, op, kind, detail))
+        self.slots.append(StatusSlot(self.kernel, node, op, kind, detail, origin_of(self.graph, node)))
         self.param(STATUS)
         self.emit(f"if {bad}:")
         self.emit(f"    {param_name(STATUS)}[{len(self.slots) - 1}] = 1")
@@ -116,7 +118,7 @@ class KernelWriter:
             return
         # Inside an element loop: fold the value into a probe (v * 0 is 0 unless v is NaN or
         # infinite) and test the probe once after the loop instead of branching per element.
-        self.slots.append(StatusSlot(self.kernel, value, op, "nonfinite"))
+        self.slots.append(StatusSlot(self.kernel, value, op, "nonfinite", "", origin_of(self.graph, value)))
         self.param(STATUS)
         probe, t = self.fresh("probe"), WP_TYPES[dtype]
         self.probes.append((probe, len(self.slots) - 1, t))
@@ -191,7 +193,10 @@ class KernelWriter:
             return self._view(node.inputs, op, site, out_t)
 
         if op.warp is None:
-            raise NotImplementedError(f"op {op.name!r} has no Warp lowering (node {name!r})")
+            raise ContractError(
+                f"op {op.name!r} (node {name!r}): cannot be compiled for the Warp backend; expected an OpDef "
+                "with a Warp lowering (warp=..., see docs/adding-an-op.md), found none (dp.interpret still runs it)"
+            )
         args = tuple(
             self.value_at(i, idx.broadcast_index(index, node.type.shape, s))
             for i, s in zip(node.inputs, in_shapes, strict=True)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 import warp as wp
 
 from dpt_ir.backends.warp.codegen import STATUS, KernelSource
+from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
 
@@ -193,38 +193,16 @@ class ExecutionPlan:
     # -- inputs --
     def bind(self, values: dict[str, Any], names: dict[str, Any], what: str = "input") -> dict[str, wp.array]:
         """Check user arrays against the declared ``names`` (name -> TensorType) and return
-        flat Warp arrays on the plan's device. ContractError names the offending input."""
-        missing = [n for n in names if n not in values]
-        extra = [n for n in values if n not in names]
-        if missing or extra:
-            parts = ([f"missing {what}(s) {missing}"] if missing else []) + (
-                [f"unexpected {what}(s) {extra}"] if extra else []
-            )
-            raise ContractError(f"graph {self.graph.name!r}: {'; '.join(parts)}; expected exactly {list(names)}")
+        flat Warp arrays on the plan's device. The checks are `dpt_ir.contracts`' (the same
+        as the interpreter's); ContractError names the offending input."""
+        check_names(self.graph.name, values, names, what)
         return {n: self._flat(n, values[n], t, what) for n, t in names.items()}
 
     def _flat(self, name: str, value: Any, t: Any, what: str) -> wp.array:
-        if isinstance(value, wp.array):
+        if is_warp_array(value):
             return self._check_warp(name, value, t, what)
-        try:
-            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-        except ValueError:  # numpy refuses ragged nested sequences
-            raise ContractError(
-                f"{what} {name!r}: expected a rectangular array of shape {list(t.shape)}, "
-                f"found a ragged {type(value).__name__}"
-            ) from None
-        if arr.dtype.kind not in "biuf":
-            raise ContractError(
-                f"{what} {name!r}: expected a numpy array or wp.array of {t.dtype}, "
-                f"found {type(value).__name__} of dtype {arr.dtype}"
-            )
-        if arr.shape != t.shape:
-            raise ContractError(f"{what} {name!r}: expected shape {list(t.shape)}, found {list(arr.shape)}")
-        if arr.dtype != np.dtype(t.dtype):
-            if isinstance(value, np.ndarray | np.generic):
-                raise ContractError(f"{what} {name!r}: expected dtype {t.dtype}, found {arr.dtype}")
-            arr = arr.astype(t.dtype)
-        flat = np.ascontiguousarray(arr).reshape(-1)
+        arr = host_array(name, value, t, what)
+        flat = arr.reshape(-1)
         if self.device == "cpu":
             return wp.array(flat, dtype=WP_DTYPES[t.dtype], device="cpu", copy=False)
         stage = self.staging.get(name)
@@ -234,14 +212,7 @@ class ExecutionPlan:
         return stage
 
     def _check_warp(self, name: str, value: wp.array, t: Any, what: str) -> wp.array:
-        if tuple(value.shape) != t.shape and not (t.shape == () and tuple(value.shape) == (1,)):
-            raise ContractError(f"{what} {name!r}: expected shape {list(t.shape)}, found {list(value.shape)}")
-        if value.dtype != WP_DTYPES[t.dtype]:
-            raise ContractError(f"{what} {name!r}: expected dtype {t.dtype}, found wp.array of {value.dtype.__name__}")
-        if str(value.device) != self.device:
-            raise ContractError(f"{what} {name!r}: expected an array on {self.device}, found one on {value.device}")
-        if not value.is_contiguous:
-            raise ContractError(f"{what} {name!r}: expected a contiguous wp.array, found strides {value.strides}")
+        check_warp_array(name, value, t, what, device=self.device)
         for buf in self.buffers.values():
             if buf.ptr is not None and buf.ptr == value.ptr:
                 raise ContractError(

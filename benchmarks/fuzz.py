@@ -1,0 +1,244 @@
+"""Differential fuzz: random graphs compiled against the reference interpreter.
+
+``python benchmarks/fuzz.py --graphs N --seed S [--batch B] [--out report.json]`` draws N
+distinct random graphs (with inputs) from the Hypothesis strategies of
+``tests/strategies.py``, seeded with S (the same graphs for the same seed and sources),
+compiles them B at a time as one program (the disjoint union, `tests/backend/harness.py`,
+so N graphs cost N / B Warp modules, not N), and compares ``run``, ``value_and_grad`` and
+a seeded tape pass with `dp.interpret` / `dp.interpret_grad` of each graph, values and
+gradients, with the tolerances of ``tests/backend/test_compiled_random.py``.
+
+A batch that fails to compile or raises while running is split in halves until the
+graphs that fail alone are found. Each mismatching graph is then shrunk: every value of
+it becomes the only output of a candidate graph (its cone), all candidates are compiled as
+one program, and the smallest cone that still mismatches is printed as textual IR with
+its inputs: a minimal reproducer. Exit status 1 when anything mismatched.
+
+Assumes the repository layout (``tests/`` next to ``benchmarks/``). Caches go to
+``.dpt_ir_cache/fuzz/`` in the repository unless ``DPT_IR_CACHE`` / ``WARP_CACHE_PATH``
+are set. It is a script, not a CI test (``tests/test_fuzz_smoke.py`` runs a few graphs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "tests"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+os.environ.setdefault("DPT_IR_CACHE", str(ROOT / ".dpt_ir_cache" / "fuzz" / "dpt_ir"))
+os.environ.setdefault("WARP_CACHE_PATH", str(ROOT / ".dpt_ir_cache" / "fuzz" / "warp"))
+
+import numpy as np  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import seed as hypothesis_seed  # noqa: E402
+from strategies import LOSS, differentiable_inputs, graph_and_inputs  # noqa: E402
+
+import dpt_ir as dp  # noqa: E402
+from dpt_ir.graph import Output  # noqa: E402
+from dpt_ir.passes import dce  # noqa: E402
+from dpt_ir.types import is_float  # noqa: E402
+from tests.backend.harness import MODERATE_TOLERANCES, Batch, compare_batch  # noqa: E402
+
+Item = tuple[dp.Graph, dict[str, np.ndarray]]
+
+
+@dataclass
+class Mismatch:
+    """One graph whose compiled results differ from the interpreter's (or that fails)."""
+
+    batch: str
+    graph: dp.Graph
+    inputs: dict[str, np.ndarray]
+    problems: list[str]
+    reproducer: dp.Graph | None = None
+    reproducer_problems: list[str] = field(default_factory=list)
+
+    def report(self) -> str:
+        shown = self.reproducer or self.graph
+        lines = [f"mismatch in {self.batch}: " + "; ".join(self.problems)]
+        if self.reproducer is not None:
+            lines.append(
+                f"minimal reproducer ({len(shown.nodes)} of {len(self.graph.nodes)} nodes): "
+                + "; ".join(self.reproducer_problems)
+            )
+        lines.append(shown.to_text().rstrip())
+        used = {i.name for i in shown.inputs}
+        for name, value in self.inputs.items():
+            if name in used:
+                lines.append(f"input {name} = np.array({value.tolist()!r}, dtype={value.dtype.name!r})")
+        wrt = differentiable_inputs(shown)
+        lines.append(f"wrt = {wrt}")
+        return "\n".join(lines)
+
+
+# -- drawing graphs ---------------------------------------------------------------------------
+def _draw_once(examples: int, seed: int) -> list[Item]:
+    """``examples`` draws of `graph_and_inputs` from Hypothesis seeded with ``seed``."""
+    drawn: list[Item] = []
+
+    @hypothesis_seed(seed)
+    @settings(
+        max_examples=examples,
+        database=None,
+        phases=[Phase.generate],
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(graph_and_inputs())
+    def collect(item: Item) -> None:
+        drawn.append(item)
+
+    collect()
+    return drawn
+
+
+def draw_graphs(count: int, seed: int) -> list[Item]:
+    """``count`` distinct random graphs with inputs, a pure function of ``seed`` (and of the
+    strategies' source)."""
+    found: dict[str, Item] = {}
+    attempt = 0
+    while len(found) < count:
+        for graph, inputs in _draw_once(count - len(found) + 16, seed * 1000 + attempt):
+            found.setdefault(graph.to_text(), (graph, inputs))
+        attempt += 1
+    return list(found.values())[:count]
+
+
+# -- batches --------------------------------------------------------------------------------
+def make_batch(name: str, items: list[Item]) -> Batch:
+    """``items`` as one `Batch`: every float output seeded (the loss with 1, others with a
+    fixed random array), every differentiable input differentiated."""
+    graphs, inputs, wrt, seeds = {}, {}, {}, {}
+    rng = np.random.default_rng(len(items))
+    for k, (graph, ins) in enumerate(items):
+        pid = f"g{k:03d}"
+        graphs[pid], inputs[pid] = graph, ins
+        wrt[pid] = tuple(differentiable_inputs(graph))
+        seeds[pid] = {}
+        for out in graph.outputs:
+            t = graph.types[out.value]
+            if is_float(t.dtype):
+                value = 1.0 if out.name == LOSS else rng.uniform(-1.0, 1.0, t.shape)
+                seeds[pid][out.name] = np.asarray(value, dtype=t.dtype)
+    return Batch(name, graphs, inputs, wrt, seeds)
+
+
+def check_items(name: str, items: list[Item]) -> list[Mismatch]:
+    """Compile ``items`` as one program and compare; a batch that raises is split in halves
+    (an explicit stack, no recursion) until the failing graphs stand alone."""
+    found: list[Mismatch] = []
+    stack = [(name, items)]
+    while stack:
+        label, group = stack.pop()
+        batch = make_batch(label, group)
+        try:
+            batch.compile()
+            problems = compare_batch(batch, MODERATE_TOLERANCES, mixed=True)
+        except Exception as exc:  # noqa: BLE001  (any failure is a finding; it is split, then reported)
+            if len(group) > 1:
+                half = len(group) // 2
+                stack += [(f"{label}a", group[:half]), (f"{label}b", group[half:])]
+                continue
+            graph, inputs = group[0]
+            found.append(Mismatch(label, graph, inputs, [f"{type(exc).__name__}: {exc}"]))
+            continue
+        for k, (pid, msgs) in enumerate(problems.items()):
+            if msgs:
+                graph, inputs = group[k]
+                assert batch.graphs[pid] is graph
+                found.append(Mismatch(label, graph, inputs, msgs))
+    return found
+
+
+# -- shrinking --------------------------------------------------------------------------------
+def cones(graph: dp.Graph) -> list[dp.Graph]:
+    """For every node value of ``graph``: the graph computing only it (a float value as the
+    loss ``sum(value)``, any other as output ``out``), dead nodes removed, inputs kept."""
+    out = []
+    for node in graph.nodes:
+        if node.op == "constant":
+            continue
+        b, handles = dp.GraphBuilder.from_graph(graph)
+        value = handles[node.name]
+        if is_float(value.dtype):
+            b.set_outputs([Output(name=LOSS, value=dp.sum(value).name)])
+        else:
+            b.set_outputs([Output(name="out", value=node.name)])
+        out.append(dce.run(b.build()))
+    return out
+
+
+def shrink(found: Mismatch) -> None:
+    """Set ``found.reproducer`` to the smallest cone of its graph that still mismatches
+    (all cones compiled as one program)."""
+    candidates = cones(found.graph)
+    if not candidates:
+        return
+    items = [(c, found.inputs) for c in candidates]
+    failing = check_items(f"{found.batch}_shrink", items)
+    if failing:
+        best = min(failing, key=lambda m: len(m.graph.nodes))
+        if len(best.graph.nodes) < len(found.graph.nodes):
+            found.reproducer, found.reproducer_problems = best.graph, best.problems
+
+
+# -- main -----------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--graphs", type=int, default=200, help="number of distinct random graphs (default 200)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the graph generator (default 0)")
+    parser.add_argument("--batch", type=int, default=50, help="graphs compiled as one program (default 50)")
+    parser.add_argument("--out", type=Path, help="also write the summary and mismatches as JSON")
+    args = parser.parse_args(argv)
+    if args.graphs < 1 or args.batch < 1:
+        parser.error("--graphs and --batch must be at least 1")
+    start = time.perf_counter()
+    items = draw_graphs(args.graphs, args.seed)
+    drawn = time.perf_counter()
+    mismatches: list[Mismatch] = []
+    programs = 0
+    for k in range(0, len(items), args.batch):
+        chunk = items[k : k + args.batch]
+        batch_start = time.perf_counter()
+        mismatches += check_items(f"fuzz_s{args.seed}_b{k // args.batch}", chunk)
+        programs += 1
+        print(
+            f"batch {k // args.batch}: graphs {k}-{k + len(chunk) - 1}, {time.perf_counter() - batch_start:.1f} s, "
+            f"{len(mismatches)} mismatch(es) so far",
+            flush=True,
+        )
+    for m in mismatches:
+        shrink(m)
+        print(m.report(), "\n", flush=True)
+    ops = sum(len(g.nodes) for g, _ in items)
+    summary = {
+        "graphs": len(items),
+        "seed": args.seed,
+        "batch": args.batch,
+        "programs": programs,
+        "nodes": ops,
+        "mismatches": len(mismatches),
+        "draw_seconds": round(drawn - start, 1),
+        "total_seconds": round(time.perf_counter() - start, 1),
+    }
+    print(
+        f"fuzz: {summary['graphs']} graphs ({ops} nodes, seed {args.seed}) in {programs} programs: "
+        f"{summary['mismatches']} mismatch(es); {summary['total_seconds']} s "
+        f"(drawing {summary['draw_seconds']} s)"
+    )
+    if args.out is not None:
+        doc = {**summary, "reports": [m.report() for m in mismatches]}
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
