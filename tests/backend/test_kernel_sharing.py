@@ -164,3 +164,25 @@ def test_dumps_list_distinct_kernels(stepped: tuple[dp.Program, Path]) -> None:
     shared = next(k for k in program.plans["run"].kernels if k.function != k.name)
     row = next(line for line in tail.splitlines() if line.startswith(shared.function + " "))
     assert f"{shared.name}: {shared.group}" in row
+
+
+def test_cuda_reductions_share_kernels_not_partials() -> None:
+    """CUDA variant (partials + combine kernels): steps that each reduce (``u - mean(u)``)
+    share their partial and combine kernels, and every launch binds its own partials."""
+    g = dp.GraphBuilder("centred_steps")
+    u = g.input("u0", shape=(128, 128), dtype="float32")
+    for _ in range(3):
+        u = u + 0.2 * dp.correlate(u, LAPLACIAN, mode="nearest")
+        u = u - dp.mean(u)
+    g.output("loss", dp.sum(dp.square(u)))
+    graph = g.build()
+    source = codegen.generate({"run": run_pipeline(graph, CompileOptions()).graph}, graph.name, "cuda", True, "cuda")
+    combines = [k for k in source.kernels if k.name.endswith("_final")]
+    shared = [k for k in combines if k.function != k.name]
+    assert len(combines) >= 3 and shared, [k.name for k in source.kernels]
+    partials = [p for k in source.kernels if k.partials for p in k.partials if k.name.endswith("_final")]
+    assert len(partials) == len(set(partials))  # no two combine launches read one partial buffer
+    for k in shared:
+        first = next(f for f in source.kernels if f.name == k.function)
+        assert list(k.partials.values()) == list(first.partials.values())  # same types and sizes ...
+        assert set(k.partials).isdisjoint(first.partials)  # ... in buffers of its own
