@@ -311,7 +311,7 @@ def _dump(
     with the pipeline's distinct kernels and the launches that share each one."""
     main = "tape" if "tape" in results else "run"
     for name, result in results.items():
-        shared = [dumps.SharedKernel(function=k.function, launch=k.name, group=k.group) for k in plans[name].kernels]
+        shared = [dumps.SharedKernel(function=k.function, launch=k.name) for k in plans[name].kernels]
         dumps.write_all(result, out_dir if name == main else out_dir / name, shared)
     (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
     (out_dir / "kernels" / f"{module}.py").write_text(text)

@@ -23,13 +23,13 @@ PHASE_COLOURS = {"forward": "#dbe9f6", "backward": "#fde5d2"}
 
 
 class SharedKernel(pydantic.BaseModel):
-    """One launch of a pipeline: the generated kernel (``function``) it runs, its own
-    name and the fusion group it computes. Launches with one ``function`` share a kernel."""
+    """One launch of a pipeline (``<pipeline>_<group>``, or ``..._final`` for a combine
+    kernel) and the generated kernel (``function``) it runs. Launches with one
+    ``function`` share a kernel."""
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
     function: str
     launch: str
-    group: str
 
 
 def resolve_dump_dir(dump_dir: str | os.PathLike[str] | None) -> Path | None:
@@ -174,13 +174,13 @@ def fusion_table(graph: Graph, shared: list[SharedKernel] | None = None) -> str:
 
 def sharing_table(shared: list[SharedKernel]) -> list[str]:
     """Lines of ``fusion.txt``'s last part: each distinct generated kernel, how many of the
-    pipeline's launches use it and which (launch: group), in launch order."""
+    pipeline's launches use it and which, in launch order."""
     users: dict[str, list[SharedKernel]] = {}
     for s in shared:
         users.setdefault(s.function, []).append(s)
-    rows = [[f, str(len(u)), ", ".join(f"{s.launch}: {s.group}" for s in u)] for f, u in users.items()]
+    rows = [[f, str(len(u)), ", ".join(s.launch for s in u)] for f, u in users.items()]
     head = f"generated kernels: {len(users)} distinct for {len(shared)} launch(es); launches of one kernel share it"
-    return [head, _table(["kernel", "launches", "launch: group"], rows)]
+    return [head, _table(["kernel", "launches", "launched as"], rows)]
 
 
 def report(result: PipelineResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -163,7 +163,7 @@ def test_dumps_list_distinct_kernels(stepped: tuple[dp.Program, Path]) -> None:
     assert (int(counts[1]), int(counts[2])) == (run["distinct_kernels"], run["kernels"])
     shared = next(k for k in program.plans["run"].kernels if k.function != k.name)
     row = next(line for line in tail.splitlines() if line.startswith(shared.function + " "))
-    assert f"{shared.name}: {shared.group}" in row
+    assert shared.name in row.replace(",", " ").split()
 
 
 def test_cuda_reductions_share_kernels_not_partials() -> None:
