@@ -8,6 +8,11 @@ therefore never depend on thread scheduling: no atomics touch floating-point dat
 
 Every expression comes from the op table (`OpDef.warp`, ``warp_index``,
 ``warp_reduce``, ``warp_domain``); nothing here depends on an op's name.
+
+Kernel text never carries a value's name (parameters are positional, accumulators
+numbered, status flags relative to a per-launch base), so structurally identical fusion
+groups give identical kernels, and `generate` defines each distinct kernel once: the
+module grows with the number of distinct groups, not of groups (`_share`).
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ class KernelSource:
     group: str
     partials: dict[str, tuple[str, int]] = field(default_factory=dict)  # param -> (wp type, size)
     constants: dict[str, tuple[str, list[float]]] = field(default_factory=dict)  # param -> (wp type, values)
-    function: str = ""  # the @wp.kernel launched; `generate` sets it (the first launch's name)
+    function: str = ""  # the @wp.kernel launched: the launch's own name, until `_share` points it at an equal one
     status_base: int = 0
 
 
