@@ -254,11 +254,11 @@ def _build(
     for name, g in graphs.items():
         mine = [k for k in kernels if k.name.startswith(_PREFIX[name] + "_")]
         plans[name] = ExecutionPlan(g, mine, module, dev, status_size, grad_outputs=name == "tape")
-    report = _report(graph, plans, cache, time.perf_counter() - start, dev, module_name, base)
+    report = _report(graph, plans, kernels, cache, time.perf_counter() - start, dev, module_name, base)
     program = Program(graph, wrt, loss, dev, plans, slots, base["checks"], report, module_name)
     log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report["compile_seconds"], cache)
     if out_dir is not None:
-        _dump(out_dir, results, text, module_name, report)
+        _dump(out_dir, results, plans, text, module_name, report)
     return program
 
 
@@ -268,6 +268,7 @@ _PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
 def _report(
     graph: Graph,
     plans: dict[str, ExecutionPlan],
+    kernels: list[KernelSource],
     cache: str,
     seconds: float,
     dev: str,
@@ -281,9 +282,12 @@ def _report(
         "module": module,
         "cache": cache,
         "compile_seconds": seconds,
+        "launches": len(kernels),
+        "distinct_kernels": len({k.function for k in kernels}),  # @wp.kernel definitions in the module
         "plans": {
             name: {
                 "kernels": len(p.launches),
+                "distinct_kernels": len({k.function for k in p.kernels}),
                 "forward_launches": len(p.launches_of("forward")),
                 "backward_launches": len(p.launches_of("backward")),
                 "saved_bytes": p.graph.meta.get("saved_bytes", 0),
@@ -294,12 +298,21 @@ def _report(
     }
 
 
-def _dump(out_dir: Path, results: dict[str, PipelineResult], text: str, module: str, report: dict[str, Any]) -> None:
+def _dump(
+    out_dir: Path,
+    results: dict[str, PipelineResult],
+    plans: dict[str, ExecutionPlan],
+    text: str,
+    module: str,
+    report: dict[str, Any],
+) -> None:
     """The main pipeline (tape when differentiating, else run) at the top level, the
-    others in sub-folders, the generated module under ``kernels/``."""
+    others in sub-folders, the generated module under ``kernels/``. ``fusion.txt`` ends
+    with the pipeline's distinct kernels and the launches that share each one."""
     main = "tape" if "tape" in results else "run"
     for name, result in results.items():
-        dumps.write_all(result, out_dir if name == main else out_dir / name)
+        shared = [dumps.SharedKernel(function=k.function, launch=k.name) for k in plans[name].kernels]
+        dumps.write_all(result, out_dir if name == main else out_dir / name, shared)
     (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
     (out_dir / "kernels" / f"{module}.py").write_text(text)
     full = {**dumps.report(results[main]), "program": report}

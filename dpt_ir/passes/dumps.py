@@ -1,5 +1,7 @@
 """Dump writers: textual IR and Graphviz per pass, the saved-set and fusion tables, and
-the JSON report. All of them read only the graph and its ``meta``."""
+the JSON report. All of them read only the graph and its ``meta``, and, for the kernel
+sharing part of ``fusion.txt``, plain `SharedKernel` rows the compiler passes in (passes
+never import the backend)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import pydantic
 
 from dpt_ir.graph import Graph
 from dpt_ir.passes.util import phase_of
@@ -18,6 +22,16 @@ NL = "\n"
 PHASE_COLOURS = {"forward": "#dbe9f6", "backward": "#fde5d2"}
 
 
+class SharedKernel(pydantic.BaseModel):
+    """One launch of a pipeline (``<pipeline>_<group>``, or ``..._final`` for a combine
+    kernel) and the generated kernel (``function``) it runs. Launches with one
+    ``function`` share a kernel."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+    function: str
+    launch: str
+
+
 def resolve_dump_dir(dump_dir: str | os.PathLike[str] | None) -> Path | None:
     """``dump_dir`` if given, else the ``DPT_IR_DUMP`` environment variable, else None."""
     if dump_dir is not None:
@@ -26,14 +40,14 @@ def resolve_dump_dir(dump_dir: str | os.PathLike[str] | None) -> Path | None:
     return Path(env) if env else None
 
 
-def write_all(result: PipelineResult, out_dir: Path) -> None:
+def write_all(result: PipelineResult, out_dir: Path, shared: list[SharedKernel] | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for rec, g in zip(result.records, result.stages, strict=True):
         stem = f"{rec.index:02d}-{rec.name}"
         (out_dir / f"{stem}.ir").write_text(g.to_text())
         (out_dir / f"{stem}.dot").write_text(to_dot(g))
     (out_dir / "saved.txt").write_text(saved_table(result.graph))
-    (out_dir / "fusion.txt").write_text(fusion_table(result.graph))
+    (out_dir / "fusion.txt").write_text(fusion_table(result.graph, shared))
     (out_dir / "report.json").write_text(json.dumps(report(result), indent=2, sort_keys=True))
 
 
@@ -128,8 +142,9 @@ def saved_table(graph: Graph) -> str:
     return "\n".join(text) + "\n"
 
 
-def fusion_table(graph: Graph) -> str:
-    """``fusion.txt``: each kernel with its nodes and bytes, then why boundaries exist."""
+def fusion_table(graph: Graph, shared: list[SharedKernel] | None = None) -> str:
+    """``fusion.txt``: each kernel with its nodes and bytes, then why boundaries exist, then
+    (given the launches, ``shared``) each distinct generated kernel and the launches using it."""
     groups = graph.meta.get("groups")
     if groups is None:
         return "no fusion: the pipeline did not run the fusion pass\n"
@@ -152,7 +167,20 @@ def fusion_table(graph: Graph) -> str:
         text += [
             f"  {h['value']} inside {h['stencil']}: {h['cost']} op(s) x {h['reads']} reads per element" for h in halo
         ]
+    if shared is not None:
+        text += ["", *sharing_table(shared)]
     return "\n".join(text) + "\n"
+
+
+def sharing_table(shared: list[SharedKernel]) -> list[str]:
+    """Lines of ``fusion.txt``'s last part: each distinct generated kernel, how many of the
+    pipeline's launches use it and which, in launch order."""
+    users: dict[str, list[SharedKernel]] = {}
+    for s in shared:
+        users.setdefault(s.function, []).append(s)
+    rows = [[f, str(len(u)), ", ".join(s.launch for s in u)] for f, u in users.items()]
+    head = f"generated kernels: {len(users)} distinct for {len(shared)} launch(es); launches of one kernel share it"
+    return [head, _table(["kernel", "launches", "launched as"], rows)]
 
 
 def report(result: PipelineResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:

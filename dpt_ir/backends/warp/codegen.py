@@ -8,6 +8,11 @@ therefore never depend on thread scheduling: no atomics touch floating-point dat
 
 Every expression comes from the op table (`OpDef.warp`, ``warp_index``,
 ``warp_reduce``, ``warp_domain``); nothing here depends on an op's name.
+
+Kernel text never carries a value's name (parameters are positional, accumulators
+numbered, status flags relative to a per-launch base), so structurally identical fusion
+groups give identical kernels, and `generate` defines each distinct kernel once: the
+module grows with the number of distinct groups, not of groups (`_share`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ WP_TYPES = {
     "bool": "wp.bool",
 }
 STATUS = "$status"
+STATUS_BASE = "$status_base"  # scalar kernel argument: the launch's first slot in the status word
 
 
 @dataclass(frozen=True)
@@ -47,8 +53,12 @@ class StatusSlot:
 
 @dataclass
 class KernelSource:
-    """A generated kernel: its source, its parameters (value names, `STATUS`, or
-    ``$partial:<value>:<acc>`` scratch buffers) and its launch size."""
+    """One launch of a generated kernel: the launch's name (unique, ``<pipeline>_<group>``
+    or ``..._final``), the ``@wp.kernel`` it launches (``function``, shared by every launch
+    whose kernel text is identical; `generate`), that kernel's source, the buffers this
+    launch binds to its parameters in order (value names, `STATUS`, `STATUS_BASE`,
+    ``$partial:<value>:<acc>`` scratch buffers, ``$weights:<node>`` constants), its launch
+    size and its first slot in the status word."""
 
     name: str
     text: str
@@ -57,6 +67,8 @@ class KernelSource:
     group: str
     partials: dict[str, tuple[str, int]] = field(default_factory=dict)  # param -> (wp type, size)
     constants: dict[str, tuple[str, list[float]]] = field(default_factory=dict)  # param -> (wp type, values)
+    function: str = ""  # the @wp.kernel launched: the launch's own name, until `_share` points it at an equal one
+    status_base: int = 0
 
 
 def param_name(value: str) -> str:
@@ -71,6 +83,7 @@ class KernelWriter:
         self.members = set(group["nodes"])
         self.kernel = kernel
         self.slots = slots
+        self.slot_base = len(slots)  # this kernel's flags are slots[slot_base:], at a__status_base + k
         self.checks = checks
         self.lines: list[str] = []
         self.indent = 1
@@ -79,8 +92,9 @@ class KernelWriter:
         self.counter = 0
         self.helpers: list[str] = []
         self.constants: dict[str, tuple[str, list[float]]] = {}
+        self.locals: dict[str, int] = {}  # reduction root -> its number in this kernel (accumulator names)
         self.finished: dict[str, str] = {}  # reduction results available after the loop
-        self.probes: list[tuple[str, int, str]] | None = None  # (variable, status slot, Warp type)
+        self.probes: list[tuple[str, str, str]] | None = None  # (variable, status element, Warp type)
         self._probe_at = (0, 0)
         # (index, shape) -> flat offset already known (the loop's own counter), so that
         # reads at the iteration index do not re-linearise a delinearised counter.
@@ -99,13 +113,25 @@ class KernelWriter:
             self.params.append(value)
         return param_name(value)
 
+    def local(self, value: str) -> int:
+        """A number for ``value`` by first use: generated local names never carry value
+        names, so structurally identical kernels have identical text."""
+        return self.locals.setdefault(value, len(self.locals))
+
+    def new_slot(self, slot: StatusSlot) -> str:
+        """Register ``slot``; the status-word element it raises, relative to the launch's base
+        (a kernel shared by several launches reports each launch's own nodes)."""
+        self.slots.append(slot)
+        self.param(STATUS)
+        self.param(STATUS_BASE)
+        return f"{param_name(STATUS)}[{param_name(STATUS_BASE)} + {len(self.slots) - 1 - self.slot_base}]"
+
     def flag(self, node: str, op: str, kind: str, bad: str, detail: str = "") -> None:
         if not self.checks:
             return
-        self.slots.append(StatusSlot(self.kernel, node, op, kind, detail, origin_of(self.graph, node)))
-        self.param(STATUS)
+        element = self.new_slot(StatusSlot(self.kernel, node, op, kind, detail, origin_of(self.graph, node)))
         self.emit(f"if {bad}:")
-        self.emit(f"    {param_name(STATUS)}[{len(self.slots) - 1}] = 1")
+        self.emit(f"    {element} = 1")
 
     def check_finite(self, value: str, var: str) -> None:
         dtype = self.graph.types[value].dtype
@@ -118,10 +144,9 @@ class KernelWriter:
             return
         # Inside an element loop: fold the value into a probe (v * 0 is 0 unless v is NaN or
         # infinite) and test the probe once after the loop instead of branching per element.
-        self.slots.append(StatusSlot(self.kernel, value, op, "nonfinite", "", origin_of(self.graph, value)))
-        self.param(STATUS)
+        element = self.new_slot(StatusSlot(self.kernel, value, op, "nonfinite", "", origin_of(self.graph, value)))
         probe, t = self.fresh("probe"), WP_TYPES[dtype]
-        self.probes.append((probe, len(self.slots) - 1, t))
+        self.probes.append((probe, element, t))
         self.emit(f"{probe} = {probe} + {var} * {t}(0.0)")
 
     def begin_probes(self) -> None:
@@ -132,9 +157,9 @@ class KernelWriter:
     def end_probes(self) -> None:
         at, indent = self._probe_at
         self.lines[at:at] = ["    " * indent + f"{p} = {t}(0.0)" for p, _, t in self.probes]
-        for probe, slot, _ in self.probes:
+        for probe, element, _ in self.probes:
             self.emit(f"if not wp.isfinite({probe}):")
-            self.emit(f"    {param_name(STATUS)}[{slot}] = 1")
+            self.emit(f"    {element} = 1")
         self.probes = None
 
     # -- values --
@@ -321,9 +346,18 @@ def _shifted(index: tuple[str, ...], shift: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(idx.add(e, k) for e, k in zip(index, shift, strict=True))
 
 
-def _signature(params: list[str], graph: Graph, partials: dict[str, tuple[str, int]], constants: dict[str, Any]) -> str:
+def _signature(
+    params: list[str],
+    names: dict[str, str],
+    graph: Graph,
+    partials: dict[str, tuple[str, int]],
+    constants: dict[str, Any],
+) -> str:
     parts = []
     for p in params:
+        if p == STATUS_BASE:
+            parts.append(f"{names[p]}: wp.int32")
+            continue
         if p == STATUS:
             dtype = "wp.int32"
         elif p in partials:
@@ -332,8 +366,17 @@ def _signature(params: list[str], graph: Graph, partials: dict[str, tuple[str, i
             dtype = constants[p][0]
         else:
             dtype = WP_TYPES[graph.types[p].dtype]
-        parts.append(f"{param_name(p)}: wp.array(dtype={dtype})")
+        parts.append(f"{names[p]}: wp.array(dtype={dtype})")
     return ", ".join(parts)
+
+
+def _positional(params: list[str]) -> dict[str, str]:
+    """Parameter names by position (``a0``, ``a1``, ...; the status word keeps its own
+    name): a kernel's text then depends on its structure, not on its buffers' names."""
+    return {p: param_name(p) if p in (STATUS, STATUS_BASE) else f"a{k}" for k, p in enumerate(params)}
+
+
+_PARAM_TOKEN = re.compile(r"\ba_\w+")
 
 
 def _header(group: dict[str, Any]) -> str:
@@ -414,10 +457,14 @@ def _finish(
     partials: dict[str, tuple[str, int]],
 ) -> KernelSource:
     params = w.params
-    body = "\n".join(w.lines)
-    signature = _signature(params, graph, partials, w.constants)
-    text = f"{_header(group)}\n@wp.kernel\ndef {name}({signature}):\n{body}\n"
-    return KernelSource(name, text, list(params), dim, group["id"], dict(partials), dict(w.constants))
+    names = _positional(params)
+    by_token = {param_name(p): n for p, n in names.items()}
+    body = _PARAM_TOKEN.sub(lambda m: by_token.get(m.group(0), m.group(0)), "\n".join(w.lines))
+    signature = _signature(params, names, graph, partials, w.constants)
+    text = f"@wp.kernel\ndef {name}({signature}):\n{body}\n"
+    return KernelSource(
+        name, text, list(params), dim, group["id"], dict(partials), dict(w.constants), name, w.slot_base
+    )
 
 
 def partial_count(group: dict[str, Any], n_out: int, count: int, device: str) -> int:
@@ -500,14 +547,18 @@ def reduction_kernels(
 
 
 def _acc(w: KernelWriter, root: str, acc: str) -> str:
-    return f"acc_{param_name(root)[2:]}_{acc}"
+    return f"acc{w.local(root)}_{acc}"
+
+
+def _other(w: KernelWriter, root: str, acc: str) -> str:
+    return f"other{w.local(root)}_{acc}"
 
 
 def _emit_template(w: KernelWriter, template: str, root: str, values: dict[str, str]) -> None:
     subst = {
         **values,
         **{f"acc_{a}": _acc(w, root, a) for a in "msi"},
-        **{f"other_{a}": f"other_{param_name(root)[2:]}_{a}" for a in "msi"},
+        **{f"other_{a}": _other(w, root, a) for a in "msi"},
     }
     for line in template.format(**subst).split("\n"):
         w.emit(line)
@@ -564,7 +615,7 @@ def _combine_kernel(
         w.emit(f"for q in range(1, {parts}):")
         w.indent += 1
         for acc, _, _ in t.accumulators:
-            w.emit(f"other_{param_name(root)[2:]}_{acc} = {param_name(f'$partial:{root}:{acc}')}[o * {parts} + q]")
+            w.emit(f"{_other(w, root, acc)} = {param_name(f'$partial:{root}:{acc}')}[o * {parts} + q]")
         _emit_template(w, t.combine, root, {})
         w.indent -= 1
         _write_result(w, root, t, count, group["outputs"])
@@ -574,18 +625,46 @@ def _combine_kernel(
 
 @dataclass
 class ModuleSource:
-    """All kernels of one program and the text of the module that defines them."""
+    """All launches of one program and the text of the module that defines their kernels
+    (one ``@wp.kernel`` per distinct kernel text)."""
 
     kernels: list[KernelSource]
     slots: list[StatusSlot]
     text: str
 
+    def functions(self) -> dict[str, list[str]]:
+        """Each distinct ``@wp.kernel`` -> the launches that use it, in launch order."""
+        out: dict[str, list[str]] = {}
+        for k in self.kernels:
+            out.setdefault(k.function, []).append(k.name)
+        return out
+
+
+def _share(kernels: list[KernelSource]) -> dict[str, KernelSource]:
+    """Point every launch whose kernel text equals an earlier one's (up to the kernel's
+    name) at that earlier kernel; the distinct kernels, by name. Parameters are named by
+    position, reduction accumulators by number and status flags relative to the launch's
+    base (`KernelWriter`), so structurally identical fusion groups (the same ops,
+    attributes, types and access pattern over the same space) give equal texts whatever
+    their values are called; the launches still bind their own buffers, constants
+    (stencil weights) and partials (``params``)."""
+    distinct: dict[str, KernelSource] = {}
+    for k in kernels:
+        key = k.text.split("(", 1)[1]  # the signature and body, after ``def <name>``
+        first = distinct.setdefault(key, k)
+        k.function, k.text = first.name, first.text
+    return {k.name: k for k in distinct.values()}
+
 
 def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, device: str) -> ModuleSource:
-    """Kernels for every fusion group of each named scheduled graph, in one module."""
+    """Kernels for every fusion group of each named scheduled graph, in one module; a
+    kernel shared by several launches (`_share`) is defined once, after a comment line per
+    launch naming its group and nodes. The module grows with the number of distinct
+    kernels, not of groups."""
     kernels: list[KernelSource] = []
     slots: list[StatusSlot] = []
     helpers: list[str] = []
+    headers: dict[str, str] = {}  # launch -> its group's description
     for prefix, graph in plans.items():
         for group in graph.meta["groups"]:
             name = f"{prefix}_{group['id']}"
@@ -594,7 +673,12 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
             else:
                 ks, hs = pointwise_kernel(graph, group, name, slots, checks, device)
             kernels += ks
+            headers.update({k.name: f"# {k.name}: {_header(group)[2:]}" for k in ks})
             helpers += [h for h in hs if h not in helpers]
+    distinct = _share(kernels)
+    users: dict[str, list[str]] = {}
+    for k in kernels:
+        users.setdefault(k.function, []).append(headers[k.name])
     text = "\n".join(
         [
             f"# Generated by dpt_ir for graph {title!r}. Do not edit.",
@@ -608,7 +692,7 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
             'wp.set_module_options({"enable_backward": False, "max_unroll": 1})',
             *helpers,
             "",
-            *(k.text + "\n" for k in kernels),
+            *("\n".join([*users[name], k.text]) + "\n" for name, k in distinct.items()),
         ]
     )
     return ModuleSource(kernels, slots, text)

@@ -21,7 +21,7 @@ from typing import Any
 
 import warp as wp
 
-from dpt_ir.backends.warp.codegen import STATUS, KernelSource
+from dpt_ir.backends.warp.codegen import STATUS, STATUS_BASE, KernelSource
 from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
@@ -37,10 +37,15 @@ WP_DTYPES = {
 
 @dataclass
 class Launch:
+    """One launch: the (possibly shared) Warp kernel, the buffers this launch binds to its
+    parameters, and where its flags start in the status word."""
+
+    name: str
     kernel: Any
     dim: int
     params: list[str]
     phase: str
+    status_base: int = 0
 
 
 class Workspace:
@@ -104,7 +109,10 @@ class ExecutionPlan:
         self.status_size = status_size  # 0: compiled without checks
         self.grad_outputs = grad_outputs
         phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
-        self.launches = [Launch(getattr(module, k.name), k.dim, k.params, phases[k.group]) for k in kernels]
+        self.launches = [
+            Launch(k.name, getattr(module, k.function), k.dim, k.params, phases[k.group], k.status_base)
+            for k in kernels
+        ]
         self.outputs = {o.name: o.value for o in graph.outputs}
         self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
         self.gradients: dict[str, str] = graph.meta.get("gradients", {})
@@ -180,7 +188,7 @@ class ExecutionPlan:
         for launch in self.launches_of(phase):
             if launch.dim == 0:
                 continue
-            args = [_resolve(p, bound, ws) for p in launch.params]
+            args = [launch.status_base if p == STATUS_BASE else _resolve(p, bound, ws) for p in launch.params]
             wp.launch(launch.kernel, dim=launch.dim, inputs=args, device=self.device, record_tape=False)
             count += 1
         return count
