@@ -22,7 +22,7 @@ def test_every_public_name_is_documented() -> None:
 
 def test_reference_says_what_users_ask() -> None:
     text = apiref.api_markdown()
-    assert "### `dp.gradient(x, axis=None) -> Tensor | list[Tensor]`" in text
+    assert "### `dp.gradient(x, *varargs, axis=None, edge_order=1) -> Tensor | list[Tensor]`" in text
     assert "`dp.gradient` returns a **list** of tensors" in text
     assert "Indexing is NumPy's basic indexing" in text and "``x[:, 1:3]``" in text
     assert "Also: `dp.absolute`." in text  # aliases share one entry
