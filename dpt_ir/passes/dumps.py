@@ -123,7 +123,8 @@ def saved_table(graph: Graph) -> str:
                 [[d["node"], d["op"], d["attribute"], json.dumps(d["value"])] for d in derived],
             )
         )
-    recomputed = graph.meta.get("recomputed", [])
+    # A pass run after the partition (a custom pipeline's dce) may have dropped a clone.
+    recomputed = [r for r in graph.meta.get("recomputed", []) if r["value"] in graph.node_map]
     if recomputed:
         text += ["", "recomputed in the backward (not saved):"]
         rows = [
