@@ -8,7 +8,6 @@ one its op's type rule gives. Nodes are stored in topological order.
 
 from __future__ import annotations
 
-import json
 import re
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -261,10 +260,9 @@ def _check_node_type(node: Node, in_types: tuple[TensorType, ...]) -> None:
     """The node's op exists, takes its arity and attributes, and gives its declared type."""
     where = f"node {node.name!r}"
     op = get_op(node.op, where)
-    try:
-        attrs_key = json.dumps(node.attrs, sort_keys=True, allow_nan=True)
-    except (TypeError, ValueError):
-        attrs_key = None  # not JSON-shaped: checked every time
+    # Stored attributes are JSON-shaped (canonical), for which repr is exact (2 vs 2.0,
+    # True vs 1, -0.0, nan); anything else is checked every time.
+    attrs_key = repr(node.attrs) if _json_shaped(node.attrs) else None
     key = (
         node.op,
         id(op),
@@ -283,6 +281,22 @@ def _check_node_type(node: Node, in_types: tuple[TensorType, ...]) -> None:
         if len(_CHECKED) >= _CHECKED_MAX:
             _CHECKED.clear()
         _CHECKED[key] = op
+
+
+def _json_shaped(value: Any) -> bool:
+    """Is ``value`` made of dicts with str keys, lists, str, int, float, bool and None only?"""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            if not all(isinstance(k, str) for k in v):
+                return False
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif v is not None and not isinstance(v, str | int | float):
+            return False
+    return True
 
 
 def _check_acyclic_and_ordered(graph: Graph) -> None:
