@@ -253,13 +253,7 @@ def verify_graph(graph: Graph) -> None:
     _check_acyclic_and_ordered(graph)
     types = {i.name: i.type for i in graph.inputs}
     for node in graph.nodes:
-        where = f"node {node.name!r}"
-        op = get_op(node.op, where)
-        op.check_arity(len(node.inputs), where)
-        attrs = op.parse_attrs(node.attrs, where)
-        expected = op.infer(tuple(types[i] for i in node.inputs), attrs, where)
-        if expected != node.type:
-            raise ContractError(f"{where}: declared type {node.type} but op {node.op!r} gives {expected}")
+        _check_node_type(node, tuple(types[i] for i in node.inputs))
         types[node.name] = node.type
     if not graph.outputs:
         raise ContractError(f"graph {graph.name!r}: has no output (expected at least one)")
@@ -271,6 +265,58 @@ def verify_graph(graph: Graph) -> None:
         out_names.add(out.name)
         if out.value not in types:
             raise ContractError(f"output {out.name!r}: value {out.value!r} is not defined in graph {graph.name!r}")
+
+
+# Signatures already checked: (op name, op definition, attributes as exact JSON, input
+# types, declared type). Passes rebuild graphs of mostly unchanged nodes, and every build
+# verifies them all: the cache makes that a lookup, not an attribute parse and a type
+# inference per node and pass. It holds each op definition it names (so its id is not
+# reused by a re-registered op). Bounded: cleared when full.
+_CHECKED: dict[tuple[Any, ...], OpDef] = {}
+_CHECKED_MAX = 200_000
+
+
+def _check_node_type(node: Node, in_types: tuple[TensorType, ...]) -> None:
+    """The node's op exists, takes its arity and attributes, and gives its declared type."""
+    where = f"node {node.name!r}"
+    op = get_op(node.op, where)
+    # Stored attributes are JSON-shaped (canonical), for which repr is exact (2 vs 2.0,
+    # True vs 1, -0.0, nan); anything else is checked every time.
+    attrs_key = repr(node.attrs) if _json_shaped(node.attrs) else None
+    key = (
+        node.op,
+        id(op),
+        attrs_key,
+        tuple((t.shape, t.dtype) for t in in_types),
+        (node.type.shape, node.type.dtype),
+    )
+    if attrs_key is not None and _CHECKED.get(key) is op:
+        return
+    op.check_arity(len(node.inputs), where)
+    attrs = op.parse_attrs(node.attrs, where)
+    expected = op.infer(in_types, attrs, where)
+    if expected != node.type:
+        raise ContractError(f"{where}: declared type {node.type} but op {node.op!r} gives {expected}")
+    if attrs_key is not None:
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
+        _CHECKED[key] = op
+
+
+def _json_shaped(value: Any) -> bool:
+    """Is ``value`` made of dicts with str keys, lists, str, int, float, bool and None only?"""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            if not all(isinstance(k, str) for k in v):
+                return False
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif v is not None and not isinstance(v, str | int | float):
+            return False
+    return True
 
 
 def _check_acyclic_and_ordered(graph: Graph) -> None:

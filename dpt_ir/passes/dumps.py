@@ -109,7 +109,9 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def saved_table(graph: Graph) -> str:
-    """``saved.txt``: each saved value with bytes, provenance, readers and reason."""
+    """``saved.txt``: each saved value with bytes, provenance, readers and reason; then each
+    value the backward recomputes, with the work per element it costs, the bytes saving it
+    would have cost, the recompute budget and the reason."""
     records = graph.meta.get("saved")
     if records is None or not graph.meta.get("wrt"):
         return "no partition: the graph was compiled without wrt (forward only)\n"
@@ -135,10 +137,23 @@ def saved_table(graph: Graph) -> str:
                 [[d["node"], d["op"], d["attribute"], json.dumps(d["value"])] for d in derived],
             )
         )
-    recomputed = [n for n in graph.nodes if "recompute_of" in n.meta]
+    # A pass run after the partition (a custom pipeline's dce) may have dropped a clone.
+    recomputed = [r for r in graph.meta.get("recomputed", []) if r["value"] in graph.node_map]
     if recomputed:
         text += ["", "recomputed in the backward (not saved):"]
-        text += [f"  {n.name} = {n.op}(...)  recomputes {n.meta['recompute_of']}" for n in recomputed]
+        rows = [
+            [
+                r["value"],
+                f"{r['op']}(...)",
+                r["recomputes"],
+                str(r["work"]),
+                str(r["save_bytes"]),
+                "none" if r["budget"] is None else str(r["budget"]),
+                r["reason"],
+            ]
+            for r in recomputed
+        ]
+        text.append(_table(["value", "op", "recomputes", "work/elem", "save bytes", "budget", "reason"], rows))
     return "\n".join(text) + "\n"
 
 
@@ -188,7 +203,17 @@ def report(result: PipelineResult, extra: dict[str, Any] | None = None) -> dict[
     groups = g.meta.get("groups", [])
     out = {
         "graph": g.name,
-        "passes": [{"index": r.index, "name": r.name, "seconds": r.seconds, "nodes": r.nodes} for r in result.records],
+        "passes": [
+            {
+                "index": r.index,
+                "name": r.name,
+                "seconds": r.seconds,
+                "nodes_before": r.nodes_before,
+                "nodes": r.nodes,
+                "growth": r.growth,
+            }
+            for r in result.records
+        ],
         "kernel_count": len(groups),
         "kernels": [
             {

@@ -191,11 +191,7 @@ def _materialised(
     if fuse:
         _bound_code_copies(graph, reasons)
     while True:
-        groups = _closures(graph, list(reasons))
-        counts: dict[str, int] = {}
-        for g in groups:
-            for n in g.nodes - set(g.roots):
-                counts[n] = counts.get(n, 0) + 1
+        counts = _closure_counts(graph, set(reasons))
         over = [n for n, k in counts.items() if k > limit and not _is_view(graph.node_map[n])]
         if not over:
             break
@@ -203,6 +199,25 @@ def _materialised(
             reasons[n] = f"read by {counts[n]} groups (more than {limit}): computed once, not recomputed in each"
     order = {n.name: k for k, n in enumerate(graph.nodes)}
     return sorted(reasons, key=order.__getitem__), reasons, [h for h in halo if h["value"] not in reasons]
+
+
+def _closure_counts(graph: Graph, roots: set[str]) -> dict[str, int]:
+    """For each node that is not a root, how many of the groups `_closures` builds for
+    ``roots`` contain it: the roots that reach it through non-root nodes, as bitmasks
+    propagated from consumers to producers in one reverse sweep. Building every closure
+    instead visits a node once per group holding it, quadratic on a chain whose roots
+    each recompute the chain above them."""
+    bit = {r: 1 << k for k, r in enumerate(sorted(roots))}
+    reached: dict[str, int] = {}
+    for node in reversed(graph.nodes):
+        name = node.name
+        if name in roots:
+            continue
+        mask = 0
+        for c in graph.consumers[name]:
+            mask |= bit[c] if c in roots else reached[c]
+        reached[name] = mask
+    return {n: m.bit_count() for n, m in reached.items() if m}
 
 
 def _closures(graph: Graph, roots: list[str]) -> list[Group]:
@@ -393,38 +408,71 @@ def _epilogue_fits(graph: Graph, red: Group, ep: Group) -> bool:
 
 def _merge_epilogues(graph: Graph, groups: list[Group]) -> list[Group]:
     """Fuse a pointwise consumer of reduction results into the reduction's kernel when it
-    iterates over the reductions' output space and no other kernel sits between them."""
-    merged = True
-    while merged:
-        merged = False
-        dag = _group_dag(graph, groups)
-        for red in groups:
-            for ep in groups:
-                if red is ep or not dag.has_edge(red.id, ep.id) or not _epilogue_fits(graph, red, ep):
-                    continue
-                dag.remove_edge(red.id, ep.id)
-                detour = nx.has_path(dag, red.id, ep.id)
-                dag.add_edge(red.id, ep.id)
-                if detour:
-                    continue
-                fused = _union(red, ep)
-                fused.epilogue = red.epilogue + ep.roots
-                groups = [fused if g is red else g for g in groups if g is not ep]
-                merged = True
-                break
-            if merged:
-                break
-    return groups
+    iterates over the reductions' output space and no other kernel sits between them.
+
+    Greedy in list order, the first fitting pair first, as restarting from the first pair
+    after every merge would: a merge only contracts an edge of the group DAG (paths are
+    added, never removed) and changes no group but the fused one, so pairs that failed
+    before it still fail, and the scan resumes at the fused group. The DAG is contracted
+    in place rather than rebuilt."""
+    dag = _group_dag(graph, groups)
+    position = {g.id: k for k, g in enumerate(groups)}
+    live: list[Group | None] = list(groups)
+    by_id = {g.id: g for g in groups}
+    k = 0
+    while k < len(live):
+        red = live[k]
+        fused = None if red is None else _first_epilogue(graph, dag, red, by_id, position)
+        if fused is None:
+            k += 1
+            continue
+        ep = by_id.pop(fused[1])
+        live[position[ep.id]] = None
+        live[k] = by_id[red.id] = fused[0]
+        _contract(dag, red.id, ep.id)
+    return [g for g in live if g is not None]
+
+
+def _first_epilogue(
+    graph: Graph, dag: nx.DiGraph, red: Group, by_id: dict[str, Group], position: dict[str, int]
+) -> tuple[Group, str] | None:
+    """``red`` fused with its first successor (in list order) that fits as its epilogue
+    with no detour through another group, and that successor's id; None if none fits."""
+    for eid in sorted(dag.successors(red.id), key=position.__getitem__):
+        ep = by_id[eid]
+        if not _epilogue_fits(graph, red, ep):
+            continue
+        dag.remove_edge(red.id, eid)
+        detour = nx.has_path(dag, red.id, eid)
+        dag.add_edge(red.id, eid)
+        if detour:
+            continue
+        fused = _union(red, ep)
+        fused.epilogue = red.epilogue + ep.roots
+        return fused, eid
+    return None
+
+
+def _contract(dag: nx.DiGraph, keep: str, gone: str) -> None:
+    """Merge DAG vertex ``gone`` into ``keep``: the DAG `_group_dag` builds for the union."""
+    for p in dag.predecessors(gone):
+        if p != keep:
+            dag.add_edge(p, keep)
+    for q in dag.successors(gone):
+        if q != keep:
+            dag.add_edge(keep, q)
+    dag.remove_node(gone)
 
 
 def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: list[dict[str, Any]]) -> Graph:
     dag = _group_dag(graph, groups)
+    by_id = {g.id: g for g in groups}
     order = list(
         nx.lexicographical_topological_sort(
-            dag, key=lambda gid: (0 if _by_id(groups, gid).phase == "forward" else 1, int(gid[1:]))
+            dag, key=lambda gid: (0 if by_id[gid].phase == "forward" else 1, int(gid[1:]))
         )
     )
-    renumber = {gid: f"{'f' if _by_id(groups, gid).phase == 'forward' else 'b'}{k}" for k, gid in enumerate(order)}
+    renumber = {gid: f"{'f' if by_id[gid].phase == 'forward' else 'b'}{k}" for k, gid in enumerate(order)}
     node_order = {n.name: k for k, n in enumerate(graph.nodes)}
     owner = {r: g.id for g in groups for r in g.roots}
     read_by: dict[str, set[str]] = {}  # value -> groups that read it from memory
@@ -434,8 +482,9 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
                 if i not in g.nodes:
                     read_by.setdefault(i, set()).add(g.id)
     records, first_group = [], {}
+    graph_outputs = {o.value for o in graph.outputs}
     for gid in order:
-        g = _by_id(groups, gid)
+        g = by_id[gid]
         nodes = sorted(g.nodes, key=node_order.__getitem__)
         reads = sorted(
             {i for n in nodes for i in graph.node_map[n].inputs if i not in g.nodes},
@@ -444,7 +493,6 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
         roots = sorted(set(g.roots), key=node_order.__getitem__)
         # A root read only inside its own kernel (a reduction feeding its epilogue) stays in registers;
         # one that another kernel reads is written, even if its direct consumers are recomputed here too.
-        graph_outputs = {o.value for o in graph.outputs}
         writes = [r for r in roots if r in graph_outputs or read_by.get(r, set()) - {gid}]
         records.append(
             {
@@ -473,7 +521,3 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
     nodes = tuple(n.model_copy(update={"meta": {**n.meta, "group": first_group[n.name]}}) for n in graph.nodes)
     meta = {**graph.meta, "groups": records, "boundaries": boundaries, "halo": halo}
     return graph.replace(nodes=nodes, meta=meta)
-
-
-def _by_id(groups: list[Group], gid: str) -> Group:
-    return next(g for g in groups if g.id == gid)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, computed_field, field_validator
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
@@ -93,13 +93,22 @@ def _spec(entry: PipelineEntry) -> PassSpec:
 
 
 class PassRecord(BaseModel):
-    """What one pass did: its position, name, time and the node count after it."""
+    """What one pass did: its position, name, time (the pass and the verification of its
+    result), the node counts before and after it, and its growth (after / before; 1.0 for
+    an empty graph)."""
 
     model_config = ConfigDict(frozen=True)
     index: int
     name: str
     seconds: float
+    nodes_before: int
     nodes: int
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def growth(self) -> float:
+        """Nodes after the pass over nodes before it."""
+        return self.nodes / self.nodes_before if self.nodes_before else 1.0
 
 
 class PipelineResult(BaseModel):
@@ -136,13 +145,18 @@ def run_pipeline(
         # spec.options were validated against CompileOptions' fields when the spec was made
         pass_options = options.model_copy(update=spec.options) if spec.options else options
         start = time.perf_counter()
+        before = len(graph.nodes)
         graph = PASSES[name](graph, pass_options)
         if verify_each:
             try:
                 verify.run(graph)
             except ContractError as exc:
                 raise ContractError(f"pass {name!r} produced an invalid graph: {exc}") from None
-        records.append(PassRecord(index=k, name=name, seconds=time.perf_counter() - start, nodes=len(graph.nodes)))
+        records.append(
+            PassRecord(
+                index=k, name=name, seconds=time.perf_counter() - start, nodes_before=before, nodes=len(graph.nodes)
+            )
+        )
         stages.append(graph)
     result = PipelineResult(graph=graph, stages=tuple(stages), records=tuple(records))
     if out_dir is not None:

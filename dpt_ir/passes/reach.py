@@ -22,6 +22,7 @@ class Reachability:
     def __init__(self, dag: nx.DiGraph) -> None:
         order = list(nx.topological_sort(dag))
         self.members = {gid: 1 << k for k, gid in enumerate(order)}
+        self._live = list(order)  # original group k -> the live group that holds it
         self.down: dict[str, int] = {}
         for gid in reversed(order):
             self.down[gid] = self._closure(self.down, dag.successors(gid))
@@ -44,13 +45,35 @@ class Reachability:
         return bool(self.down[a] & self.up[b])
 
     def merge(self, a: str, b: str) -> None:
-        """Group ``b`` joins group ``a`` (the merged group keeps id ``a``)."""
-        members = self.members[a] | self.members.pop(b)
-        down = (self.down[a] | self.down.pop(b)) & ~members
-        up = (self.up[a] | self.up.pop(b)) & ~members
+        """Group ``b`` joins group ``a`` (the merged group keeps id ``a``).
+
+        Only the groups above exactly one of ``a`` and ``b`` gain descendants (a group above
+        both already reaches both and all below them), and only those below exactly one
+        gain ancestors: the update visits those, not every live group, so a chain's merges
+        of neighbours cost no more than the bitmask operations themselves."""
+        b_members = self.members.pop(b)
+        members = self.members[a] | b_members
+        down_a, down_b, up_a, up_b = self.down[a], self.down.pop(b), self.up[a], self.up.pop(b)
+        down = (down_a | down_b) & ~members
+        up = (up_a | up_b) & ~members
         self.members[a], self.down[a], self.up[a] = members, down, up
-        for gid, bits in self.members.items():
-            if bits & up:
-                self.down[gid] |= members | down
-            elif bits & down:
-                self.up[gid] |= members | up
+        for k in _bits(b_members):
+            self._live[k] = a
+        for gid in self._groups((up_a ^ up_b) & ~members):
+            self.down[gid] |= members | down
+        for gid in self._groups((down_a ^ down_b) & ~members):
+            self.up[gid] |= members | up
+
+    def _groups(self, mask: int) -> set[str]:
+        """The live groups holding the original groups of ``mask``."""
+        return {self._live[k] for k in _bits(mask)}
+
+
+def _bits(mask: int) -> list[int]:
+    """The indices of the set bits of ``mask``."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out

@@ -14,6 +14,9 @@ Guarantees:
   marked expensive, or (with ``options.recompute_budget``) recomputing them would cost
   more than that budget of op ``work`` per element, counted from the nearest values the
   backward can read (program inputs, and values kept in the forward);
+- ``meta["recomputed"]`` lists each clone with the value it recomputes, the op work per
+  element the backward spends on it (its own op and the recomputed values it reads), the
+  bytes saving the value would have cost, the recompute budget and the reason;
 - ``meta["saved"]`` lists each saved value with its bytes, provenance (the forward node),
   readers (backward nodes) and the reason it is saved rather than recomputed;
   ``meta["derived_attributes"]`` lists the static attributes (counts, shapes) the
@@ -55,10 +58,11 @@ def run(graph: Graph, options: Any = None) -> Graph:
 
 
 def _descendants(graph: Graph, roots: set[str]) -> set[str]:
-    nxg = graph.to_networkx()
+    """The nodes that read a value of ``roots``, directly or not: one sweep in node order."""
     out: set[str] = set()
-    for r in roots:
-        out |= nx.descendants(nxg, r)
+    for node in graph.nodes:
+        if any(i in roots or i in out for i in node.inputs):
+            out.add(node.name)
     return out
 
 
@@ -185,6 +189,7 @@ def _rewrite(
         **graph.meta,
         "saved": records,
         "saved_bytes": sum(r["bytes"] for r in records),
+        "recomputed": _recomputed_records(graph, nodes, budget),
         "derived_attributes": _derived(graph),
     }
     return graph.replace(nodes=tuple(nodes), outputs=outputs, meta=meta)
@@ -200,11 +205,17 @@ def _saved_records(
     graph: Graph, saved: set[str], nodes: list[Node], over_budget: dict[str, int], budget: int | None
 ) -> list[dict[str, Any]]:
     fwd_out = forward_outputs(graph)
+    readers_of: dict[str, list[str]] = {}
+    for n in nodes:
+        if phase_of(n) == "backward":
+            for i in dict.fromkeys(n.inputs):
+                readers_of.setdefault(i, []).append(n.name)
+    pinned_above = _PinnedAncestors(graph)
     records = []
     for node in graph.nodes:
         if node.name not in saved:
             continue
-        readers = [n.name for n in nodes if phase_of(n) == "backward" and node.name in n.inputs]
+        readers = readers_of.get(node.name, [])
         records.append(
             {
                 "value": node.name,
@@ -213,13 +224,50 @@ def _saved_records(
                 "provenance": node.name,
                 "op": node.op,
                 "readers": readers,
-                "reason": _reason(graph, node, fwd_out, over_budget, budget),
+                "reason": _reason(node, fwd_out, over_budget, budget, pinned_above),
             }
         )
     return records
 
 
-def _reason(graph: Graph, node: Node, fwd_out: set[str], over_budget: dict[str, int], budget: int | None) -> str:
+class _PinnedAncestors:
+    """The pinned forward nodes (reductions, stencils, expensive ops) above each value, as
+    bitmasks filled in one sweep in node order on first use: linear in the graph, where a
+    search per saved value was quadratic on long chains."""
+
+    def __init__(self, graph: Graph) -> None:
+        self._graph = graph
+        self._masks: dict[str, int] | None = None
+        self._names: list[str] = []
+
+    def __call__(self, name: str) -> list[str]:
+        """The pinned nodes ``name`` depends on (itself excluded), sorted by name."""
+        if self._masks is None:
+            self._masks = self._sweep()
+        mask, out = self._masks.get(name, 0), []
+        while mask:
+            low = mask & -mask
+            out.append(self._names[low.bit_length() - 1])
+            mask ^= low
+        return sorted(out)
+
+    def _sweep(self) -> dict[str, int]:
+        masks: dict[str, int] = {}
+        own: dict[str, int] = {}
+        for node in self._graph.nodes:
+            mask = 0
+            for i in node.inputs:
+                mask |= masks.get(i, 0) | own.get(i, 0)
+            masks[node.name] = mask
+            if _pinned_forward(node):
+                own[node.name] = 1 << len(self._names)
+                self._names.append(node.name)
+        return masks
+
+
+def _reason(
+    node: Node, fwd_out: set[str], over_budget: dict[str, int], budget: int | None, pinned_above: _PinnedAncestors
+) -> str:
     if node.name in fwd_out:
         return "a forward output, written anyway (saving it is free)"
     if _pinned_forward(node):
@@ -229,17 +277,58 @@ def _reason(graph: Graph, node: Node, fwd_out: set[str], over_budget: dict[str, 
             f"recomputing it would cost {over_budget[node.name]} work per element, over the recompute "
             f"budget {budget}; saving {node.type.nbytes} B instead"
         )
-    pinned = sorted(
-        a
-        for a in _ancestors(graph, {node.name}) - {node.name}
-        if a in graph.node_map and _pinned_forward(graph.node_map[a])
-    )
+    pinned = pinned_above(node.name)
     if pinned:
         return (
             f"recomputing it would need the reduction result(s) {pinned} as well; "
             f"saving {node.type.nbytes} B is the minimum cut"
         )
     return f"saving {node.type.nbytes} B is cheaper than what recomputing it would have to save"
+
+
+def _recomputed_records(graph: Graph, nodes: list[Node], budget: int | None) -> list[dict[str, Any]]:
+    """Why each clone is recomputed: its work per element against the bytes saving it would cost.
+
+    The work counts the clone's op and, along its inputs, every other clone it reads (a
+    shared clone once per path, as the budget does); what it reads from memory (program
+    inputs, saved values) costs no work. That work is within ``budget``: a value over it
+    is kept in the forward and saved instead."""
+    work: dict[str, int] = {}
+    reads: dict[str, frozenset[str]] = {}
+    records = []
+    for node in nodes:
+        original = node.meta.get("recompute_of")
+        if original is None:
+            continue
+        own, inputs = node.opdef.work, sum(work.get(i, 0) for i in node.inputs)
+        work[node.name] = own + inputs
+        reads[node.name] = frozenset().union(*(reads.get(i, {i}) for i in node.inputs))
+        nbytes = graph.types[original].nbytes
+        limit = f"within the recompute budget {budget}" if budget is not None else "with no recompute budget"
+        records.append(
+            {
+                "value": node.name,
+                "recomputes": original,
+                "op": node.op,
+                "work": own + inputs,
+                "own_work": own,
+                "save_bytes": nbytes,
+                "budget": budget,
+                "reason": (
+                    f"{own + inputs} work per element ({node.op} {own}, its recomputed inputs {inputs}) {limit}: "
+                    f"recomputed from {_names(reads[node.name])} instead of saving {nbytes} B"
+                ),
+            }
+        )
+    return records
+
+
+def _names(values: frozenset[str], shown: int = 3) -> str:
+    if not values:
+        return "constants only"
+    ordered = sorted(values)
+    more = f" and {len(ordered) - shown} more" if len(ordered) > shown else ""
+    return ", ".join(ordered[:shown]) + more
 
 
 def _derived(graph: Graph) -> list[dict[str, Any]]:

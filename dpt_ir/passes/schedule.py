@@ -12,6 +12,7 @@ phase boundary. Program inputs and cotangent inputs are the caller's and get no 
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 from dpt_ir.graph import Graph
@@ -26,19 +27,14 @@ def run(graph: Graph, options: Any = None) -> Graph:
     outputs = {o.value for o in graph.outputs}
     written, last_read = live_ranges(groups)
     buffers: list[dict[str, Any]] = []
-    free_at: list[int] = []  # per buffer: the kernel index after which it is free
+    pools: dict[tuple[str, int], _Pool] = {}
     assignment: dict[str, str] = {}
     for v in sorted(written, key=lambda v: (written[v], v)):
         t = graph.types[v]
         start = written[v]
         end = len(groups) if v in outputs else last_read.get(v, start)
-        slot = None
-        if v not in outputs:
-            for b, buf in enumerate(buffers):
-                same = (buf["dtype"], buf["size"]) == (t.dtype, t.size) and not buf["output"]
-                if same and free_at[b] < start:
-                    slot = b
-                    break
+        pool = None if v in outputs else pools.setdefault((t.dtype, t.size), _Pool())
+        slot = None if pool is None else pool.take(start)
         if slot is None:
             buffers.append(
                 {
@@ -50,10 +46,10 @@ def run(graph: Graph, options: Any = None) -> Graph:
                     "values": [],
                 }
             )
-            free_at.append(end)
             slot = len(buffers) - 1
+        if pool is not None:
+            pool.hold(slot, end)
         buffers[slot]["values"].append(v)
-        free_at[slot] = end
         assignment[v] = buffers[slot]["id"]
     schedule = {
         "order": order,
@@ -63,3 +59,24 @@ def run(graph: Graph, options: Any = None) -> Graph:
         "output_bytes": sum(b["bytes"] for b in buffers if b["output"]),
     }
     return graph.replace(meta={**graph.meta, "schedule": schedule})
+
+
+class _Pool:
+    """The reusable buffers of one dtype and size: first fit, the lowest-numbered buffer
+    free before kernel ``start``. Values arrive in order of the kernel writing them, so a
+    buffer free for one stays free for every later one until taken: heaps give the first
+    fit in O(log n), where scanning every buffer per value was quadratic on long chains."""
+
+    def __init__(self) -> None:
+        self._busy: list[tuple[int, int]] = []  # (kernel after which it is free, buffer)
+        self._free: list[int] = []
+
+    def take(self, start: int) -> int | None:
+        """The lowest-numbered buffer whose last use ends before kernel ``start``, if any."""
+        while self._busy and self._busy[0][0] < start:
+            heapq.heappush(self._free, heapq.heappop(self._busy)[1])
+        return heapq.heappop(self._free) if self._free else None
+
+    def hold(self, slot: int, end: int) -> None:
+        """Buffer ``slot`` is in use until kernel ``end``."""
+        heapq.heappush(self._busy, (end, slot))

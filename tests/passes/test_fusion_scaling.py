@@ -3,7 +3,10 @@ written values, and passes that neither recurse nor search per pair."""
 
 from __future__ import annotations
 
+import time
+
 import dpt_ir as dp
+from dpt_ir.compiler import CPU_HALO_BUDGET, CPU_RECOMPUTE_BUDGET, _pipelines
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -45,3 +48,21 @@ def test_a_long_chain_needs_few_kernels_and_no_recursion() -> None:
     forward = _forward_groups(graph)
     assert len(graph.meta["saved"]) >= 250
     assert len(forward) <= 40, len(forward)
+
+
+def test_a_2000_node_chain_runs_every_pipeline_within_a_time_bound() -> None:
+    """A 333-step chain (2,000 nodes) goes through all three pipelines of `dp.compile`
+    (run, value_and_grad, tape) within a generous CPU-time bound (process time, so other
+    processes on a shared machine do not count): about 2.2 s of CPU here, 5.0 s before
+    the passes were made near-linear; the scaling figures are in docs/benchmarks.md."""
+    base = {"checks": True, "fuse": True, "recompute": True, "halo_budget": CPU_HALO_BUDGET}
+    base["recompute_budget"] = CPU_RECOMPUTE_BUDGET
+    graph = stepped(333)
+    assert len(graph.nodes) == 1999
+    start = time.process_time()
+    for name, options in _pipelines(graph, ("x",), "loss", base).items():
+        result = run_pipeline(graph, options)
+        assert result.graph.meta["groups"], name
+        assert [r.name for r in result.records][-3:] == ["saved_attributes", "fusion", "schedule"]
+    seconds = time.process_time() - start
+    assert seconds < 20.0, seconds

@@ -84,8 +84,11 @@ def test_verify_rejects_a_kernel_reading_before_the_write() -> None:
     backward = next(g for g in groups if g["phase"] == "backward")
     assert "logsumexp_0" in backward["inputs"]
     reordered = [backward, *(g for g in groups if g is not backward)]
-    with pytest.raises(dp.ContractError, match=r"kernel 'b\d+': reads '\w+' before any kernel writes it; it is written "
-                       r"later, by kernel 'f0'"):
+    with pytest.raises(
+        dp.ContractError,
+        match=r"kernel 'b\d+': reads '\w+' before any kernel writes it; it is written "
+        r"later, by kernel 'f0'",
+    ):
         verify.run(_with_groups(graph, reordered))
 
 
@@ -247,11 +250,35 @@ def test_recompute_budget_saves_what_is_too_costly_to_recompute() -> None:
     assert records and budgeted.meta["saved_bytes"] == sum(r["bytes"] for r in records)
     over = [r for r in records if "over the recompute budget 16" in r["reason"]]
     assert over, [r["reason"] for r in records]
+
     # The backward recomputes less work than without the budget.
     def recomputed_work(graph: dp.Graph) -> int:
         return sum(n.opdef.work for n in graph.nodes if "recompute_of" in n.meta)
 
     assert 0 < recomputed_work(budgeted) < recomputed_work(unlimited)
+
+
+def test_every_recomputation_is_explained(tmp_path: Path) -> None:
+    """Each clone the backward recomputes has a record: the work per element it costs
+    (its op's work plus that of the clones it reads), within the budget that decided, and
+    the bytes saving it would have cost; saved.txt prints each reason."""
+    graph = run_pipeline(
+        CASES["chain16"].graph, CompileOptions(wrt=("x",), recompute_budget=16), dump_dir=tmp_path
+    ).graph
+    clones = {n.name: n for n in graph.nodes if "recompute_of" in n.meta}
+    records = {r["value"]: r for r in graph.meta["recomputed"]}
+    assert clones and set(records) == set(clones)
+    for name, r in records.items():
+        node = clones[name]
+        assert r["recomputes"] == node.meta["recompute_of"] and r["op"] == node.op
+        assert r["work"] == node.opdef.work + sum(records[i]["work"] for i in node.inputs if i in records)
+        assert r["own_work"] == node.opdef.work and r["work"] <= r["budget"] == 16
+        assert r["save_bytes"] == graph.types[r["recomputes"]].nbytes
+        assert "within the recompute budget 16" in r["reason"] and f"saving {r['save_bytes']} B" in r["reason"]
+    saved = (tmp_path / "saved.txt").read_text()
+    assert all(r["reason"] in saved for r in records.values())
+    unlimited = _run("chain16").graph.meta["recomputed"]
+    assert unlimited and all(r["budget"] is None and "no recompute budget" in r["reason"] for r in unlimited)
 
 
 def test_recompute_budget_leaves_cheap_chains_alone() -> None:
@@ -286,6 +313,10 @@ def test_every_pass_result_is_recorded() -> None:
     result = _run("softmax_xent")
     assert [r.name for r in result.records] == list(DEFAULT_PIPELINE)
     assert [r.nodes for r in result.records] == [len(g.nodes) for g in result.stages]
+    inputs = (CASES["softmax_xent"].graph, *result.stages[:-1])  # what each pass was given
+    assert [r.nodes_before for r in result.records] == [len(g.nodes) for g in inputs]
+    assert all(r.growth == r.nodes / r.nodes_before for r in result.records)
+    assert next(r for r in result.records if r.name == "autodiff").growth > 1  # the backward is added
     assert all(r.seconds >= 0 for r in result.records)
 
 
@@ -300,6 +331,9 @@ def _check_dump_dir(folder: Path, result: manager.PipelineResult) -> None:
     assert report["kernel_count"] == len(groups)
     assert [k["id"] for k in report["kernels"]] == [g["id"] for g in groups]
     assert [p["name"] for p in report["passes"]] == list(DEFAULT_PIPELINE)
+    assert [(p["nodes_before"], p["nodes"], p["growth"]) for p in report["passes"]] == [
+        (r.nodes_before, r.nodes, r.growth) for r in result.records
+    ]
     assert report["saved_bytes"] == result.graph.meta["saved_bytes"]
     fusion = (folder / "fusion.txt").read_text()
     assert all(f"{g['id']} [{g['phase']}]" in fusion for g in groups)
