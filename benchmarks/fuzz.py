@@ -208,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     for k in range(0, len(items), args.batch):
         chunk = items[k : k + args.batch]
         batch_start = time.perf_counter()
-        mismatches += check_items(f"fuzz_s{args.seed}_b{k // args.batch}", chunk)
+        found = check_items(f"fuzz_s{args.seed}_b{k // args.batch}", chunk)
+        for m in found:  # as found, before the (slow) shrinking at the end
+            index = k + next(i for i, (graph, _) in enumerate(chunk) if graph is m.graph)
+            print(f"graph {index}: " + m.report(), "\n", flush=True)
+        mismatches += found
         programs += 1
         print(
             f"batch {k // args.batch}: graphs {k}-{k + len(chunk) - 1}, {time.perf_counter() - batch_start:.1f} s, "
@@ -217,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     for m in mismatches:
         shrink(m)
-        print(m.report(), "\n", flush=True)
+        if m.reproducer is not None:
+            print(m.report(), "\n", flush=True)
     ops = sum(len(g.nodes) for g, _ in items)
     summary = {
         "graphs": len(items),
