@@ -11,7 +11,7 @@ rounds (after one untimed round) call every contender once, in an order rotated 
 round; tables show medians.
 Every contender runs on ``--threads`` threads (default 1, as Warp's CPU backend does).
 ``--quick`` (256x256, 3 rounds, no torch.compile unless named in ``--peers``) finishes in
-about a minute on 2 cores.
+70 s measured on 2 lightly loaded cores (about 3 minutes on a busy machine).
 """
 
 from __future__ import annotations
@@ -34,7 +34,11 @@ QUICK_SKIPS = ("torch.compile",)  # inductor compiles take ~20 s per case on thi
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="dpt-ir bench", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="256x256, 3 rounds, no torch.compile (about a minute)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="256x256, 3 rounds, no torch.compile: 70 s measured on 2 lightly loaded cores",
+    )
     p.add_argument("--size", type=int, default=None, help="side of the square inputs (default 1024; quick 256)")
     p.add_argument("--reps", type=int, default=None, help="timed rounds (default 7; quick 3)")
     p.add_argument("--cases", default=None, help="comma list of cases (default: all)")
