@@ -45,7 +45,7 @@ import dpt_ir as dp  # noqa: E402
 from dpt_ir.graph import Output  # noqa: E402
 from dpt_ir.passes import dce  # noqa: E402
 from dpt_ir.types import is_float  # noqa: E402
-from tests.backend.harness import MODERATE_TOLERANCES, Batch, compare_batch  # noqa: E402
+from tests.backend.harness import MODERATE_TOLERANCES, Batch, compare_batch, seeded_batch  # noqa: E402
 
 Item = tuple[dp.Graph, dict[str, np.ndarray]]
 
@@ -114,21 +114,9 @@ def draw_graphs(count: int, seed: int) -> list[Item]:
 
 # -- batches --------------------------------------------------------------------------------
 def make_batch(name: str, items: list[Item]) -> Batch:
-    """``items`` as one `Batch`: every float output seeded (the loss with 1, others with a
-    fixed random array), every differentiable input differentiated."""
-    graphs, inputs, wrt, seeds = {}, {}, {}, {}
-    rng = np.random.default_rng(len(items))
-    for k, (graph, ins) in enumerate(items):
-        pid = f"g{k:03d}"
-        graphs[pid], inputs[pid] = graph, ins
-        wrt[pid] = tuple(differentiable_inputs(graph))
-        seeds[pid] = {}
-        for out in graph.outputs:
-            t = graph.types[out.value]
-            if is_float(t.dtype):
-                value = 1.0 if out.name == LOSS else rng.uniform(-1.0, 1.0, t.shape)
-                seeds[pid][out.name] = np.asarray(value, dtype=t.dtype)
-    return Batch(name, graphs, inputs, wrt, seeds)
+    """``items`` as one `Batch` (`seeded_batch`: every float output seeded, every
+    differentiable input differentiated)."""
+    return seeded_batch(name, items, len(items))
 
 
 def check_items(name: str, items: list[Item]) -> list[Mismatch]:

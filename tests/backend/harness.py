@@ -289,3 +289,25 @@ def float_atomics(source: str) -> list[str]:
     first = kernels[0].start() if kernels else len(source)
     found += [f"<module>: {c.group(0)}" for c in _ATOMIC.finditer(source, 0, first)]
     return found
+
+
+def seeded_batch(name: str, items: Sequence[tuple[Graph, dict[str, np.ndarray]]], seed: int) -> Batch:
+    """Random graphs with their inputs (`tests/strategies.py`) as one `Batch`: every
+    differentiable input differentiated, every float output seeded (the loss with 1,
+    the others with a fixed random array drawn from ``seed``)."""
+    from strategies import LOSS as RANDOM_LOSS
+    from strategies import differentiable_inputs
+
+    graphs, inputs, wrt, seeds = {}, {}, {}, {}
+    rng = np.random.default_rng(seed)
+    for k, (graph, ins) in enumerate(items):
+        pid = f"g{k:03d}"
+        graphs[pid], inputs[pid] = graph, ins
+        wrt[pid] = tuple(differentiable_inputs(graph))
+        seeds[pid] = {}
+        for out in graph.outputs:
+            t = graph.types[out.value]
+            if is_float(t.dtype):
+                value = 1.0 if out.name == RANDOM_LOSS else rng.uniform(-1.0, 1.0, t.shape)
+                seeds[pid][out.name] = np.asarray(value, dtype=t.dtype)
+    return Batch(name, graphs, inputs, wrt, seeds)

@@ -15,12 +15,11 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, assume, given, settings
 from hypothesis import strategies as st
-from strategies import LOSS, differentiable_inputs, graph_and_inputs
+from strategies import graph_and_inputs
 
 import dpt_ir as dp
-from dpt_ir.types import is_float
 
-from .harness import MODERATE_TOLERANCES, Batch, compare_batch
+from .harness import MODERATE_TOLERANCES, Batch, compare_batch, seeded_batch
 
 PER_PROGRAM = 50
 PROGRAMS = 4
@@ -28,22 +27,6 @@ MIN_GRAPHS = 200
 
 _SEEN: set[str] = set()  # textual IR of every graph compared
 _PROGRAMS: list[str] = []  # names of the compiled batches
-
-
-def _batch(items: list[tuple[dp.Graph, dict[str, np.ndarray]]], index: int) -> Batch:
-    graphs, inputs, wrt, seeds = {}, {}, {}, {}
-    rng = np.random.default_rng(index)
-    for k, (graph, ins) in enumerate(items):
-        pid = f"g{k:02d}"
-        graphs[pid], inputs[pid] = graph, ins
-        wrt[pid] = tuple(differentiable_inputs(graph))
-        seeds[pid] = {}
-        for out in graph.outputs:
-            t = graph.types[out.value]
-            if is_float(t.dtype):
-                value = 1.0 if out.name == LOSS else rng.uniform(-1.0, 1.0, t.shape)
-                seeds[pid][out.name] = np.asarray(value, dtype=t.dtype)
-    return Batch(f"random_{index}", graphs, inputs, wrt, seeds)
 
 
 def _first_failing(batch: Batch) -> str:
@@ -71,7 +54,7 @@ def _compiled_batches_match(items: list[tuple[dp.Graph, dict[str, np.ndarray]]])
     # Hypothesis starts with its simplest example (the same minimal graph 50 times):
     # skip it, so that every compiled program holds many distinct graphs.
     assume(len(set(texts)) >= PER_PROGRAM // 2)
-    batch = _batch(items, len(_PROGRAMS))
+    batch = seeded_batch(f"random_{len(_PROGRAMS)}", items, len(_PROGRAMS))
     _PROGRAMS.append(batch.name)
     try:
         batch.compile()

@@ -6,22 +6,12 @@ from __future__ import annotations
 import time
 
 import dpt_ir as dp
+from benchmarks.compile_scaling import chain
 from dpt_ir.compiler import CPU_HALO_BUDGET, CPU_RECOMPUTE_BUDGET, _pipelines
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
 from .graphs import CASES
-
-
-def stepped(steps: int, shape: tuple[int, ...] = (16,)) -> dp.Graph:
-    """``y = sin(y) * 0.9 + 0.1 * x`` for ``steps`` steps, then ``sum(y)``."""
-    g = dp.GraphBuilder(f"stepped{steps}")
-    x = g.input("x", shape, "float32")
-    y = x
-    for _ in range(steps):
-        y = dp.sin(y) * 0.9 + 0.1 * x
-    g.output("loss", dp.sum(y))
-    return g.build()
 
 
 def _forward_groups(graph: dp.Graph) -> list[dict]:
@@ -44,7 +34,7 @@ def test_a_long_chain_needs_few_kernels_and_no_recursion() -> None:
     """A 300-step chain (1,800 nodes, deeper than Python's recursion limit) goes through
     every pass; its tape forward saves a value per step yet takes a few kernels, each
     within the group size cap."""
-    graph = run_pipeline(stepped(300), CompileOptions(wrt=("x",), recompute_budget=16)).graph
+    graph = run_pipeline(chain(300, (16,)), CompileOptions(wrt=("x",), recompute_budget=16)).graph
     forward = _forward_groups(graph)
     assert len(graph.meta["saved"]) >= 250
     assert len(forward) <= 40, len(forward)
@@ -57,7 +47,7 @@ def test_a_2000_node_chain_runs_every_pipeline_within_a_time_bound() -> None:
     the passes were made near-linear; the scaling figures are in docs/benchmarks.md."""
     base = {"checks": True, "fuse": True, "recompute": True, "halo_budget": CPU_HALO_BUDGET}
     base["recompute_budget"] = CPU_RECOMPUTE_BUDGET
-    graph = stepped(333)
+    graph = chain(333, (16,))
     assert len(graph.nodes) == 1999
     start = time.process_time()
     for name, options in _pipelines(graph, ("x",), "loss", base).items():
