@@ -166,13 +166,13 @@ class ExecutionPlan:
         ws = getattr(self._current, "ws", None)
         return ws.staging if ws is not None else {}
 
-    @property
-    def buffers(self) -> dict[str, wp.array]:
+    def owned_arrays(self) -> Iterator[wp.array]:
         """Every array of every live workspace, for `bind`'s refusal of a program-owned
-        array as an input (keys are ``<workspace index>:<name>``)."""
+        array as an input."""
         with self._lock:
             spaces = list(self._all)
-        return {f"{k}:{name}": arr for k, ws in enumerate(spaces) for name, arr in ws.buffers.items()}
+        for ws in spaces:
+            yield from ws.buffers.values()
 
     # -- launches --
     def launches_of(self, phase: str) -> list[Launch]:
@@ -221,7 +221,7 @@ class ExecutionPlan:
 
     def _check_warp(self, name: str, value: wp.array, t: Any, what: str) -> wp.array:
         check_warp_array(name, value, t, what, device=self.device)
-        for buf in self.buffers.values():
+        for buf in self.owned_arrays():
             if buf.ptr is not None and buf.ptr == value.ptr:
                 raise ContractError(
                     f"{what} {name!r}: the array is one of the program's own output or workspace buffers; "
