@@ -34,6 +34,7 @@ from dpt_ir.autodiff import check_wrt, default_loss
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.codegen import KernelSource, StatusSlot
 from dpt_ir.backends.warp.module import (
+    CacheRecord,
     cache_root,
     content_key,
     import_source,
@@ -248,7 +249,7 @@ def _build(
         )
         record = new_record(key, payload, text)
     if record.warp_files != warp_sums:
-        write_entry(entry, record.model_copy(update={"warp_files": warp_sums}))
+        write_entry(entry, CacheRecord.model_validate({**record.model_dump(), "warp_files": warp_sums}))
     status_size = max(len(slots), 1) if base["checks"] else 0
     plans = {}
     for name, g in graphs.items():

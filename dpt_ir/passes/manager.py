@@ -142,8 +142,11 @@ def run_pipeline(
     records: list[PassRecord] = []
     for k, spec in enumerate(specs):
         name = spec.name
-        # spec.options were validated against CompileOptions' fields when the spec was made
-        pass_options = options.model_copy(update=spec.options) if spec.options else options
+        # spec.options were checked against CompileOptions' fields when the spec was made;
+        # the merged options are validated as a whole again
+        pass_options = options
+        if spec.options:
+            pass_options = CompileOptions.model_validate({**options.model_dump(), **spec.options})
         start = time.perf_counter()
         before = len(graph.nodes)
         graph = PASSES[name](graph, pass_options)
