@@ -62,8 +62,8 @@ class Program:
     def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Forward only: a dict output name -> numpy array."""
         plan = self.plans["run"]
-        with plan.workspace() as ws, plan.staging_into(ws):
-            bound = plan.bind(inputs, _input_types(self.graph))
+        with plan.workspace() as ws:
+            bound = plan.bind(inputs, _input_types(self.graph), ws)
             _begin(ws)
             self.launch_count = plan.run("forward", bound, ws)
             self.checkpoint("forward", ws)
@@ -79,8 +79,8 @@ class Program:
                 f"has no single scalar float output, so compile with loss='<output name>'"
             )
         plan = self.plans["value_and_grad"]
-        with plan.workspace() as ws, plan.staging_into(ws):
-            bound = plan.bind(inputs, _input_types(self.graph))
+        with plan.workspace() as ws:
+            bound = plan.bind(inputs, _input_types(self.graph), ws)
             _begin(ws)
             self.launch_count = plan.run("forward", bound, ws) + plan.run("backward", bound, ws)
             self.checkpoint("value_and_grad", ws)
@@ -190,8 +190,7 @@ class TapePass:
         types = _input_types(self.program.graph)
         self._ws = ws = self.plan.checkout()
         try:
-            with self.plan.staging_into(ws):
-                bound = self.plan.bind(inputs, types)
+            bound = self.plan.bind(inputs, types, ws)
             _begin(ws)
             self.program.launch_count = self.plan.run("forward", bound, ws)
             self.program.checkpoint("forward", ws)
@@ -237,8 +236,7 @@ class TapePass:
             value = arrays.get(out, np.zeros(t.shape, dtype=t.dtype))
             full[ct] = value
         assert self._ws is not None
-        with self.plan.staging_into(self._ws):
-            return self.plan.bind(full, {ct: self.plan.graph.types[ct] for ct in full}, what="seed")
+        return self.plan.bind(full, {ct: self.plan.graph.types[ct] for ct in full}, self._ws, what="seed")
 
     def _run_backward(self, seeds: dict[str, wp.array]) -> dict[str, wp.array]:
         assert self._bound is not None and self._ws is not None

@@ -117,7 +117,6 @@ class ExecutionPlan:
         self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
         self.gradients: dict[str, str] = graph.meta.get("gradients", {})
         self._lock = threading.Lock()
-        self._current = threading.local()  # the workspace `bind` stages into, per thread
         self._all: weakref.WeakSet[Workspace] = weakref.WeakSet()  # every live workspace (alias checks)
         self._free: list[Workspace] = [self._new_workspace()]
 
@@ -148,23 +147,6 @@ class ExecutionPlan:
             yield ws
         finally:
             self.checkin(ws)
-
-    @contextmanager
-    def staging_into(self, ws: Workspace) -> Iterator[None]:
-        """`bind` (called in the block, on this thread) stages CUDA copies into ``ws``."""
-        previous = getattr(self._current, "ws", None)
-        self._current.ws = ws
-        try:
-            yield
-        finally:
-            self._current.ws = previous
-
-    @property
-    def staging(self) -> dict[str, wp.array]:
-        """The staging arrays of the workspace `bind` stages into on this thread (see
-        `staging_into`); outside one, a fresh dict: the copy is then made per call."""
-        ws = getattr(self._current, "ws", None)
-        return ws.staging if ws is not None else {}
 
     def owned_arrays(self) -> Iterator[wp.array]:
         """Every array of every live workspace, for `bind`'s refusal of a program-owned
@@ -199,23 +181,26 @@ class ExecutionPlan:
         return ws.shaped[self.outputs[name]]
 
     # -- inputs --
-    def bind(self, values: dict[str, Any], names: dict[str, Any], what: str = "input") -> dict[str, wp.array]:
+    def bind(
+        self, values: dict[str, Any], names: dict[str, Any], ws: Workspace, what: str = "input"
+    ) -> dict[str, wp.array]:
         """Check user arrays against the declared ``names`` (name -> TensorType) and return
-        flat Warp arrays on the plan's device. The checks are `dpt_ir.contracts`' (the same
-        as the interpreter's); ContractError names the offending input."""
+        flat Warp arrays on the plan's device (NumPy inputs for CUDA are staged into ``ws``).
+        The checks are `dpt_ir.contracts`' (the same as the interpreter's); ContractError
+        names the offending input."""
         check_names(self.graph.name, values, names, what)
-        return {n: self._flat(n, values[n], t, what) for n, t in names.items()}
+        return {n: self._flat(n, values[n], t, what, ws.staging) for n, t in names.items()}
 
-    def _flat(self, name: str, value: Any, t: Any, what: str) -> wp.array:
+    def _flat(self, name: str, value: Any, t: Any, what: str, staging: dict[str, wp.array]) -> wp.array:
         if is_warp_array(value):
             return self._check_warp(name, value, t, what)
         arr = host_array(name, value, t, what)
         flat = arr.reshape(-1)
         if self.device == "cpu":
             return wp.array(flat, dtype=WP_DTYPES[t.dtype], device="cpu", copy=False)
-        stage = self.staging.get(name)
+        stage = staging.get(name)
         if stage is None:
-            stage = self.staging[name] = wp.empty(flat.size, dtype=WP_DTYPES[t.dtype], device=self.device)
+            stage = staging[name] = wp.empty(flat.size, dtype=WP_DTYPES[t.dtype], device=self.device)
         wp.copy(stage, wp.array(flat, dtype=WP_DTYPES[t.dtype], device="cpu", copy=False))
         return stage
 
