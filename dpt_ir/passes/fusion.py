@@ -10,7 +10,9 @@ space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
 readers. Nested inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
 (ops declare their copies with ``code_copies``). Every node belongs to at least one
 group; a cheap elementwise or shape node read by several groups is recomputed in each
-(at most ``max_inline_consumers``) rather than written and read back. Decisions use op
+(at most ``max_inline_consumers``) rather than written and read back, unless its inline
+code holds a stencil: recomputing that in several kernels widens the halo each of them
+recomputes, step after step in a time-stepped model. Decisions use op
 kinds and costs only, never op names. Values are unchanged; only ``meta`` (graph and
 nodes) is added.
 """
@@ -178,12 +180,35 @@ def _materialised(
     while True:
         counts = _closure_counts(graph, set(reasons))
         over = [n for n, k in counts.items() if k > limit and not _is_view(graph.node_map[n])]
-        if not over:
-            break
         for n in over:
             reasons[n] = f"read by {counts[n]} groups (more than {limit}): computed once, not recomputed in each"
+        halos = _inlined_stencils(graph, reasons)
+        shared = [n for n, k in counts.items() if k > 1 and n not in reasons and n in halos]
+        for n in shared:
+            reasons[n] = (
+                f"read by {counts[n]} groups, and its inline code holds the stencil {halos[n]}: computed once, "
+                "not recomputed in each (each kernel would widen the halo it recomputes)"
+            )
+        if not over and not shared:
+            break
     order = {n.name: k for k, n in enumerate(graph.nodes)}
     return sorted(reasons, key=order.__getitem__), reasons, [h for h in halo if h["value"] not in reasons]
+
+
+def _inlined_stencils(graph: Graph, reasons: dict[str, str]) -> dict[str, str]:
+    """For each node, the first node reading its input several times per element (a
+    stencil's taps, a fold's images) that recomputing it inline would recompute, if any:
+    one forward sweep over what is not materialised."""
+    holds: dict[str, str] = {}
+    for node in graph.nodes:
+        if _reads(node) > 1 or _copies(node) > 1:
+            holds[node.name] = node.name
+            continue
+        for i in node.inputs:
+            if i in holds and i not in reasons:
+                holds[node.name] = holds[i]
+                break
+    return holds
 
 
 def _closure_counts(graph: Graph, roots: set[str]) -> dict[str, int]:
