@@ -8,7 +8,8 @@ space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
 ``inputs``/``outputs`` (values read from / written to memory) and bytes moved;
 ``meta["boundaries"]`` says why each materialised value was not fused into its
 readers. Nested inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
-(ops declare their copies with ``code_copies``). Every node belongs to at least one
+(ops declare their copies with ``code_copies``), and a kernel inlines a bounded number of
+nodes (`MAX_KERNEL_NODES` per value). Every node belongs to at least one
 group; a cheap elementwise or shape node read by several groups is recomputed in each
 (at most ``max_inline_consumers``) rather than written and read back, unless its inline
 code holds a stencil: recomputing that in several kernels widens the halo each of them
@@ -35,6 +36,8 @@ HALO_BUDGET = 48  # default work per element a multi-read node may spend recompu
 # inlined into a fold multiplies their images: 17 x 17 for a two-axis `nearest` blur of
 # radius 8 made a 400 KB kernel and a 45 s compile).
 MAX_CODE_COPIES = 64
+# Most nodes one kernel inlines before a value is written (`_bound_kernel_nodes`).
+MAX_KERNEL_NODES = 256
 
 
 def run(graph: Graph, options: Any = None) -> Graph:
@@ -156,6 +159,31 @@ def _bound_code_copies(graph: Graph, reasons: dict[str, str]) -> None:
         below[node.name] = copies * inner
 
 
+def _bound_kernel_nodes(graph: Graph, reasons: dict[str, str]) -> None:
+    """Materialise a pointwise value once the code inlined into it reaches
+    `MAX_KERNEL_NODES` nodes, so a long chain is split into kernels of bounded size (the
+    C++ compiler's time grows faster than a function's length: an 833-step chain fused into
+    one 5,800-line kernel). Cones are exact (bitsets of the nodes they inline) and visited in
+    order, so every group built afterwards inlines at most ``arity * MAX_KERNEL_NODES`` nodes;
+    identical pieces of a time-stepped chain then share one kernel."""
+    bit = {n.name: 1 << k for k, n in enumerate(graph.nodes)}
+    cone: dict[str, int] = {}
+    for node in graph.nodes:
+        if not _is_pointwise(node):
+            continue
+        mask = bit[node.name]
+        for i in node.inputs:
+            if i not in reasons and i in cone:
+                mask |= cone[i]
+        cone[node.name] = mask
+        size = mask.bit_count()
+        if size >= MAX_KERNEL_NODES and node.name not in reasons and not _is_free(node):
+            reasons[node.name] = (
+                f"its inline code reached {size} nodes (the limit is {MAX_KERNEL_NODES}): written once, "
+                "so that kernels stay small enough to compile quickly"
+            )
+
+
 def _materialised(
     graph: Graph, fuse: bool, limit: int, budget: int
 ) -> tuple[list[str], dict[str, str], list[dict[str, Any]]]:
@@ -177,6 +205,7 @@ def _materialised(
     halo = _halo(graph, reasons, budget) if fuse else []
     if fuse:
         _bound_code_copies(graph, reasons)
+        _bound_kernel_nodes(graph, reasons)
     while True:
         counts = _closure_counts(graph, set(reasons))
         over = [n for n, k in counts.items() if k > limit and not _is_view(graph.node_map[n])]

@@ -8,6 +8,7 @@ import time
 import dpt_ir as dp
 from benchmarks.compile_scaling import chain
 from dpt_ir.compiler import CPU_HALO_BUDGET, CPU_RECOMPUTE_BUDGET, _pipelines
+from dpt_ir.passes.fusion import MAX_KERNEL_NODES
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -53,6 +54,9 @@ def test_a_2000_node_chain_runs_every_pipeline_within_a_time_bound() -> None:
     for name, options in _pipelines(graph, ("x",), "loss", base).items():
         result = run_pipeline(graph, options)
         assert result.graph.meta["groups"], name
+        # No kernel inlines the whole chain (value_and_grad fused all 2,000 nodes into one).
+        biggest = max(len(g["nodes"]) for g in result.graph.meta["groups"])
+        assert biggest <= 2 * MAX_KERNEL_NODES, (name, biggest)
         assert [r.name for r in result.records][-3:] == ["saved_attributes", "fusion", "schedule"]
     seconds = time.process_time() - start
     assert seconds < 20.0, seconds
