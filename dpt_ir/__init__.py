@@ -78,6 +78,7 @@ from dpt_ir.functions import (
     true_divide,
     where,
 )
+from dpt_ir.gather import add_at, take, take_along_axis
 from dpt_ir.graph import Graph, Input, Node, Output
 from dpt_ir.imaging import (
     convolve,

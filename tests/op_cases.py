@@ -854,6 +854,78 @@ def stencil_cases() -> list[OpCase]:
     return out
 
 
+# -- gather and scatter -------------------------------------------------------------------
+def _add_at_expect(a: np.ndarray, index: Any, values: np.ndarray) -> np.ndarray:
+    out = a.copy()
+    np.add.at(out, index, values)
+    return out
+
+
+def gather_cases() -> list[OpCase]:
+    """take (np.take, take_along_axis, integer-array indexing), add_at (np.add.at) and
+    index_array, with positions as int32 inputs (``c``/``b``) or NumPy constants."""
+    ints = [Arg((4, 5), uniform()), Arg((3, 2), small_ints(-5, 5), "int32")]
+    wide = [Arg((5, 3), uniform()), Arg((2, 4), small_ints(-12, 12), "int32")]
+    flat = np.array([[0, 11], [5, 5]])
+    along = np.array([[0, 3], [2, 2], [1, 0]])
+    pos = np.array([0, 2, 2, 4, 0, 0])
+    return [
+        case("take", "axis1_input", ints, lambda a, i: dp.take(a, i, axis=1), lambda a, i: np.take(a, i, axis=1)),
+        case("take", "wrap", wide, lambda a, i: dp.take(a, i, 0, "wrap"), lambda a, i: np.take(a, i, 0, mode="wrap")),
+        case("take", "clip", wide, lambda a, i: dp.take(a, i, 0, "clip"), lambda a, i: np.take(a, i, 0, mode="clip")),
+        case("take", "flat_constant", [Arg((3, 4), uniform())], lambda a: dp.take(a, flat), lambda a: np.take(a, flat)),
+        case(
+            "take",
+            "along_axis",
+            [Arg((3, 4), uniform())],
+            lambda a: dp.take_along_axis(a, along, axis=1),
+            lambda a: np.take_along_axis(a, along, axis=1),
+        ),
+        case(
+            "take",
+            "along_axis_broadcast",
+            [Arg((3, 4), uniform()), Arg((2, 1), small_ints(-3, 3), "int32")],
+            lambda a, i: dp.take_along_axis(a, i, axis=0),
+            lambda a, i: np.take_along_axis(a, i, axis=0),
+        ),
+        case("take", "fancy_slices", [Arg((3, 4), uniform())], lambda a: a[1:, [3, 0, 3]], lambda a: a[1:, [3, 0, 3]]),
+        case(
+            "take",
+            "fancy_split",
+            [Arg((2, 3, 4), uniform()), Arg((2, 2), small_ints(-4, 4), "int32")],
+            lambda a, i: a[0, :, i],
+            lambda a, i: a[0, :, i],
+        ),
+        case(
+            "add_at",
+            "axis0_constant",
+            [Arg((5, 3), uniform()), Arg((6, 3), uniform())],
+            lambda a, v: dp.add_at(a, pos, v),
+            lambda a, v: _add_at_expect(a, pos, v),
+        ),
+        case(
+            "add_at",
+            "axis1_input_clip",
+            [Arg((2, 3), uniform()), Arg((4,), small_ints(-4, 6), "int32"), Arg((2, 4), uniform())],
+            lambda a, i, v: dp.add_at(a, (slice(None), i), v, mode="clip"),
+            lambda a, i, v: _add_at_expect(a, (slice(None), np.clip(i, 0, 2)), v),
+        ),
+        case(
+            "add_at",
+            "along_axis",
+            [Arg((3, 4), uniform()), Arg((3, 2), small_ints(0, 4), "int32"), Arg((3, 2), uniform())],
+            lambda a, i, v: a.builder.emit("add_at", [a, i, v], {"axis": 1, "along": True}),
+            lambda a, i, v: _add_at_expect(a, (np.arange(3)[:, None], i), v),
+        ),
+        _source_case(
+            "index_array",
+            "2x3",
+            lambda g, d: g.emit("index_array", [], {"values": [3, -1, 0, 7, 7, 2], "shape": [2, 3]}),
+            lambda: np.array([[3, -1, 0], [7, 7, 2]]),
+        ),
+    ]
+
+
 def all_cases() -> tuple[OpCase, ...]:
     return tuple(
         unary_cases()
@@ -864,6 +936,7 @@ def all_cases() -> tuple[OpCase, ...]:
         + shape_cases()
         + reduction_cases()
         + stencil_cases()
+        + gather_cases()
     )
 
 
