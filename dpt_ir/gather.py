@@ -21,7 +21,7 @@ import numpy as np
 from dpt_ir import functions as F
 from dpt_ir.builder import Tensor, op_site, records_origin
 from dpt_ir.errors import ContractError
-from dpt_ir.ops.gather import INT32_RANGE, gathered_shape
+from dpt_ir.ops.gather import INT32_RANGE, gathered_shape, table_attrs
 from dpt_ir.types import broadcast_shapes, normalize_axis
 
 MODES = ("raise", "wrap", "clip")
@@ -55,7 +55,7 @@ def positions(x: Tensor, indices: Any, size: int, mode: str, where: str) -> Tens
                 f"{where}: index {int(arr[bad].reshape(-1)[0])} is out of bounds for an axis of size {size} "
                 f"(expected {-size} <= index < {size}; mode 'raise')"
             )
-    return x.builder.emit("index_array", [], {"values": arr.reshape(-1).tolist(), "shape": list(arr.shape)})
+    return x.builder.emit("index_array", [], table_attrs(arr))
 
 
 def _source(a: Any, op: str) -> Tensor:

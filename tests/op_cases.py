@@ -30,6 +30,7 @@ import numpy as np
 from scipy import signal, special
 
 import dpt_ir as dp
+from dpt_ir.ops.gather import table_attrs
 
 OUTPUT = "out"
 FLOATS: tuple[str, ...] = ("float64", "float32")
@@ -920,7 +921,7 @@ def gather_cases() -> list[OpCase]:
         _source_case(
             "index_array",
             "2x3",
-            lambda g, d: g.emit("index_array", [], {"values": [3, -1, 0, 7, 7, 2], "shape": [2, 3]}),
+            lambda g, d: g.emit("index_array", [], table_attrs(np.array([[3, -1, 0], [7, 7, 2]]))),
             lambda: np.array([[3, -1, 0], [7, 7, 2]]),
         ),
     ]
@@ -947,8 +948,8 @@ CASES: tuple[OpCase, ...] = all_cases()
 # Every op at ±0, ±inf, NaN, the extremes of the dtype and its overflow thresholds. Inputs
 # are fixed (the rng is ignored); ``expect`` is NumPy's value (`expected_special`), the
 # gradient oracle is named by ``grad_oracle``. Ops without a float input or output
-# (logical ops, iota) have no special values.
-NO_SPECIAL_VALUES = ("logical_and", "logical_or", "logical_not", "iota")
+# (logical ops, iota, index_array) have no special values.
+NO_SPECIAL_VALUES = ("logical_and", "logical_or", "logical_not", "iota", "index_array")
 
 
 def special_values(dtype: str) -> list[float]:
@@ -1261,10 +1262,11 @@ def _pad_adjoint_direct(g: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
 
 
 def view_special_cases() -> list[OpCase]:
-    """The first case of every shape and stencil op (and `slice`'s strided ones), with its
-    float inputs filled with special values: views route them, stencils add them."""
+    """The first case of every shape, stencil, gather and scatter op (and `slice`'s strided
+    ones), with its float inputs filled with special values: views and gathers route them,
+    stencils and scatters add them."""
     firsts: dict[str, OpCase] = {}
-    for c in shape_cases() + stencil_cases():
+    for c in shape_cases() + stencil_cases() + gather_cases():
         firsts.setdefault(c.op, c)
     out = []
     for op, c in firsts.items():
@@ -1276,8 +1278,18 @@ def view_special_cases() -> list[OpCase]:
             expect = lambda a, at=attrs: _correlate_direct(a, np.array(at["weights"]))  # noqa: E731
         if op == "pad_adjoint":  # the case's reference is a matrix product: 0 * inf would be NaN
             expect = lambda g, at=attrs: _pad_adjoint_direct(g, at)  # noqa: E731
+        if op == "index_array":
+            continue  # no float values
+        if op == "add_at":  # dpt_ir's documented sum: float32 in float64, rounded once
+            expect = lambda *xs, c=c: c.expect(**_wide(c, xs)).astype(xs[0].dtype)  # noqa: E731
         out.append(_respecial(c, expect))
     return [*out, zero_tap_case()]
+
+
+def _wide(c: OpCase, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """The inputs of case ``c``, floats in float64, by name."""
+    names = list(c.inputs(np.random.default_rng(0), "float64"))
+    return {n: a.astype(np.float64) if a.dtype.kind == "f" else a for n, a in zip(names, arrays, strict=True)}
 
 
 ZERO_TAP = np.array([[0.0, 0.5], [-1.0, 0.25], [2.0, 0.75]])

@@ -22,6 +22,7 @@ for ``base`` and a take of it for ``values``. The Warp lowering is data (`Gather
 
 from __future__ import annotations
 
+import base64
 import math
 from typing import Any, Literal
 
@@ -45,8 +46,17 @@ class GatherAttrs(Attrs):
 
 
 class TableAttrs(Attrs):
-    values: tuple[int, ...]
+    """A constant int32 table: ``data`` is its little-endian bytes in base64 (one string:
+    validating, hashing and printing a graph stays cheap for millions of positions)."""
+
+    data: str
     shape: tuple[int, ...]
+
+
+def table_attrs(values: np.ndarray) -> dict[str, Any]:
+    """The attributes of an ``index_array`` node holding ``values`` (integers that fit int32)."""
+    data = base64.b64encode(np.ascontiguousarray(values, dtype="<i4").tobytes()).decode("ascii")
+    return {"data": data, "shape": list(np.shape(values))}
 
 
 def normalise(positions: np.ndarray, size: int, mode: str, where: str) -> np.ndarray:
@@ -208,21 +218,25 @@ def _add_at_values_grad(c: GradContext) -> Any:
     return c.gy.builder.emit("take", [c.gy, c.input(1)], c.attrs.model_dump())
 
 
-def _infer_table(inputs: tuple[TensorType, ...], attrs: TableAttrs, where: str) -> TensorType:
-    if any(d < 0 for d in attrs.shape) or math.prod(attrs.shape) != len(attrs.values):
-        raise ContractError(
-            f"{where}: {len(attrs.values)} value(s) do not fill shape {list(attrs.shape)} "
-            f"({math.prod(attrs.shape)} elements)"
-        )
-    lo, hi = INT32_RANGE
-    if attrs.values and not (lo <= min(attrs.values) and max(attrs.values) <= hi):
-        found = f"{min(attrs.values)}..{max(attrs.values)}"
-        raise ContractError(f"{where}: index values must fit int32 ([{lo}, {hi}]), found {found}")
-    return TensorType(shape=attrs.shape, dtype=INDEX_DTYPE)
-
-
 def _table(attrs: TableAttrs) -> np.ndarray:
-    return np.asarray(attrs.values, dtype=np.int32).reshape(attrs.shape)
+    try:
+        raw = base64.b64decode(attrs.data.encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise ContractError("index_array: data must be base64 text (little-endian int32 bytes)") from None
+    if any(d < 0 for d in attrs.shape) or len(raw) != 4 * math.prod(attrs.shape):
+        raise ContractError(
+            f"index_array: {len(raw)} byte(s) of data do not fill shape {list(attrs.shape)} "
+            f"(expected {4 * max(math.prod(attrs.shape), 0)}: 4 per int32 element)"
+        )
+    return np.frombuffer(raw, dtype="<i4").astype(np.int32).reshape(attrs.shape)
+
+
+def _infer_table(inputs: tuple[TensorType, ...], attrs: TableAttrs, where: str) -> TensorType:
+    try:
+        _table(attrs)
+    except ContractError as exc:
+        raise ContractError(f"{where}: {exc}") from None
+    return TensorType(shape=attrs.shape, dtype=INDEX_DTYPE)
 
 
 register_op(
@@ -267,4 +281,4 @@ register_op(
     )
 )
 
-__all__ = ["GatherAttrs", "accumulator_dtype", "gathered_shape", "normalise"]
+__all__ = ["GatherAttrs", "accumulator_dtype", "table_attrs", "gathered_shape", "normalise"]
