@@ -58,7 +58,8 @@ class Tensor:
     Operators build nodes with NumPy's meaning, broadcasting and type promotion (a Python
     or NumPy scalar operand is a weak constant: it keeps the tensor's dtype, ``x * 2.0``
     stays float32; only a float scalar with an integer tensor gives float64):
-    ``+ - * / **`` (add, sub, mul, div, pow; ``/`` of integers gives float64), unary
+    ``+ - * / **`` (add, sub, mul, div, pow; ``/`` of integers gives float64), ``@``
+    (`dp.matmul`), unary
     ``-`` and ``abs()``, comparisons ``< <= > >= == !=`` (bool tensors), and on bool
     tensors ``& | ~`` (logical and, or, not). ``x.T`` reverses the axes;
     ``x.transpose(*axes)``, ``x.reshape(*shape)``, ``x.astype(dtype)``, ``x.sum(axis)``,
