@@ -4,7 +4,10 @@ One kernel per pointwise group (a thread per element of its iteration space) and
 two per reduction group: ``<k>`` where thread ``(o, p)`` folds chunk ``p`` of output
 ``o``'s reduced elements in row-major order, and, when there is more than one partial
 per output, ``<k>_final`` which combines the partials of each output in order. Results
-therefore never depend on thread scheduling: no atomics touch floating-point data.
+therefore never depend on thread scheduling: no atomics touch floating-point data. A
+scatter group (``add_at``) gets the kernels of `dpt_ir.backends.warp.scatter`: an ordered
+gather over a destination-sorted table of its positions. Gathers (``take``) read at
+positions loaded in the kernel (`KernelWriter.position`), clamped in bounds.
 
 Every expression comes from the op table (`OpDef.warp`, ``warp_index``,
 ``warp_reduce``, ``warp_domain``); nothing here depends on an op's name.

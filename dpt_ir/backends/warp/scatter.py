@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.backends.warp.codegen import WP_TYPES, KernelSource, KernelWriter, StatusSlot, _finish
-from dpt_ir.errors import ContractError
+from dpt_ir.errors import ContractError, NumericalError
 from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.gather import normalise
@@ -47,7 +47,8 @@ def layout_of(graph: Graph, root: str) -> ScatterLayout:
     op = node.opdef
     assert op.scatter is not None, f"node {root!r}: op {op.name!r} has no scatter layout"
     attrs = op.parse_attrs(node.attrs, root)
-    positions = graph.types[node.inputs[op.scatter(attrs, node.type.shape, (0,)).indices]].shape
+    # Which input holds the positions does not depend on their shape: ask once to find it.
+    positions = graph.types[node.inputs[op.scatter(attrs, node.type.shape, ()).indices]].shape
     return op.scatter(attrs, node.type.shape, positions)
 
 
@@ -67,12 +68,13 @@ def constant_csr(layout: ScatterLayout, positions: np.ndarray, root: str) -> tup
     on NumPy integer arrays (they are integer arithmetic: ``+ * // %``)."""
     try:
         p = normalise(positions, layout.size, layout.mode, f"node {root!r}")
-    except Exception as exc:  # a constant position out of range is the user's graph: a contract error
+    except NumericalError as exc:  # a constant position out of range is in the user's graph
         raise ContractError(str(exc)) from None
     names = tuple(f"j{k}" for k in range(positions.ndim))
     env: dict[str, Any] = {n: g for n, g in zip(names, np.indices(positions.shape, dtype=np.int64), strict=True)}
     env["p"] = p
-    keys = np.broadcast_to(np.asarray(eval(layout.key(names, "p"), {}, env), dtype=np.int64), positions.shape)  # noqa: S307
+    key = eval(layout.key(names, "p"), {"__builtins__": {}}, env)  # noqa: S307  (our own integer arithmetic)
+    keys = np.broadcast_to(np.asarray(key, dtype=np.int64), positions.shape)
     keys = keys.reshape(-1)
     order = np.argsort(keys, kind="stable")
     offsets = np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=layout.rows))])
