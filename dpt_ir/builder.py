@@ -71,9 +71,11 @@ class Tensor:
     ``x[:, 1:3]`` and ``x[::-2]`` (slices, any non-zero step, bounds clipped as in NumPy),
     ``x[..., 0]`` (one Ellipsis), ``x[None]`` / ``x[:, None]`` (new axes of size 1). An
     index out of bounds, a zero step, a float, a bool or more indices than axes raise
-    ContractError. One integer index array (an int32 tensor, an integer NumPy array or a
-    list) mixed with slices and ints is a gather (``x[:, idx]`` is ``dp.take(x, idx,
-    axis=1)``, NumPy's placement rules). ``len(x)`` is the first axis's size and iterating yields ``x[0], x[1], ...``.
+    ContractError. Integer index arrays (int32 tensors, integer NumPy arrays or lists)
+    mixed with slices and ints are gathers with NumPy's broadcasting and placement rules
+    (``x[:, idx]`` is ``dp.take(x, idx, axis=1)``; ``x[i, :, j]`` broadcasts ``i`` with
+    ``j``); None cannot be mixed with them. ``len(x)`` is the first axis's size and
+    iterating yields ``x[0], x[1], ...``.
 
     A tensor has no truth value (``if x:`` raises ContractError: use `dp.where`) and no
     NumPy value while the graph is built (``np.exp(x)`` raises: use `dp.exp`). Tensors of

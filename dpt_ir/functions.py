@@ -368,8 +368,8 @@ concat = concatenate
 
 
 def getitem(x: Tensor, index: Any) -> Tensor:
-    """NumPy indexing: ints, slices (any non-zero step), None and Ellipsis, and one
-    integer index array (a tensor, an integer array or a list: `dpt_ir.gather.index_with_array`)."""
+    """NumPy indexing: ints, slices (any non-zero step), None and Ellipsis, and integer
+    index arrays (tensors, integer arrays or lists: `dpt_ir.gather.index_with_array`)."""
     where = f"indexing %{x.name}"
     items = list(index) if isinstance(index, tuple) else [index]
     from dpt_ir import gather  # the gather functions build on this module

@@ -1,6 +1,6 @@
 """The gather and scatter functions, with NumPy's names and signatures: `take`,
 `take_along_axis`, `add_at` (a functional ``np.add.at``) and integer-array indexing
-``x[idx]`` (`index_with_array`, reached through ``Tensor.__getitem__``).
+``x[idx]``, ``x[i, :, j]`` (`index_with_array`, reached through ``Tensor.__getitem__``).
 
 Assumes: positions are int32 graph tensors or integer NumPy arrays (any integer dtype
 whose values fit int32; they become ``index_array`` constants). They are never
@@ -13,6 +13,7 @@ is a ContractError naming the op, what was expected and what was found.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -143,39 +144,76 @@ def is_index_array(item: object) -> bool:
     return isinstance(item, Tensor | np.ndarray | list)
 
 
-@records_origin
 def index_with_array(x: Tensor, items: Sequence[Any]) -> Tensor:
-    """``x[items]`` where one item is an index array (a tensor, an integer array or a
-    list) and the others are slices, ints or one Ellipsis, with NumPy's rules: the array's
-    shape replaces its axis, or, when ints and the array are not adjacent, comes first."""
+    """``x[items]`` where some items are index arrays (tensors, integer arrays or lists)
+    and the others are slices, ints or one Ellipsis, with NumPy's rules: the arrays
+    broadcast together; their shape replaces their axes when the advanced indices (arrays
+    and ints) are adjacent, and comes first otherwise. Several arrays index the combined
+    axes at flat positions, each array checked against its own axis (mode ``raise``)."""
     where = f"indexing %{x.name}"
     items = list(items)
     if any(it is None for it in items):
         raise ContractError(f"{where}: None (a new axis) cannot be mixed with an index array; expand_dims after")
-    arrays = [k for k, it in enumerate(items) if is_index_array(it)]
-    if len(arrays) != 1:
-        raise ContractError(
-            f"{where}: expected one index array, found {len(arrays)} (index one axis at a time, or dp.take "
-            "on a reshaped tensor with combined flat positions)"
-        )
     dots = [k for k, it in enumerate(items) if it is Ellipsis]  # by identity: items hold arrays
     if len(dots) > 1:
         raise ContractError(f"{where}: an index can only have a single ellipsis ('...')")
     if dots:
         k = dots[0]
         items[k : k + 1] = [slice(None)] * (x.ndim - len(items) + 1)
-        arrays = [k for k, it in enumerate(items) if is_index_array(it)]
     if len(items) > x.ndim:
         raise ContractError(f"{where}: too many indices ({len(items)}) for a tensor of rank {x.ndim}")
-    (at,) = arrays
-    array = items[at]
-    items[at] = slice(None)
+    at = [k for k, it in enumerate(items) if is_index_array(it)]
+    sources = [items[k] for k in at]
+    for k in at:
+        items[k] = slice(None)
     y = F.getitem(x, tuple(items))
-    axis = len([it for it in items[:at] if isinstance(it, slice)])
-    p = positions(y, array, x.shape[at], "raise", where)
-    out = y.builder.emit("take", [y, p], {"axis": axis, "mode": "raise"})
-    advanced = [k for k, it in enumerate(items) if k == at or not isinstance(it, slice)]
-    if advanced != list(range(advanced[0], advanced[-1] + 1)):  # NumPy: split advanced indices go first
-        moved = list(range(axis, axis + p.ndim))
-        out = F.transpose(out, moved + [d for d in range(out.ndim) if d not in moved])
+    axes = [len([it for it in items[:k] if isinstance(it, slice)]) for k in at]  # the arrays' axes in y
+    advanced = [k for k, it in enumerate(items) if k in at or not isinstance(it, slice)]
+    in_place = advanced == list(range(advanced[0], advanced[-1] + 1))
+    if len(at) == 1:
+        p = positions(y, sources[0], x.shape[at[0]], "raise", where)
+        out = y.builder.emit("take", [y, p], {"axis": axes[0], "mode": "raise"})
+        block = list(range(axes[0], axes[0] + p.ndim))
+        if not in_place:  # NumPy: split advanced indices go first
+            out = F.transpose(out, block + [d for d in range(out.ndim) if d not in block])
+        return out
+    flat = _flat_positions(y, sources, [x.shape[k] for k in at], where)
+    combined = F.transpose(y, axes + [d for d in range(y.ndim) if d not in axes])  # the arrays' axes first
+    rest = combined.shape[len(axes) :]
+    out = y.builder.emit(
+        "take", [F.reshape(combined, (math.prod(combined.shape[: len(axes)]), *rest)), flat], {"axis": 0}
+    )
+    if in_place:  # back where the arrays were
+        block = list(range(flat.ndim))
+        tail = [d for d in range(out.ndim) if d not in block]
+        out = F.transpose(out, tail[: axes[0]] + block + tail[axes[0] :])
     return out
+
+
+def _flat_positions(y: Tensor, sources: Sequence[Any], sizes: Sequence[int], where: str) -> Tensor:
+    """Row-major flat positions into the product of axes of ``sizes``, one per element of
+    the broadcast index arrays ``sources``. Each array is normalised by a take from the
+    table 0..n-1 of its own axis, so an out-of-range position is caught on its own axis
+    (ContractError for a constant, NumericalError at run time), never hidden in the sum."""
+    if math.prod(sizes) > INT32_RANGE[1]:
+        raise ContractError(f"{where}: the indexed axes {list(sizes)} hold more than 2**31 - 1 elements")
+    normalised = []
+    for src, n in zip(sources, sizes, strict=True):
+        p = positions(y, src, n, "raise", where)
+        table = y.builder.emit("index_array", [], table_attrs(np.arange(n)))
+        normalised.append(y.builder.emit("take", [table, p], {"axis": 0}))
+    shape = broadcast_shapes(*(q.shape for q in normalised), where=where)
+    flat: Tensor | None = None
+    for q, stride in zip(normalised, _strides(sizes), strict=True):
+        term = F.broadcast_to(q, shape) * stride if stride != 1 else F.broadcast_to(q, shape)
+        flat = term if flat is None else flat + term
+    assert flat is not None
+    return flat
+
+
+def _strides(sizes: Sequence[int]) -> list[int]:
+    out, acc = [], 1
+    for n in reversed(sizes):
+        out.append(acc)
+        acc *= n
+    return out[::-1]

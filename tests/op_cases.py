@@ -898,6 +898,13 @@ def gather_cases() -> list[OpCase]:
             lambda a, i: a[0, :, i],
         ),
         case(
+            "take",
+            "fancy_two_arrays",
+            [Arg((3, 4, 5), uniform()), Arg((2, 1), small_ints(-3, 3), "int32")],
+            lambda a, i: a[i, :, [4, 0, -1]],
+            lambda a, i: a[i, :, [4, 0, -1]],
+        ),
+        case(
             "add_at",
             "axis0_constant",
             [Arg((5, 3), uniform()), Arg((6, 3), uniform())],

@@ -58,6 +58,9 @@ INDEXING = [
     ("split_int", (2, 3, 4), lambda t: t[1, :, [[3], [0]]], lambda a: a[1, :, [[3], [0]]]),
     ("first_axis", (4, 2), lambda t: t[np.array([3, 3, 0])], lambda a: a[np.array([3, 3, 0])]),
     ("along_none", (2, 3), lambda t: dp.take_along_axis(t, np.array([5, 0]), None), lambda a: a.ravel()[[5, 0]]),
+    ("two_arrays_split", (3, 4, 5), lambda t: t[[0, 2], :, [[4], [-1]]], lambda a: a[[0, 2], :, [[4], [-1]]]),
+    ("two_arrays_adjacent", (3, 4, 5), lambda t: t[:, [3, 0], [1, 1]], lambda a: a[:, [3, 0], [1, 1]]),
+    ("three_arrays_int", (2, 3, 4, 5), lambda t: t[1, [2], [0, 3], [4, 0]], lambda a: a[1, [2], [0, 3], [4, 0]]),
     ("add_at_scalar", (4,), lambda t: dp.add_at(t, [1, 1, 3], 2.0), lambda a: _np_add_at(a, [1, 1, 3], 2.0)),
 ]
 
@@ -80,7 +83,8 @@ BAD = [
     (lambda a, i: a[np.array([True, False, True, True])], ["indexing %a", "boolean mask"]),
     (lambda a, i: dp.take(a, [4], axis=0), ["op 'take' on %a", "index 4 is out of bounds", "size 4"]),
     (lambda a, i: dp.take(a, i, mode="nearest"), ["op 'take' on %a", "unknown mode 'nearest'", "'wrap'"]),
-    (lambda a, i: a[i, [0]], ["indexing %a", "one index array, found 2"]),
+    (lambda a, i: a[i, None], ["indexing %a", "None (a new axis) cannot be mixed"]),
+    (lambda a, i: a[[5], [0]], ["indexing %a", "index 5 is out of bounds", "size 4"]),
     (lambda a, i: dp.add_at(a, i, np.ones(3)), ["op 'add_at' on %a", "expected a dp tensor or a Python scalar"]),
     (lambda a, i: dp.take_along_axis(a, i, axis=0), ["op 'take' on %a", "rank 2", "found rank 1"]),
 ]
