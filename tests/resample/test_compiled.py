@@ -90,3 +90,27 @@ def test_generated_source_and_fusion_report(compiled) -> None:
     assert "resample_adjoint" in fusion and "spline_filter1d_adjoint" in fusion
     ops = {op.name: op.doc for op in dp.all_ops()}
     assert "compile-time transposed CSR" in ops["resample_adjoint"]
+
+
+def test_cuda_variant_compiles_for_sm90(tmp_path: Path) -> None:
+    """The module dp.compile would generate for a GPU (one element per thread; float32 data,
+    float64 sums) builds for sm_90 with NVRTC, without a GPU."""
+    import warp as wp
+
+    from dpt_ir.backends.warp import codegen
+    from dpt_ir.backends.warp.module import cache_root, content_key, import_source
+    from dpt_ir.passes.manager import run_pipeline
+    from dpt_ir.passes.options import CompileOptions
+
+    g = dp.GraphBuilder("resample_cuda")
+    x = g.input("x", (10, 12), "float32")
+    y = dp.map_coordinates(x, COORDS, mode="grid-constant", cval=0.5)
+    g.output("loss", dp.sum(y * y) + dp.sum(dp.radon(x[:, 1:11], [0.0, 45.0])))
+    options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
+    graphs = {"vg": run_pipeline(g.build(), options).graph}
+    source = codegen.generate(graphs, "resample_cuda", "CUDA variant", True, "cuda")
+    module = import_source(source.text, cache_root() / "cuda_variants", f"dpt_ir_cuda_{content_key(source.text)}")
+    wp.init()
+    paths = [Path(p) for p in wp.compile_aot_module(module, arch=90, module_dir=tmp_path)]
+    assert paths and all(p.stat().st_size > 0 for p in paths)
+    assert "atomic" not in source.text
