@@ -78,6 +78,7 @@ from dpt_ir.functions import (
     true_divide,
     where,
 )
+from dpt_ir.gather import add_at, take, take_along_axis
 from dpt_ir.graph import Graph, Input, Node, Output
 from dpt_ir.imaging import (
     convolve,
@@ -90,6 +91,7 @@ from dpt_ir.imaging import (
     squared_error,
 )
 from dpt_ir.interpreter import interpret, interpret_grad
+from dpt_ir.linalg import matmul
 from dpt_ir.ops import Derivative, GradContext, OpDef, all_ops, get_op, register_op
 from dpt_ir.resample import (
     affine_transform,

@@ -107,6 +107,13 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         ["broadcast_to", "reshape", "expand_dims", "squeeze", "transpose", "concatenate"],
     ),
     (
+        "Gather, scatter and matrix products",
+        "NumPy's semantics; positions are int32 tensors or integer NumPy arrays (constants), never\n"
+        "differentiated. Adjoints are exact and deterministic (no float atomics): a scatter sums\n"
+        "each destination's values in a fixed order. See [gather-scatter.md](gather-scatter.md).",
+        ["take", "take_along_axis", "add_at", "matmul"],
+    ),
+    (
         "Imaging and objectives",
         "Filters with `scipy.ndimage` names, signatures and boundary modes, on 1-D and 2-D\n"
         "images; objectives for fitting a model to data. See [imaging.md](imaging.md).\n"

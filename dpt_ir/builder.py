@@ -58,7 +58,8 @@ class Tensor:
     Operators build nodes with NumPy's meaning, broadcasting and type promotion (a Python
     or NumPy scalar operand is a weak constant: it keeps the tensor's dtype, ``x * 2.0``
     stays float32; only a float scalar with an integer tensor gives float64):
-    ``+ - * / **`` (add, sub, mul, div, pow; ``/`` of integers gives float64), unary
+    ``+ - * / **`` (add, sub, mul, div, pow; ``/`` of integers gives float64), ``@``
+    (`dp.matmul`), unary
     ``-`` and ``abs()``, comparisons ``< <= > >= == !=`` (bool tensors), and on bool
     tensors ``& | ~`` (logical and, or, not). ``x.T`` reverses the axes;
     ``x.transpose(*axes)``, ``x.reshape(*shape)``, ``x.astype(dtype)``, ``x.sum(axis)``,
@@ -70,8 +71,9 @@ class Tensor:
     ``x[:, 1:3]`` and ``x[::-2]`` (slices, any non-zero step, bounds clipped as in NumPy),
     ``x[..., 0]`` (one Ellipsis), ``x[None]`` / ``x[:, None]`` (new axes of size 1). An
     index out of bounds, a zero step, a float, a bool or more indices than axes raise
-    ContractError. Integer-array (gather) indexing is not supported yet (``dp.take`` is
-    planned). ``len(x)`` is the first axis's size and iterating yields ``x[0], x[1], ...``.
+    ContractError. One integer index array (an int32 tensor, an integer NumPy array or a
+    list) mixed with slices and ints is a gather (``x[:, idx]`` is ``dp.take(x, idx,
+    axis=1)``, NumPy's placement rules). ``len(x)`` is the first axis's size and iterating yields ``x[0], x[1], ...``.
 
     A tensor has no truth value (``if x:`` raises ContractError: use `dp.where`) and no
     NumPy value while the graph is built (``np.exp(x)`` raises: use `dp.exp`). Tensors of

@@ -368,9 +368,14 @@ concat = concatenate
 
 
 def getitem(x: Tensor, index: Any) -> Tensor:
-    """Basic NumPy indexing: ints, slices (any non-zero step), None and Ellipsis."""
+    """NumPy indexing: ints, slices (any non-zero step), None and Ellipsis, and one
+    integer index array (a tensor, an integer array or a list: `dpt_ir.gather.index_with_array`)."""
     where = f"indexing %{x.name}"
     items = list(index) if isinstance(index, tuple) else [index]
+    from dpt_ir import gather  # the gather functions build on this module
+
+    if any(gather.is_index_array(it) for it in items):
+        return gather.index_with_array(x, items)
     for it in items:
         if not (
             it is None

@@ -16,6 +16,7 @@ import numpy as np
 
 from dpt_ir.autodiff import check_wrt, joint_graph, seed_arrays
 from dpt_ir.contracts import check_inputs
+from dpt_ir.errors import NumericalError
 from dpt_ir.graph import Graph
 
 __all__ = ["check_inputs", "evaluate", "interpret", "interpret_grad"]
@@ -27,7 +28,10 @@ def evaluate(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.nda
     with np.errstate(all="ignore"):
         for node in graph.nodes:
             attrs = node.opdef.parse_attrs(node.attrs, f"node {node.name!r}")
-            result = node.opdef.reference(attrs, *(env[i] for i in node.inputs))
+            try:
+                result = node.opdef.reference(attrs, *(env[i] for i in node.inputs))
+            except NumericalError as exc:  # data-dependent failures (an index out of range) name their node
+                raise NumericalError(f"node {node.name!r}: {exc}") from None
             arr = np.asarray(result).astype(node.type.dtype, copy=False)
             if arr.shape != node.type.shape:
                 raise AssertionError(

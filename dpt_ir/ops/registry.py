@@ -21,7 +21,7 @@ from dpt_ir.types import TensorType
 if TYPE_CHECKING:
     from dpt_ir.builder import Tensor
 
-OpKind = Literal["elementwise", "reduction", "shape", "stencil"]
+OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter"]
 Cost = Literal["cheap", "expensive"]
 AttrValue = Any
 CONSTANT_OP = "constant"  # the op the IR uses for literals (Python scalars, folded values)
@@ -173,6 +173,48 @@ class SparseRows:
 
 
 @dataclass(frozen=True)
+class GatherSite:
+    """Where a gather reads for one output element: integer input ``indices`` at
+    ``indices_at`` holds a position along axis ``axis`` (of length ``size``) of input
+    ``source``, normalised by ``mode`` (``raise``: -size <= p < size, negatives count from
+    the end, others flagged; ``wrap``: p mod size; ``clip``: p limited to [0, size - 1]);
+    the source's other axes are read at ``source_at`` (whose entry at ``axis`` is unused)."""
+
+    indices: int
+    indices_at: tuple[str, ...]
+    source: int
+    source_at: tuple[str, ...]
+    axis: int
+    size: int
+    mode: str
+
+
+@dataclass(frozen=True)
+class ScatterLayout:
+    """How a scatter (``out = base`` plus values added at positions) maps its elements, for
+    kernels that sum each destination's sources in a fixed order (no float atomics).
+
+    Input ``base`` has the output's shape; integer input ``indices`` holds positions along
+    axis ``axis`` (length ``size``, normalised by ``mode`` as in `GatherSite`); each
+    position element ``j`` (a multi-index into ``indices``) sends input ``values`` at
+    ``source_at(dest, j)`` to the output element ``dest``. ``rows``: how many destination
+    rows the positions sort into; ``key(j, p)``: the row of position element ``j``
+    holding normalised position ``p``; ``row(dest)``: the row of an output element; the
+    sources of ``dest`` are the position elements of its row, in increasing flat order."""
+
+    base: int
+    indices: int
+    values: int
+    axis: int
+    size: int
+    mode: str
+    rows: int
+    key: Callable[[tuple[str, ...], str], str]
+    row: Callable[[tuple[str, ...]], str]
+    source_at: Callable[[tuple[str, ...], tuple[str, ...]], tuple[str, ...]]
+
+
+@dataclass(frozen=True)
 class ReduceTemplate:
     """Warp code of a deterministic reduction, in the accumulator's fixed visiting order.
 
@@ -208,7 +250,9 @@ class OpDef:
       giving the `SparseRows` (CSR) each output element sums in order;
     - ``warp_reduce``: reductions: a function of (input Warp type, output Warp type)
       giving a `ReduceTemplate`;
-    - ``warp_helpers``: source of the ``@wp.func`` helpers the templates call.
+    - ``warp_helpers``: source of the ``@wp.func`` helpers the templates call;
+    - ``warp_gather``, ``scatter``, ``table``: data-dependent reads, scatters and constant
+      tables (`GatherSite`, `ScatterLayout`).
     """
 
     name: str
@@ -239,6 +283,13 @@ class OpDef:
     # Constant sparse linear maps (interpolation, projection, a recursive filter's matrix):
     # the destination-sorted CSR of the node, from its attributes; kernels loop over a row.
     warp_sparse: Callable[[Any, tuple[int, ...]], SparseRows] | None = None
+    # Data-dependent reads (take): where the element of a `WarpSite` reads (`GatherSite`).
+    warp_gather: Callable[[WarpSite], GatherSite] | None = None
+    # Scatters (kind "scatter", add_at): from (attrs, output shape, indices shape).
+    scatter: Callable[[Any, tuple[int, ...], tuple[int, ...]], ScatterLayout] | None = None
+    # Source ops whose elements are a constant table (index_array): the table from the
+    # attributes; kernels read it from a constant array.
+    table: Callable[[Any], np.ndarray] | None = None
     warp_helpers: str = ""  # Warp @wp.func source the templates call
     cost: Cost = "cheap"
     work: int = 1  # relative cost of one evaluation (arithmetic 1, division 4, transcendental 8)

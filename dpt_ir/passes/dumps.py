@@ -173,6 +173,8 @@ def fusion_table(graph: Graph, shared: list[SharedKernel] | None = None) -> str:
         text.append(f"  nodes:   {', '.join(g['nodes'])}")
         text.append(f"  reads:   {', '.join(g['inputs']) or '-'}")
         text.append(f"  writes:  {', '.join(g['outputs'])}")
+        if "scatter" in g:
+            text.append(f"  scatter: {g['scatter']['node']}: {g['scatter']['form']}: {g['scatter']['reason']}")
     text += ["", "boundaries (a value written by one kernel and read by another):"]
     bounds = graph.meta.get("boundaries", [])
     text += [f"  {b['value']}: {b['from']} -> {b['to']}: {b['reason']}" for b in bounds] or ["  (none)"]

@@ -2,7 +2,8 @@
 
 Assumes: every node is tagged with a phase (`saved_attributes` ran).
 Guarantees: ``meta["groups"]`` lists the kernels of the program, each a dict with
-``id``, ``phase``, ``kind`` (``pointwise`` or ``reduction``), ``space`` (the iteration
+``id``, ``phase``, ``kind`` (``pointwise``, ``reduction`` or ``scatter``: one scatter
+node, never merged, with ``scatter``: how it is made deterministic and why), ``space`` (the iteration
 space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
 ``nodes`` (topological order), ``roots`` (the values it computes for others),
 ``inputs``/``outputs`` (values read from / written to memory) and bytes moved;
@@ -214,6 +215,8 @@ def _closures(graph: Graph, roots: list[str]) -> list[Group]:
         node = graph.node_map[r]
         if _is_pointwise(node):
             g = Group(f"g{k}", phase_of(node), "pointwise", node.type.shape)
+        elif node.opdef.kind == "scatter":
+            g = Group(f"g{k}", phase_of(node), "scatter", node.type.shape)
         else:
             attrs = node.opdef.parse_attrs(node.attrs, r)
             space = graph.types[node.inputs[0]].shape
@@ -230,6 +233,37 @@ def _closures(graph: Graph, roots: list[str]) -> list[Group]:
                     stack.append(i)
         groups.append(g)
     return groups
+
+
+def scatter_form(graph: Graph, root: str) -> dict[str, str]:
+    """How scatter node ``root`` is made deterministic (no float atomics): ``transpose``
+    when its positions depend on no program input (the backend builds their transpose at
+    compile time, and the scatter is an ordered gather), else ``sort`` (a counting sort of
+    the positions by destination per evaluation, then an ordered segmented sum)."""
+    node = graph.node_map[root]
+    attrs = node.opdef.parse_attrs(node.attrs, root)
+    layout = node.opdef.scatter(attrs, node.type.shape, ())  # type: ignore[misc]
+    positions = node.inputs[layout.indices]
+    stack, seen = [positions], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in graph.input_map:
+            return {
+                "node": root,
+                "form": "sort",
+                "reason": f"positions {positions} depend on program input {v}: counting sort by destination "
+                "per evaluation, then an ordered segmented sum",
+            }
+        stack.extend(graph.node_map[v].inputs)
+    return {
+        "node": root,
+        "form": "transpose",
+        "reason": f"positions {positions} are a compile-time constant: transposed at compile time "
+        "(stable sort by destination), summed as an ordered gather",
+    }
 
 
 def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: list[dict[str, Any]]) -> Graph:
@@ -262,8 +296,10 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
         # A root read only inside its own kernel (a reduction feeding its epilogue) stays in registers;
         # one that another kernel reads is written, even if its direct consumers are recomputed here too.
         writes = [r for r in roots if r in graph_outputs or read_by.get(r, set()) - {gid}]
+        extra = {"scatter": scatter_form(graph, roots[0])} if g.kind == "scatter" else {}
         records.append(
             {
+                **extra,
                 "id": renumber[gid],
                 "phase": g.phase,
                 "kind": g.kind,

@@ -206,6 +206,11 @@ class KernelWriter:
         if op.warp_sparse is not None:
             rows = op.warp_sparse(attrs, node.type.shape)
             return self._sparse(name, node.inputs[0], rows, index, out_t, node.type.shape, in_shapes[0])
+        if op.table is not None:
+            return self._table_at(name, op.table(attrs), index)
+        if op.warp_gather is not None:
+            site = WarpSite(attrs, (), out_t, in_types, node.type.shape, in_shapes, index)
+            return self._gather(name, op.name, node.inputs, op.warp_gather(site))
         if op.warp_weights is not None:
             return self._correlate(name, node.inputs[0], op.warp_weights(attrs), index, out_t)
         if op.warp_index is not None:
@@ -242,6 +247,36 @@ class KernelWriter:
         var = self.fresh()
         self.emit(f"{var} = {expr}")
         return var
+
+    def _table_at(self, name: str, table: Any, index: tuple[str, ...]) -> str:
+        """An element of a constant table (an index array), read from a constant array."""
+        param = f"$table:{name}"
+        self.constants[param] = ("wp.int32", [int(v) for v in table.reshape(-1)] or [0])
+        self.param(param)
+        var = self.fresh()
+        self.emit(f"{var} = {param_name(param)}[{self.let(idx.linearize(index, table.shape))}]")
+        return var
+
+    def position(self, node: str, op: str, value: str, size: int, mode: str, check: bool = True) -> str:
+        """The in-range offset along an axis of length ``size`` that position ``value`` (an
+        int32 expression) names under ``mode`` (see `GatherSite`). Under ``raise`` a position
+        outside [-size, size) raises the node's flag (when ``check``) and reads a clamped,
+        in-bounds element, so the program stays usable after the NumericalError."""
+        p = self.let(value, "p")
+        if mode == "wrap":
+            return self.let(f"((({p}) % {size}) + {size}) % {size}", "p")
+        if mode == "raise":
+            if check:
+                detail = f"a position outside [{-size}, {size}) along an axis of size {size} (mode 'raise')"
+                self.flag(node, op, "domain", f"{p} < {-size} or {p} >= {size}", detail)
+            p = self.let(f"wp.where({p} < 0, {p} + {size}, {p})", "p")
+        return self.let(idx.clamp(p, 0, size - 1), "p")
+
+    def _gather(self, name: str, op: str, inputs: tuple[str, ...], site: Any) -> str:
+        """A gather's element: the source read at the position the indices hold."""
+        p = self.position(name, op, self.value_at(inputs[site.indices], site.indices_at), site.size, site.mode)
+        at = tuple(p if k == site.axis else e for k, e in enumerate(site.source_at))
+        return self.value_at(inputs[site.source], at)
 
     def _source(self, inputs: tuple[str, ...], s: Any) -> str:
         if s.literal is not None:
@@ -722,6 +757,10 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
             name = f"{prefix}_{group['id']}"
             if group["kind"] == "reduction":
                 ks, hs = reduction_kernels(graph, group, name, slots, checks, device)
+            elif group["kind"] == "scatter":
+                from dpt_ir.backends.warp.scatter import scatter_kernels  # builds on this module
+
+                ks, hs = scatter_kernels(graph, group, name, slots, checks, device)
             else:
                 ks, hs = pointwise_kernel(graph, group, name, slots, checks, device)
             kernels += ks

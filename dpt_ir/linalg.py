@@ -1,0 +1,71 @@
+"""`matmul` and the ``@`` operator, with NumPy's semantics, as a composite of the op table.
+
+Assumes: operands are numeric dp tensors of rank >= 1 (bool is refused: NumPy's boolean
+matmul is a logical reduction, not a sum).
+Guarantees: ``matmul(a, b)`` is ``sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)``
+after NumPy's promotions: 1-D operands become a row (``a``) or column (``b``) and that
+axis is removed from the result; batch axes broadcast. It emits broadcast, multiply and
+sum nodes only, so fusion computes each output element's products in registers inside
+one reduction kernel (no ``m x k x n`` temporary is written), float32 products sum in
+float64 in a fixed order (deterministic), and the derivative table already holds the
+gradients: each is again one fused reduction kernel (``gy @ b.T`` and ``a.T @ gy``).
+Mismatched shapes are a ContractError naming both shapes. This is coverage, not BLAS
+speed: every output element reads a whole row and column.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpt_ir import functions as F
+from dpt_ir.builder import Tensor, op_site, records_origin
+from dpt_ir.errors import ContractError
+from dpt_ir.types import broadcast_shapes
+
+
+def _check(a: Tensor, b: Tensor, where: str) -> None:
+    for t in (a, b):
+        if t.ndim == 0:
+            raise ContractError(f"{where}: matmul needs operands of rank >= 1, found a rank-0 tensor %{t.name}")
+        if t.dtype == "bool":
+            raise ContractError(f"{where}: matmul needs numeric operands, found bool %{t.name} (cast it first)")
+    k_a, k_b = a.shape[-1], b.shape[-2] if b.ndim > 1 else b.shape[0]
+    if k_a != k_b:
+        raise ContractError(
+            f"{where}: shapes {list(a.shape)} and {list(b.shape)} do not fit: the last axis of the first "
+            f"({k_a}) must equal the {'second-to-last' if b.ndim > 1 else 'only'} axis of the second ({k_b})"
+        )
+
+
+@records_origin
+def matmul(a: Any, b: Any) -> Tensor:
+    """The matrix product ``a @ b`` (``np.matmul``): 2-D, batched over broadcast leading
+    axes, and 1-D vectors (promoted to a matrix, the added axis removed from the result).
+    Its gradients are matrix products too; all of them fuse into one kernel each."""
+    where = "op 'matmul'"
+    for x in (a, b):
+        if not isinstance(x, Tensor):
+            raise ContractError(
+                f"{where}: expected dp tensors, found {type(x).__name__} (declare arrays as graph inputs)"
+            )
+    a, b = F.lift([a, b], where)
+    where = op_site("matmul", [a, b])
+    _check(a, b, where)
+    vec_a, vec_b = a.ndim == 1, b.ndim == 1
+    if vec_a:
+        a = F.reshape(a, (1, a.shape[0]))
+    if vec_b:
+        b = F.reshape(b, (b.shape[0], 1))
+    broadcast_shapes(a.shape[:-2], b.shape[:-2], where=where)  # the batch axes must broadcast
+    # (..., m, k, 1) * (..., 1, k, n), summed over k: the multiply broadcasts.
+    out = F.sum(F.expand_dims(a, a.ndim) * F.expand_dims(b, b.ndim - 2), axis=-2)
+    drop = ([out.ndim - 2] if vec_a else []) + ([out.ndim - 1] if vec_b else [])
+    return F.squeeze(out, tuple(drop)) if drop else out
+
+
+def _bind_operators() -> None:
+    Tensor.__matmul__ = lambda self, other: matmul(self, other)  # type: ignore[attr-defined]
+    Tensor.__rmatmul__ = lambda self, other: matmul(other, self)  # type: ignore[attr-defined]
+
+
+_bind_operators()
