@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir import functions as F
+from dpt_ir import resample_dynamic
 from dpt_ir import resample_ref as R
 from dpt_ir.builder import Tensor, records_origin
 from dpt_ir.errors import ContractError
@@ -80,7 +81,8 @@ def _per_axis(value: Any, rank: int, what: str, where: str) -> list[float]:
 def _interpolate(
     x: Tensor, geometry: Any, out_shape: Sequence[int], order: int, mode: str, cval: float, prefilter: bool
 ) -> Tensor:
-    """prepad (nearest, grid-constant) -> spline filter per axis -> resample, as scipy does."""
+    """prepad (nearest, grid-constant) -> spline filter per axis -> resample, as scipy does;
+    ``geometry`` a coordinate tensor: the data-dependent composite (`resample_dynamic`)."""
     npad = 0
     if prefilter and order > 1:
         # Padding axis by axis, each just before its own filter, equals scipy's padding of
@@ -91,6 +93,8 @@ def _interpolate(
         for axis in range(x.ndim):
             attrs = {"axis": axis, "mode": mode, "npad": npad, "cval": float(cval)}
             x = x.builder.emit("spline_filter1d", [x], attrs)
+    if isinstance(geometry, Tensor):
+        return resample_dynamic.interpolate_at(x, geometry, order, mode, cval, npad)
     attrs = {
         "geometry": geometry.model_dump(),
         "in_shape": list(x.shape),
@@ -107,11 +111,20 @@ def _interpolate(
 def map_coordinates(
     input: Tensor, coordinates: Any, order: int = 3, mode: str = "constant", cval: float = 0.0, prefilter: bool = True
 ) -> Tensor:
-    """``scipy.ndimage.map_coordinates``: ``input`` sampled at constant ``coordinates``
-    (shape ``(input.ndim, *output_shape)``)."""
+    """``scipy.ndimage.map_coordinates``: ``input`` sampled at ``coordinates`` (shape
+    ``(input.ndim, *output_shape)``): a constant array (a constant sparse map), or a float
+    graph tensor (differentiable wrt the coordinates too)."""
     where = _where("map_coordinates", input)
     x = _image(input, where)
     _check(order, mode, where)
+    if isinstance(coordinates, Tensor):
+        c = x.builder.own(coordinates, where)
+        if c.ndim < 2 or c.shape[0] != x.ndim or c.dtype not in ("float32", "float64"):
+            raise ContractError(
+                f"{where}: expected float coordinates of shape ({x.ndim}, *output_shape), "
+                f"found %{c.name} of shape {list(c.shape)} and dtype {c.dtype}"
+            )
+        return _interpolate(x, F.cast(c, x.dtype), c.shape[1:], order, mode, cval, prefilter)
     c = _constant(coordinates, "coordinates", where)
     if c.ndim < 2 or c.shape[0] != x.ndim:
         raise ContractError(
@@ -140,6 +153,33 @@ def _affine_geometry(matrix: np.ndarray, offset: Any, rank: int, out_rank: int, 
     return Affine(matrix=matrix.tolist(), offset=_per_axis(offset, rank, "offset", where))
 
 
+def _affine_tensor(x: Tensor, matrix: Any, offset: Any, out_shape: tuple[int, ...], where: str) -> Tensor:
+    """The coordinates of an affine map whose matrix or offset is a graph tensor."""
+    b = x.builder
+    shape = (x.ndim, len(out_shape))
+    m = b.own(matrix, where) if isinstance(matrix, Tensor) else None
+    if m is None:
+        arr = _constant(matrix, "matrix", where)
+        if arr.shape != shape:
+            raise ContractError(f"{where}: expected a matrix of shape {shape}, found shape {list(arr.shape)}")
+        m = _constant_tensor(b, arr, x.dtype)
+    elif m.shape != shape:
+        raise ContractError(f"{where}: expected a matrix of shape {shape}, found %{m.name} of shape {list(m.shape)}")
+    if isinstance(offset, Tensor):
+        off = b.own(offset, where)
+        if off.shape != (x.ndim,):
+            raise ContractError(f"{where}: expected an offset of shape ({x.ndim},), found shape {list(off.shape)}")
+    else:
+        off = _constant_tensor(b, np.asarray(_per_axis(offset, x.ndim, "offset", where)), x.dtype)
+    return resample_dynamic.affine_coordinates(F.cast(m, x.dtype), F.cast(off, x.dtype), out_shape)
+
+
+def _constant_tensor(b: Any, arr: np.ndarray, dtype: str) -> Tensor:
+    """A small constant array as a tensor (a concatenation of scalar constants)."""
+    flat = [F.reshape(b.constant(float(v), dtype), (1,)) for v in arr.reshape(-1)]
+    return F.reshape(F.concatenate(flat, axis=0), arr.shape)
+
+
 @records_origin
 def affine_transform(
     input: Tensor,
@@ -151,11 +191,15 @@ def affine_transform(
     cval: float = 0.0,
     prefilter: bool = True,
 ) -> Tensor:
-    """``scipy.ndimage.affine_transform``: output ``o`` samples ``input`` at ``matrix @ o + offset``."""
+    """``scipy.ndimage.affine_transform``: output ``o`` samples ``input`` at ``matrix @ o + offset``.
+    ``matrix`` (shape ``(ndim, ndim)``) and ``offset`` may be graph tensors (differentiable)."""
     where = _where("affine_transform", input)
     x = _image(input, where)
     _check(order, mode, where)
     out_shape = tuple(int(n) for n in (x.shape if output_shape is None else output_shape))
+    if isinstance(matrix, Tensor) or isinstance(offset, Tensor):
+        coords = _affine_tensor(x, matrix, offset, out_shape, where)
+        return _interpolate(x, coords, out_shape, order, mode, cval, prefilter)
     geometry = _affine_geometry(_constant(matrix, "matrix", where), offset, x.ndim, len(out_shape), where)
     return _interpolate(x, geometry, out_shape, order, mode, cval, prefilter)
 
