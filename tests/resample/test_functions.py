@@ -101,8 +101,10 @@ def test_bad_arguments_are_contract_errors() -> None:
     assert "%img" in msg and "coordinates of shape (2, *output_shape)" in msg and "found shape [3, 4]" in msg
     msg = _error(lambda x, g: dp.shift(x, 1.0, mode="bogus"))
     assert "dp.shift on %img" in msg and "unknown mode 'bogus'" in msg and "grid-wrap" in msg
-    msg = _error(lambda x, g: dp.map_coordinates(x, g.input("c", (2, 3), "float64")))
-    assert "constant array" in msg and "%c" in msg
+    msg = _error(lambda x, g: dp.map_coordinates(x, g.input("c", (3, 4), "float64")))
+    assert "float coordinates of shape (2, *output_shape)" in msg and "%c of shape [3, 4]" in msg
+    msg = _error(lambda x, g: dp.zoom(x, g.input("z", (2,), "float64")))
+    assert "constant array" in msg and "%z" in msg
     msg = _error(lambda x, g: dp.affine_transform(x, np.ones((3, 2))))
     assert "dp.affine_transform on %img" in msg and "found shape [3, 2]" in msg
     assert "found rank 3" in _error(lambda x, g: dp.radon(dp.expand_dims(x, 0)))
