@@ -47,7 +47,7 @@ class SparseMap:
         flat = np.asarray(x, dtype=np.float64).reshape(-1)
         rows = np.repeat(np.arange(self.n_out), np.diff(self.rowptr))
         out = np.bincount(rows, weights=self.vals * flat[self.cols], minlength=self.n_out)
-        return out + cval * self.bias if cval != 0.0 else out
+        return out + cval * self.bias if cval != 0.0 and self.bias.any() else out
 
     def transpose(self) -> SparseMap:
         """``Aᵀ`` as a CSR sorted by its destination (the input element), bias zero."""
