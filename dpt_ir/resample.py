@@ -23,59 +23,13 @@ from typing import Any
 import numpy as np
 
 from dpt_ir import functions as F
+from dpt_ir import resample_args as A
 from dpt_ir import resample_dynamic
 from dpt_ir import resample_ref as R
 from dpt_ir.builder import Tensor, records_origin
 from dpt_ir.errors import ContractError
 from dpt_ir.ops.resample import Affine, Coordinates, Radon, ZoomShift
 from dpt_ir.radon_ref import radon_shape
-
-ORDERS = (0, 1, 3)
-
-
-def _where(fn: str, x: Any) -> str:
-    return f"dp.{fn} on %{x.name}" if isinstance(x, Tensor) else f"dp.{fn}"
-
-
-def _image(x: Any, where: str) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise ContractError(f"{where}: expected a dp tensor as the input, found {type(x).__name__}")
-    if x.ndim < 1:
-        raise ContractError(f"{where}: expected an input of rank >= 1, found a scalar")
-    if x.dtype not in ("float32", "float64"):
-        (x,) = F.lift([x], where, dtype="float64")
-    return x
-
-
-def _check(order: Any, mode: Any, where: str) -> None:
-    if isinstance(order, bool) or order not in ORDERS:
-        raise ContractError(f"{where}: order must be one of 0, 1, 3, found {order!r}")
-    if mode not in R.MODES:
-        raise ContractError(f"{where}: unknown mode {mode!r}; expected one of {', '.join(R.MODES)}")
-
-
-def _constant(value: Any, what: str, where: str) -> np.ndarray:
-    if isinstance(value, Tensor):
-        raise ContractError(
-            f"{where}: expected {what} as a constant array (the geometry is built at compile time), "
-            f"found the graph tensor %{value.name}"
-        )
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ContractError(f"{where}: expected {what} as an array of numbers, found {value!r}") from None
-    if not np.all(np.isfinite(arr)):
-        raise ContractError(f"{where}: expected finite {what}, found non-finite values")
-    return arr
-
-
-def _per_axis(value: Any, rank: int, what: str, where: str) -> list[float]:
-    arr = _constant(value, what, where)
-    if arr.ndim == 0:
-        return [float(arr)] * rank
-    if arr.shape != (rank,):
-        raise ContractError(f"{where}: expected {what} as a number or {rank} numbers, found shape {list(arr.shape)}")
-    return [float(v) for v in arr]
 
 
 def _interpolate(
@@ -114,9 +68,9 @@ def map_coordinates(
     """``scipy.ndimage.map_coordinates``: ``input`` sampled at ``coordinates`` (shape
     ``(input.ndim, *output_shape)``): a constant array (a constant sparse map), or a float
     graph tensor (differentiable wrt the coordinates too)."""
-    where = _where("map_coordinates", input)
-    x = _image(input, where)
-    _check(order, mode, where)
+    where = A.where_of("map_coordinates", input)
+    x = A.image(input, where)
+    A.check(order, mode, where)
     if isinstance(coordinates, Tensor):
         c = x.builder.own(coordinates, where)
         if c.ndim < 2 or c.shape[0] != x.ndim or c.dtype not in ("float32", "float64"):
@@ -125,59 +79,13 @@ def map_coordinates(
                 f"found %{c.name} of shape {list(c.shape)} and dtype {c.dtype}"
             )
         return _interpolate(x, F.cast(c, x.dtype), c.shape[1:], order, mode, cval, prefilter)
-    c = _constant(coordinates, "coordinates", where)
+    c = A.constant(coordinates, "coordinates", where)
     if c.ndim < 2 or c.shape[0] != x.ndim:
         raise ContractError(
             f"{where}: expected coordinates of shape ({x.ndim}, *output_shape) for an input of rank {x.ndim}, "
             f"found shape {list(c.shape)}"
         )
     return _interpolate(x, Coordinates(coordinates=c.tolist()), c.shape[1:], order, mode, cval, prefilter)
-
-
-def _affine_geometry(matrix: np.ndarray, offset: Any, rank: int, out_rank: int, where: str) -> Any:
-    """scipy's reading of ``matrix``: (ndim,) diagonal, (ndim, out ndim), or homogeneous."""
-    if matrix.ndim == 1:
-        if matrix.shape != (rank,) or np.any(matrix == 0):
-            raise ContractError(f"{where}: expected a diagonal of {rank} non-zero numbers, found {matrix.tolist()}")
-        off = np.asarray(_per_axis(offset, rank, "offset", where))
-        return ZoomShift(zoom=matrix.tolist(), shift=(off / matrix).tolist())
-    if matrix.ndim == 2 and matrix.shape[1] == rank + 1 and matrix.shape[0] in (rank, rank + 1):
-        if matrix.shape[0] == rank + 1 and not np.all(matrix[rank] == [0] * rank + [1]):
-            raise ContractError(f"{where}: expected a homogeneous matrix with last row [0, ..., 0, 1]")
-        offset, matrix = matrix[:rank, rank], matrix[:rank, :rank]
-    if matrix.ndim != 2 or matrix.shape != (rank, out_rank):
-        raise ContractError(
-            f"{where}: expected a matrix of shape ({rank},), ({rank}, {out_rank}) or homogeneous, "
-            f"found shape {list(matrix.shape)}"
-        )
-    return Affine(matrix=matrix.tolist(), offset=_per_axis(offset, rank, "offset", where))
-
-
-def _affine_tensor(x: Tensor, matrix: Any, offset: Any, out_shape: tuple[int, ...], where: str) -> Tensor:
-    """The coordinates of an affine map whose matrix or offset is a graph tensor."""
-    b = x.builder
-    shape = (x.ndim, len(out_shape))
-    m = b.own(matrix, where) if isinstance(matrix, Tensor) else None
-    if m is None:
-        arr = _constant(matrix, "matrix", where)
-        if arr.shape != shape:
-            raise ContractError(f"{where}: expected a matrix of shape {shape}, found shape {list(arr.shape)}")
-        m = _constant_tensor(b, arr, x.dtype)
-    elif m.shape != shape:
-        raise ContractError(f"{where}: expected a matrix of shape {shape}, found %{m.name} of shape {list(m.shape)}")
-    if isinstance(offset, Tensor):
-        off = b.own(offset, where)
-        if off.shape != (x.ndim,):
-            raise ContractError(f"{where}: expected an offset of shape ({x.ndim},), found shape {list(off.shape)}")
-    else:
-        off = _constant_tensor(b, np.asarray(_per_axis(offset, x.ndim, "offset", where)), x.dtype)
-    return resample_dynamic.affine_coordinates(F.cast(m, x.dtype), F.cast(off, x.dtype), out_shape)
-
-
-def _constant_tensor(b: Any, arr: np.ndarray, dtype: str) -> Tensor:
-    """A small constant array as a tensor (a concatenation of scalar constants)."""
-    flat = [F.reshape(b.constant(float(v), dtype), (1,)) for v in arr.reshape(-1)]
-    return F.reshape(F.concatenate(flat, axis=0), arr.shape)
 
 
 @records_origin
@@ -193,14 +101,14 @@ def affine_transform(
 ) -> Tensor:
     """``scipy.ndimage.affine_transform``: output ``o`` samples ``input`` at ``matrix @ o + offset``.
     ``matrix`` (shape ``(ndim, ndim)``) and ``offset`` may be graph tensors (differentiable)."""
-    where = _where("affine_transform", input)
-    x = _image(input, where)
-    _check(order, mode, where)
+    where = A.where_of("affine_transform", input)
+    x = A.image(input, where)
+    A.check(order, mode, where)
     out_shape = tuple(int(n) for n in (x.shape if output_shape is None else output_shape))
     if isinstance(matrix, Tensor) or isinstance(offset, Tensor):
-        coords = _affine_tensor(x, matrix, offset, out_shape, where)
+        coords = A.affine_tensor(x, matrix, offset, out_shape, where)
         return _interpolate(x, coords, out_shape, order, mode, cval, prefilter)
-    geometry = _affine_geometry(_constant(matrix, "matrix", where), offset, x.ndim, len(out_shape), where)
+    geometry = A.affine_geometry(A.constant(matrix, "matrix", where), offset, x.ndim, len(out_shape), where)
     return _interpolate(x, geometry, out_shape, order, mode, cval, prefilter)
 
 
@@ -209,10 +117,10 @@ def shift(
     input: Tensor, shift: Any, order: int = 3, mode: str = "constant", cval: float = 0.0, prefilter: bool = True
 ) -> Tensor:
     """``scipy.ndimage.shift``: output ``o`` samples ``input`` at ``o - shift``."""
-    where = _where("shift", input)
-    x = _image(input, where)
-    _check(order, mode, where)
-    s = _per_axis(shift, x.ndim, "shift", where)
+    where = A.where_of("shift", input)
+    x = A.image(input, where)
+    A.check(order, mode, where)
+    s = A.per_axis(shift, x.ndim, "shift", where)
     return _interpolate(x, ZoomShift(shift=[-v for v in s]), x.shape, order, mode, cval, prefilter)
 
 
@@ -228,10 +136,10 @@ def zoom(
     grid_mode: bool = False,
 ) -> Tensor:
     """``scipy.ndimage.zoom``: output shape ``round(shape * zoom)``, factors from the shapes."""
-    where = _where("zoom", input)
-    x = _image(input, where)
-    _check(order, mode, where)
-    factors = _per_axis(zoom, x.ndim, "zoom", where)
+    where = A.where_of("zoom", input)
+    x = A.image(input, where)
+    A.check(order, mode, where)
+    factors = A.per_axis(zoom, x.ndim, "zoom", where)
     out_shape = tuple(int(round(n * z)) for n, z in zip(x.shape, factors, strict=True))
     if any(n < 1 for n in out_shape):
         raise ContractError(f"{where}: zoom {factors} gives an empty output shape {list(out_shape)}")
@@ -251,14 +159,14 @@ def rotate(
     prefilter: bool = True,
 ) -> Tensor:
     """``scipy.ndimage.rotate`` of a 2-D input by ``angle`` degrees (about its centre)."""
-    where = _where("rotate", input)
-    x = _image(input, where)
-    _check(order, mode, where)
+    where = A.where_of("rotate", input)
+    x = A.image(input, where)
+    A.check(order, mode, where)
     if x.ndim != 2:
         raise ContractError(f"{where}: expected a 2-D input, found rank {x.ndim}")
     if len(axes) != 2 or sorted(int(a) + 2 if int(a) < 0 else int(a) for a in axes) != [0, 1]:
         raise ContractError(f"{where}: expected axes naming both axes of a 2-D input, found {list(axes)}")
-    a = float(_constant(angle, "angle", where))
+    a = float(A.constant(angle, "angle", where))
     matrix, offset, plane = R.rotate_geometry(x.shape, a, bool(reshape))  # type: ignore[arg-type]
     geometry = Affine(matrix=matrix.tolist(), offset=offset.tolist())
     return _interpolate(x, geometry, plane, order, mode, cval, prefilter)
@@ -267,9 +175,9 @@ def rotate(
 @records_origin
 def spline_filter1d(input: Tensor, order: int = 3, axis: int = -1, mode: str = "mirror") -> Tensor:
     """``scipy.ndimage.spline_filter1d`` (orders 0 and 1 return the input unchanged)."""
-    where = _where("spline_filter1d", input)
-    x = _image(input, where)
-    _check(order, mode, where)
+    where = A.where_of("spline_filter1d", input)
+    x = A.image(input, where)
+    A.check(order, mode, where)
     if not -x.ndim <= axis < x.ndim:
         raise ContractError(f"{where}: axis must be in [-{x.ndim}, {x.ndim}), found {axis}")
     if order < 2:
@@ -280,7 +188,7 @@ def spline_filter1d(input: Tensor, order: int = 3, axis: int = -1, mode: str = "
 @records_origin
 def spline_filter(input: Tensor, order: int = 3, mode: str = "mirror") -> Tensor:
     """``scipy.ndimage.spline_filter``: the 1-D filter along every axis in turn."""
-    x = _image(input, _where("spline_filter", input))
+    x = A.image(input, A.where_of("spline_filter", input))
     for axis in range(x.ndim):
         x = spline_filter1d(x, order, axis, mode)
     return x
@@ -290,11 +198,11 @@ def spline_filter(input: Tensor, order: int = 3, mode: str = "mirror") -> Tensor
 def radon(image: Tensor, theta: Any = None, circle: bool = True) -> Tensor:
     """``skimage.transform.radon``: the parallel-beam projections of a 2-D ``image`` at the
     angles ``theta`` (degrees; default ``arange(180)``), shape ``(N, len(theta))``."""
-    where = _where("radon", image)
-    x = _image(image, where)
+    where = A.where_of("radon", image)
+    x = A.image(image, where)
     if x.ndim != 2:
         raise ContractError(f"{where}: expected a 2-D image, found rank {x.ndim}")
-    angles = np.arange(180.0) if theta is None else _constant(theta, "theta", where).reshape(-1)
+    angles = np.arange(180.0) if theta is None else A.constant(theta, "theta", where).reshape(-1)
     if angles.size == 0:
         raise ContractError(f"{where}: expected at least one angle in theta, found none")
     geometry = Radon(theta=angles.tolist(), circle=bool(circle))
