@@ -108,3 +108,16 @@ def test_bad_arguments_are_contract_errors() -> None:
     msg = _error(lambda x, g: dp.affine_transform(x, np.ones((3, 2))))
     assert "dp.affine_transform on %img" in msg and "found shape [3, 2]" in msg
     assert "found rank 3" in _error(lambda x, g: dp.radon(dp.expand_dims(x, 0)))
+
+
+def test_resampling_graphs_round_trip_text_and_json() -> None:
+    g = dp.GraphBuilder("round_trip")
+    x = g.input("x", (6, 7), "float64")
+    c = g.input("c", (2, 3), "float64")
+    y = dp.shift(x, (0.5, -1.25), mode="nearest") + dp.zoom(x, 1.0) + dp.rotate(x, 20.0, reshape=False)
+    g.output("y", y)
+    g.output("r", dp.radon(x, [0.0, 45.5]))
+    g.output("m", dp.map_coordinates(x, np.full((2, 3), 1.5)) + dp.map_coordinates(x, c))
+    graph = g.build()
+    assert dp.Graph.from_text(graph.to_text()) == graph
+    assert dp.Graph.model_validate_json(graph.model_dump_json()) == graph
