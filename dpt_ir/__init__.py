@@ -93,6 +93,16 @@ from dpt_ir.imaging import (
 from dpt_ir.interpreter import interpret, interpret_grad
 from dpt_ir.linalg import matmul
 from dpt_ir.ops import Derivative, GradContext, OpDef, all_ops, get_op, register_op
+from dpt_ir.resample import (
+    affine_transform,
+    map_coordinates,
+    radon,
+    rotate,
+    shift,
+    spline_filter,
+    spline_filter1d,
+    zoom,
+)
 from dpt_ir.runtime import Program, TapePass
 from dpt_ir.types import TensorType
 from dpt_ir.version import __version__

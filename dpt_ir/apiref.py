@@ -133,6 +133,23 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         ],
     ),
     (
+        "Interpolation and projection",
+        "`scipy.ndimage` interpolation (orders 0, 1, 3; every mode with `cval`) and\n"
+        "`skimage.transform.radon`, with a compile-time constant geometry: each is a constant\n"
+        "sparse map whose gradient is its exact transpose, an ordered gather (no atomics).\n"
+        "See [resampling.md](resampling.md).",
+        [
+            "map_coordinates",
+            "affine_transform",
+            "shift",
+            "zoom",
+            "rotate",
+            "spline_filter1d",
+            "spline_filter",
+            "radon",
+        ],
+    ),
+    (
         "Compiling and running",
         "`dp.compile` returns a `Program`. `run(**inputs)` returns a dict output name -> NumPy\n"
         "array; `value_and_grad(**inputs)` returns that dict and a dict input name -> gradient\n"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import signal, special
+from scipy import ndimage, signal, special
 
 import dpt_ir as dp
 from dpt_ir.ops.gather import table_attrs
@@ -934,6 +934,77 @@ def gather_cases() -> list[OpCase]:
     ]
 
 
+# -- resampling ---------------------------------------------------------------------------
+RESAMPLE_COORDS = np.array([[-0.7, 0.4, 2.6, 3.9], [1.2, 4.5, -1.3, 2.2]])
+
+
+def _scipy_matrix(apply: Callable[[np.ndarray], np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """The matrix of a linear scipy operator, column by column from unit inputs."""
+    cols = [apply(np.eye(math.prod(shape))[k].reshape(shape)).ravel() for k in range(math.prod(shape))]
+    return np.stack(cols, axis=1)
+
+
+def _prefilter(a: np.ndarray, mode: str, npad: int) -> np.ndarray:
+    """scipy's prepadding along axis 1, then its spline filter along axis 1."""
+    widths = [(0, 0), (npad, npad)]
+    padded = np.pad(a, widths, mode="edge") if mode == "nearest" else np.pad(a, widths)
+    return ndimage.spline_filter1d(padded, 3, axis=1, mode=mode)
+
+
+def _along_axis1(m: np.ndarray, g: np.ndarray) -> np.ndarray:
+    return np.einsum("ij,rj->ri", m, g)
+
+
+def resample_cases() -> list[OpCase]:
+    """spline_filter1d and its adjoint (with prepadding), resample (map_coordinates at
+    constant coordinates) and resample_adjoint, against scipy.ndimage (the adjoints
+    against the transposed matrix of scipy's operator)."""
+    filt = {"axis": 1, "mode": "nearest", "npad": 2}
+    grid = {"axis": 1, "mode": "grid-constant", "npad": 1}
+    f_grid = _scipy_matrix(lambda r: _prefilter(r, "grid-constant", 1), (1, 11))
+    mc = {"order": 1, "mode": "reflect"}
+    a_mc = _scipy_matrix(lambda x: ndimage.map_coordinates(x, RESAMPLE_COORDS, **mc), (4, 5))
+    mc_attrs: dict[str, Any] = {}
+
+    def adjoint(g: dp.Tensor) -> dp.Tensor:
+        if not mc_attrs:  # the attributes dp.map_coordinates gives its resample node
+            probe = dp.GraphBuilder("probe")
+            probe.output("y", dp.map_coordinates(probe.input("x", (4, 5), "float64"), RESAMPLE_COORDS, **mc))
+            mc_attrs.update(next(n.attrs for n in probe.build().nodes if n.op == "resample"))
+        return g.builder.emit("resample_adjoint", [g], mc_attrs)
+
+    return [
+        case(
+            "spline_filter1d",
+            "nearest_npad2",
+            [Arg((3, 7), uniform())],
+            lambda a: a.builder.emit("spline_filter1d", [a], filt),
+            lambda a: _prefilter(a, "nearest", 2),
+        ),
+        case(
+            "spline_filter1d_adjoint",
+            "grid_constant_npad1",
+            [Arg((2, 13), uniform())],
+            lambda g: g.builder.emit("spline_filter1d_adjoint", [g], grid),
+            lambda g: _along_axis1(f_grid.T, g),
+        ),
+        case(
+            "resample",
+            "map_coordinates_order1_reflect",
+            [Arg((4, 5), uniform())],
+            lambda a: dp.map_coordinates(a, RESAMPLE_COORDS, **mc),
+            lambda a: ndimage.map_coordinates(a, RESAMPLE_COORDS, **mc),
+        ),
+        case(
+            "resample_adjoint",
+            "map_coordinates_order1_reflect",
+            [Arg((4,), uniform())],
+            adjoint,
+            lambda g: (a_mc.T @ g).reshape(4, 5),
+        ),
+    ]
+
+
 def all_cases() -> tuple[OpCase, ...]:
     return tuple(
         unary_cases()
@@ -945,6 +1016,7 @@ def all_cases() -> tuple[OpCase, ...]:
         + reduction_cases()
         + stencil_cases()
         + gather_cases()
+        + resample_cases()
     )
 
 
@@ -1273,7 +1345,7 @@ def view_special_cases() -> list[OpCase]:
     ones), with its float inputs filled with special values: views and gathers route them,
     stencils and scatters add them."""
     firsts: dict[str, OpCase] = {}
-    for c in shape_cases() + stencil_cases() + gather_cases():
+    for c in shape_cases() + stencil_cases() + gather_cases() + resample_cases():
         firsts.setdefault(c.op, c)
     out = []
     for op, c in firsts.items():
@@ -1287,10 +1359,25 @@ def view_special_cases() -> list[OpCase]:
             expect = lambda g, at=attrs: _pad_adjoint_direct(g, at)  # noqa: E731
         if op == "index_array":
             continue  # no float values
+        if op in RESAMPLE_OPS:  # a constant sparse map: the sum of each row's taps (docs/resampling.md)
+            expect = lambda *xs, c=c: _own_reference(c, xs)  # noqa: E731
         if op == "add_at":  # dpt_ir's documented sum: float32 in float64, rounded once
             expect = lambda *xs, c=c: c.expect(**_wide(c, xs)).astype(xs[0].dtype)  # noqa: E731
         out.append(_respecial(c, expect))
     return [*out, zero_tap_case()]
+
+
+RESAMPLE_OPS = ("spline_filter1d", "spline_filter1d_adjoint", "resample", "resample_adjoint")
+
+
+def _own_reference(c: OpCase, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The op's NumPy reference on the case's node: at special values a sparse map's
+    semantics are its rows' sums (zero weights are not taps), which a dense matrix product
+    would turn into NaN (0 * inf)."""
+    graph = c.build(str(arrays[0].dtype))
+    node = next(n for n in graph.nodes if n.op == c.op)
+    op = dp.get_op(c.op)
+    return op.reference(op.parse_attrs(node.attrs, node.name), arrays[0])
 
 
 def _wide(c: OpCase, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:

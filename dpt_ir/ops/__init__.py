@@ -1,7 +1,16 @@
 """The op table. Importing this package registers every built-in op family and proves
 the table complete (each `register_op` call checks its op's derivative entry)."""
 
-from dpt_ir.ops import elementwise, gather, objective, reduction, shape, stencil  # noqa: F401  (registration)
+from dpt_ir.ops import (  # noqa: F401  (registration)
+    elementwise,
+    gather,
+    objective,
+    reduction,
+    resample,
+    shape,
+    spline_filter,
+    stencil,
+)
 from dpt_ir.ops.registry import (
     ALL_INPUTS,
     Derivative,

@@ -158,6 +158,21 @@ class IndexSource:
 
 
 @dataclass(frozen=True)
+class SparseRows:
+    """A constant sparse linear map in CSR form, sorted by destination: output element
+    ``o`` is ``sum(vals[k] * x[cols[k]] for k in range(rowptr[o], rowptr[o + 1])) + bias[o]``,
+    summed in that order (an ordered gather: no scatter, no atomics). With ``axis`` None,
+    ``o`` and ``cols`` are flat row-major offsets into the output and the input; with an
+    ``axis``, the map acts along that axis of every line (the other indices are kept)."""
+
+    rowptr: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray
+    bias: np.ndarray | None = None
+    axis: int | None = None
+
+
+@dataclass(frozen=True)
 class GatherSite:
     """Where a gather reads for one output element: integer input ``indices`` at
     ``indices_at`` holds a position along axis ``axis`` (of length ``size``) of input
@@ -231,6 +246,8 @@ class OpDef:
       `IndexSource` list of each output element; ``warp_combine`` says whether the element
       is the first source whose condition holds (``first``; none: 0) or the sum of all
       sources whose condition holds (``sum``, in list order: deterministic);
+    - ``warp_sparse``: constant sparse linear maps: a function of (attributes, output shape)
+      giving the `SparseRows` (CSR) each output element sums in order;
     - ``warp_reduce``: reductions: a function of (input Warp type, output Warp type)
       giving a `ReduceTemplate`;
     - ``warp_helpers``: source of the ``@wp.func`` helpers the templates call;
@@ -263,6 +280,9 @@ class OpDef:
     # one copy). Fusion bounds the product of nested copies (generated code size).
     code_copies: Callable[[Any, tuple[int, ...]], int] | None = None
     warp_reduce: Callable[[str, str], ReduceTemplate] | None = None
+    # Constant sparse linear maps (interpolation, projection, a recursive filter's matrix):
+    # the destination-sorted CSR of the node, from its attributes; kernels loop over a row.
+    warp_sparse: Callable[[Any, tuple[int, ...]], SparseRows] | None = None
     # Data-dependent reads (take): where the element of a `WarpSite` reads (`GatherSite`).
     warp_gather: Callable[[WarpSite], GatherSite] | None = None
     # Scatters (kind "scatter", add_at): from (attrs, output shape, indices shape).

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, origin_of
 from dpt_ir.ops import indexing as idx
@@ -204,6 +206,9 @@ class KernelWriter:
         in_shapes = tuple(self.graph.types[i].shape for i in node.inputs)
         in_types = tuple(WP_TYPES[self.graph.types[i].dtype] for i in node.inputs)
         out_t = WP_TYPES[node.type.dtype]
+        if op.warp_sparse is not None:
+            rows = op.warp_sparse(attrs, node.type.shape)
+            return self._sparse(name, node.inputs[0], rows, index, out_t, node.type.shape, in_shapes[0])
         if op.table is not None:
             return self._table_at(name, op.table(attrs), index)
         if op.warp_gather is not None:
@@ -337,6 +342,53 @@ class KernelWriter:
                     out_t,
                 )
         return self._taps(param, weights, source, index, out_t)
+
+    def _sparse(
+        self,
+        name: str,
+        source: str,
+        rows: Any,
+        index: tuple[str, ...],
+        out_t: str,
+        out_shape: tuple[int, ...],
+        in_shape: tuple[int, ...],
+    ) -> str:
+        """A constant sparse linear map (`SparseRows`): output ``o`` sums its CSR row in
+        order, in float64 for float32 data (as the tap loop); the row pointers, columns,
+        weights and bias are constant arrays. An ordered gather: no scatter, no atomics."""
+        acc_t = _tap_type(out_t)
+        arrays = {"rowptr": ("wp.int32", rows.rowptr), "cols": ("wp.int32", rows.cols), "vals": (acc_t, rows.vals)}
+        if rows.bias is not None:
+            arrays["bias"] = (acc_t, rows.bias)
+        p = {}
+        for part, (t, values) in arrays.items():
+            key = f"${part}:{name}"
+            self.constants[key] = (t, np.asarray(values).tolist())  # JSON-shaped: the disk cache stores it
+            p[part] = self.param(key)
+        if rows.axis is None:
+            o = self.let(self.flat.get((index, out_shape)) or idx.linearize(index, out_shape))
+        else:
+            o = index[rows.axis]
+        acc, k = self.fresh("s"), self.fresh("k")
+        self.emit(f"{acc} = {acc_t}(0)")
+        self.emit(f"for {k} in range({p['rowptr']}[{o}], {p['rowptr']}[{o} + 1]):")
+        self.indent += 1
+        outside, flat = dict(self.memo), dict(self.flat)  # the loop body's values stay in it
+        j = self.let(f"{p['cols']}[{k}]", "j")
+        if rows.axis is None:
+            src = tuple(self.let(e) for e in idx.delinearize(j, in_shape))
+            self.flat[(src, in_shape)] = j
+        else:
+            src = tuple(j if a == rows.axis else e for a, e in enumerate(index))
+        v = self.value_at(source, src)
+        self.emit(f"{acc} = {acc} + {p['vals']}[{k}] * {acc_t}({v})")
+        self.memo, self.flat = outside, flat
+        self.indent -= 1
+        if rows.bias is not None:
+            self.emit(f"{acc} = {acc} + {p['bias']}[{o}]")
+        var = self.fresh()
+        self.emit(f"{var} = {out_t}({acc})")
+        return var
 
     def _taps(self, param: str, weights: Any, source: str, index: tuple[str, ...], out_t: str) -> str:
         """The tap loop, accumulated as scipy.ndimage does: float32 in float64 (weights in
