@@ -90,6 +90,7 @@ from dpt_ir.imaging import (
     squared_error,
 )
 from dpt_ir.interpreter import interpret, interpret_grad
+from dpt_ir.loops import fori_loop, scan
 from dpt_ir.ops import Derivative, GradContext, OpDef, all_ops, get_op, register_op
 from dpt_ir.runtime import Program, TapePass
 from dpt_ir.types import TensorType

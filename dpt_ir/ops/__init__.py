@@ -1,7 +1,7 @@
 """The op table. Importing this package registers every built-in op family and proves
 the table complete (each `register_op` call checks its op's derivative entry)."""
 
-from dpt_ir.ops import elementwise, objective, reduction, shape, stencil  # noqa: F401  (registration)
+from dpt_ir.ops import elementwise, loop, objective, reduction, shape, stencil  # noqa: F401  (registration)
 from dpt_ir.ops.registry import (
     ALL_INPUTS,
     Derivative,
