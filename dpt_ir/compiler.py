@@ -126,18 +126,6 @@ def _pipelines(graph: Graph, wrt: tuple[str, ...], loss: str | None, base: dict[
     return plans
 
 
-def _check_lowerable(graph: Graph) -> None:
-    """Refuse, before any pass runs, ops the backend has no lowering for: loop ops (kind
-    ``loop``) run in the interpreter only for now (see ``docs/loops.md``)."""
-    for node in graph.nodes:
-        if node.opdef.kind == "loop":
-            raise ContractError(
-                f"compile: node {node.name!r} is a {node.op!r} loop; expected ops the Warp backend lowers: "
-                "loops run in the reference interpreter only for now (dp.interpret, dp.interpret_grad); "
-                "unroll the step in Python to compile it"
-            )
-
-
 def compile(  # noqa: A001  (the public name is fixed by the design)
     graph: Graph,
     wrt: list[str] | tuple[str, ...] | str | None = None,
@@ -164,7 +152,6 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     if not isinstance(graph, Graph):
         raise ContractError(f"compile: expected a dp.Graph, found {type(graph).__name__}")
     wrt_names = check_wrt(graph, [] if wrt is None else [wrt] if isinstance(wrt, str) else list(wrt))
-    _check_lowerable(graph)
     if loss is not None:
         graph.output_value(loss)
     elif wrt_names:
@@ -184,6 +171,10 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         "halo_budget": int(halo_budget),
         "recompute_budget": None if recompute_budget is None else int(recompute_budget),
     }
+    if any(n.opdef.kind == "loop" for n in graph.nodes):  # a trait: loop ops compile their bodies once
+        from dpt_ir.backends.warp.loop import LoopProgram
+
+        return LoopProgram(graph, wrt_names, loss, {"device": dev, **base})  # type: ignore[return-value]
     key = content_key(
         graph.model_dump_json(),
         json.dumps([wrt_names, loss, base], sort_keys=True),

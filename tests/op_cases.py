@@ -925,8 +925,9 @@ CASES: tuple[OpCase, ...] = all_cases()
 
 
 def compiled(c: OpCase) -> bool:
-    """Whether the Warp backend lowers ``c``'s op: loop ops (kind ``loop``) run in the
-    interpreter only for now (`dp.compile` refuses them; see docs/loops.md)."""
+    """Whether ``c`` joins the batched op-table programs of the compiled tests: not loop ops
+    (kind ``loop``), which compile to loop programs without tape passes (the batches run
+    tape passes); compiled loops have their own tests in ``tests/loops``."""
     return dp.get_op(c.op).kind != "loop"
 
 

@@ -283,11 +283,6 @@ def test_a_document_whose_body_disagrees_is_refused(heat: dict[str, Any]) -> Non
         dp.Graph.model_validate(doc)
 
 
-def test_compile_refuses_loops_with_a_reason(heat: dict[str, Any]) -> None:
-    with pytest.raises(dp.ContractError, match="interpreter only"):
-        dp.compile(heat["loop"], wrt=["k"])
-
-
 def test_a_malformed_body_block_names_its_line_and_node(heat: dict[str, Any]) -> None:
     text = heat["loop"].to_text()
     broken = text.replace('body graph "heat_loop.body" {', "body {")
