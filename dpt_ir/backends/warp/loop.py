@@ -72,7 +72,8 @@ class Loop:
         self.grad_outputs = {w: g for w, g in grads.items()}
         only_grads = tuple(o for o in joint.outputs if o.name in set(grads.values()))
         vjp_graph = Graph(name=f"{a.body.name}.vjp", inputs=joint.inputs, nodes=joint.nodes, outputs=only_grads)
-        self.vjp = compile_graph(vjp_graph, **compile_options)
+        # Only the reverse sweep (a scan_vjp node) runs the body's vjp.
+        self.vjp = compile_graph(vjp_graph, **compile_options) if node.op == "scan_vjp" else None
         self.names = [i.name for i in a.body.inputs]
         self.results = result_types(a.body, a)
         self.result_offsets = _offsets(self.results)
@@ -98,11 +99,16 @@ class Loop:
         if self.accumulators:  # built now, so that no launch compiles
             from dpt_ir.backends.warp import static_kernels
             from dpt_ir.backends.warp.module import load
+            from dpt_ir.backends.warp.quiet import quiet_warp
 
             load(static_kernels, self.device, "static_kernels", None, purge=False)
-        self.fwd_plan, self.vjp_plan = self.body.plans["run"], self.vjp.plans["run"]
+            acc = next(iter(self.accumulators.values()))
+            with quiet_warp():  # the accumulate overload of this dtype: 0 += 0
+                wp.launch(static_kernels.accumulate, dim=acc.shape[0], inputs=[acc, acc], device=self.device)
+        self.fwd_plan = self.body.plans["run"]
         self.fwd_ws = [self.fwd_plan.checkout(), self.fwd_plan.checkout()]
-        self.vjp_ws = [self.vjp_plan.checkout(), self.vjp_plan.checkout()]
+        self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
+        self.vjp_ws = [self.vjp_plan.checkout(), self.vjp_plan.checkout()] if self.vjp_plan is not None else []
 
     # -- one step --
     def _feed(self, carry: list[wp.array], arrays: list[wp.array], i: int) -> dict[str, wp.array]:
@@ -181,7 +187,8 @@ class Loop:
         for k, acc in self.accumulators.items():
             wp.copy(self.grads, acc, dest_offset=self.grad_offsets[k], count=acc.shape[0])
         self._check(self.body, self.fwd_ws)
-        self._check(self.vjp, self.vjp_ws)
+        if self.vjp is not None:
+            self._check(self.vjp, self.vjp_ws)
         return self.grads
 
     def _reverse_step(
@@ -198,12 +205,13 @@ class Loop:
                 row = self.results[k].size // a.length
                 start = self.result_offsets[k] + i * row
                 bound[self.ct_names[name]] = gy[start : start + row]
-        ws = self.vjp_ws[vt]
-        self.vjp_plan.run("forward", bound, ws)
+        ws, plan = self.vjp_ws[vt], self.vjp_plan
+        assert plan is not None  # a scan_vjp node's loop has its vjp program
+        plan.run("forward", bound, ws)
 
         def grad(k: int) -> wp.array:
             name = self.names[k] if k < a.carries + a.xs else self.names[k + (1 if a.index else 0)]
-            return self.vjp_plan.output_array(self.grad_outputs[name], ws).flatten()
+            return plan.output_array(self.grad_outputs[name], ws).flatten()
 
         for j in range(a.xs):
             k = a.carries + j
@@ -258,7 +266,7 @@ class Segments:
         """Every compiled program this graph's stages run (segments, loop bodies and vjps)."""
         out: list[Any] = []
         for kind, runner, _ in self.stages:
-            out += [runner] if kind == "segment" else [runner.body, runner.vjp]
+            out += [runner] if kind == "segment" else [p for p in (runner.body, runner.vjp) if p is not None]
         return out
 
     def run(self, env: dict[str, wp.array], held: list[tuple[Any, Any]]) -> None:
@@ -334,7 +342,7 @@ class LoopProgram:
                             "advances": p.advances,
                             "recompute_factor": p.recompute_factor,
                             "body_kernels": len(runner.fwd_plan.launches),
-                            "vjp_kernels": len(runner.vjp_plan.launches),
+                            "vjp_kernels": len(runner.vjp_plan.launches) if runner.vjp_plan else 0,
                         }
                     )
         return out
