@@ -174,7 +174,8 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     if any(n.opdef.kind == "loop" for n in graph.nodes):  # a trait: loop ops compile their bodies once
         from dpt_ir.backends.warp.loop import LoopProgram
 
-        return LoopProgram(graph, wrt_names, loss, {"device": dev, **base})  # type: ignore[return-value]
+        loop_dump = resolve_dump_dir(dump_dir)
+        return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, loop_dump)  # type: ignore[return-value]
     key = content_key(
         graph.model_dump_json(),
         json.dumps([wrt_names, loss, base], sort_keys=True),

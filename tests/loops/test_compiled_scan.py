@@ -114,3 +114,11 @@ def test_fori_loop_compiles_with_its_step_index() -> None:
     values, grads = dp.compile(graph, wrt=["x"]).value_and_grad(x=xv)
     np.testing.assert_allclose(values["out"], dp.interpret(graph, x=xv)["out"], rtol=1e-5)
     np.testing.assert_allclose(grads["x"], dp.interpret_grad(graph, "x", x=xv)["x"], rtol=1e-4, atol=1e-6)
+
+
+def test_dumps_state_the_policy_bytes_and_recompute_factor(tmp_path: Any) -> None:
+    dp.compile(heat(checkpoint=2), wrt=WRT, loss="loss", dump_dir=tmp_path)
+    saved = (tmp_path / "saved.txt").read_text()
+    assert "binomial (revolve) with K=2 stored carries" in saved
+    assert f"holds 2 stored carries = {2 * 8 * 6 * 4} bytes" in saved and "recompute factor" in saved
+    assert (tmp_path / "value_and_grad").is_dir() and any((tmp_path / "value_and_grad").rglob("fusion.txt"))

@@ -23,8 +23,10 @@ Guarantees:
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -66,14 +68,17 @@ class Loop:
                     f"float input in the carries' dtype {dtype}"
                 )
         self.device = compile_options["device"]
-        self.body = compile_graph(a.body, **compile_options)
+        dump = compile_options.get("dump_dir")
+        fwd_options = compile_options if dump is None else {**compile_options, "dump_dir": dump / "body"}
+        vjp_options = compile_options if dump is None else {**compile_options, "dump_dir": dump / "body_vjp"}
+        self.body = compile_graph(a.body, **fwd_options)
         joint = body_vjp(a.body)
         grads = joint.meta["gradients"]
         self.grad_outputs = {w: g for w, g in grads.items()}
         only_grads = tuple(o for o in joint.outputs if o.name in set(grads.values()))
         vjp_graph = Graph(name=f"{a.body.name}.vjp", inputs=joint.inputs, nodes=joint.nodes, outputs=only_grads)
         # Only the reverse sweep (a scan_vjp node) runs the body's vjp.
-        self.vjp = compile_graph(vjp_graph, **compile_options) if node.op == "scan_vjp" else None
+        self.vjp = compile_graph(vjp_graph, **vjp_options) if node.op == "scan_vjp" else None
         self.names = [i.name for i in a.body.inputs]
         self.results = result_types(a.body, a)
         self.result_offsets = _offsets(self.results)
@@ -228,10 +233,11 @@ class Segments:
     """A graph cut at its loop nodes: forward-only programs of the ordinary nodes between
     them, and a `Loop` per loop node, run in order on flat arrays keyed by value name."""
 
-    def __init__(self, graph: Graph, compile_options: dict[str, Any]) -> None:
+    def __init__(self, graph: Graph, compile_options: dict[str, Any], dump_dir: Path | None = None) -> None:
         from dpt_ir.compiler import compile as compile_graph
 
         self.graph = graph
+        self.dump_dir = dump_dir
         self.stages: list[tuple[str, Any, Graph | Node]] = []
         reads_after = _later_reads(graph)
         pending: list[Node] = []
@@ -241,7 +247,7 @@ class Segments:
                 continue
             self._flush(pending, reads_after[k], compile_graph, compile_options)
             in_types = tuple(graph.types[i] for i in node.inputs)
-            self.stages.append(("loop", Loop(node, in_types, compile_options), node))
+            self.stages.append(("loop", Loop(node, in_types, self._dumping(compile_options, node.name)), node))
             pending = []
         self._flush(pending, reads_after[len(graph.nodes)], compile_graph, compile_options)
 
@@ -260,7 +266,11 @@ class Segments:
             nodes=tuple(nodes),
             outputs=tuple(Output(name=v, value=v) for v in outputs),
         )
-        self.stages.append(("segment", compile_graph(seg, **options), seg))
+        self.stages.append(("segment", compile_graph(seg, **self._dumping(options, seg.name)), seg))
+
+    def _dumping(self, options: dict[str, Any], piece: str) -> dict[str, Any]:
+        """``options`` with the dump folder of one compiled piece, when dumping."""
+        return options if self.dump_dir is None else {**options, "dump_dir": self.dump_dir / piece}
 
     def programs(self) -> list[Any]:
         """Every compiled program this graph's stages run (segments, loop bodies and vjps)."""
@@ -288,6 +298,24 @@ class Segments:
                 env[what.name] = runner.forward(arrays) if what.op == "scan" else runner.reverse(arrays)
 
 
+def saved_text(loops: list[dict[str, Any]]) -> str:
+    """``saved.txt`` of a loop program: what each reverse sweep holds and recomputes (the
+    pieces' own ``saved.txt`` are in their dump folders)."""
+    lines = ["# loops: what each reverse sweep (scan_vjp) holds and recomputes"]
+    for r in loops:
+        if r["op"] != "scan_vjp":
+            continue
+        lines += [
+            f"{r['node']}: {r['length']} steps, policy: {r['policy']}",
+            f"  holds {r['slots']} stored carries = {r['bytes_held']} bytes "
+            f"(plus the current carry and its cotangent, each in two ping-pong buffers)",
+            f"  recomputes {r['advances']} forward steps to rebuild carries: "
+            f"recompute factor {r['recompute_factor']:.3f} "
+            "(forward steps rerun / length; each step's vjp also runs its step's forward once)",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def _later_reads(graph: Graph) -> list[set[str]]:
     """For each node position k (and len(nodes)), the values read by nodes at k or later,
     or returned as outputs."""
@@ -304,14 +332,22 @@ class LoopProgram:
     """A compiled graph with loops: `run` and `value_and_grad` as `dpt_ir.runtime.Program`'s.
     Tape passes are not offered (yet): ``tape_pass`` raises ContractError."""
 
-    def __init__(self, graph: Graph, wrt: tuple[str, ...], loss: str | None, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        wrt: tuple[str, ...],
+        loss: str | None,
+        options: dict[str, Any],
+        dump_dir: Path | None = None,
+    ) -> None:
         start = time.perf_counter()
         self.graph, self.wrt, self.loss = graph, wrt, loss
         self.device = options["device"]
-        self.forward = Segments(graph, options)
+        self.forward = Segments(graph, options, None if dump_dir is None else dump_dir / "run")
         self.joint: Segments | None = None
         if wrt and loss is not None:
-            self.joint = Segments(joint_graph(graph, wrt, [loss]), options)
+            joint = joint_graph(graph, wrt, [loss])
+            self.joint = Segments(joint, options, None if dump_dir is None else dump_dir / "value_and_grad")
         self._lock = threading.Lock()
         programs = {p.module_name: p for seg in [self.forward, self.joint] if seg for p in seg.programs()}
         # Generated kernels (Warp kernel definitions) over the distinct modules compiled.
@@ -324,6 +360,10 @@ class LoopProgram:
             "distinct_kernels": self.kernel_count,
             "loops": self._loops_report(),
         }
+        if dump_dir is not None:
+            dump_dir.mkdir(parents=True, exist_ok=True)
+            (dump_dir / "saved.txt").write_text(saved_text(self.report["loops"]))
+            (dump_dir / "report.json").write_text(json.dumps(self.report, indent=2, sort_keys=True))
 
     def _loops_report(self) -> list[dict[str, Any]]:
         out = []
