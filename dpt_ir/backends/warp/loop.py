@@ -91,10 +91,11 @@ class Loop:
         self.iota = wp.array(np.arange(a.length, dtype=np.int32), dtype=wp.int32, device=self.device)
         plan = checkpoint_plan(a, self.in_types)
         self.schedule = plan
-        self.slots = [
-            [wp.zeros(self.in_types[k].size, dtype=WP_TYPES[dtype], device=self.device) for k in range(a.carries)]
-            for _ in range(plan.slots if node.op == "scan_vjp" else 0)
-        ]
+        self.slots: list[list[wp.array]] = []  # a scan_vjp's stored carries, allocated at its first run
+        # A scan whose reverse stores every carry keeps them as it runs (see `keep`); that
+        # reverse (``source``) then reads them instead of rerunning the forward.
+        self.trajectory: list[list[wp.array]] = []
+        self.source: Loop | None = None
         closures = range(a.carries + a.xs, len(self.in_types))
         self.accumulators = {
             k: wp.zeros(self.in_types[k].size, dtype=WP_TYPES[dtype], device=self.device)
@@ -114,6 +115,25 @@ class Loop:
         self.fwd_ws = [self.fwd_plan.checkout(), self.fwd_plan.checkout()]
         self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
         self.vjp_ws = [self.vjp_plan.checkout(), self.vjp_plan.checkout()] if self.vjp_plan is not None else []
+
+    def _carries(self) -> list[wp.array]:
+        return [
+            wp.zeros(self.in_types[k].size, dtype=self.packed.dtype, device=self.device)
+            for k in range(self.attrs.carries)
+        ]
+
+    def keep(self) -> None:
+        """Store every step's carry during the forward (for a store-every-carry reverse)."""
+        self.trajectory = [self._carries() for _ in range(self.attrs.length - 1)]
+
+    def held(self) -> dict[str, Any]:
+        """What the reverse sweep holds and recomputes (`dpt_ir.revolve.CheckpointPlan` fields)."""
+        p = self.schedule
+        if self.source is None:
+            return {"policy": p.policy, "slots": p.slots, "bytes_held": p.bytes_held, "advances": p.advances,
+                    "recompute_factor": p.recompute_factor}  # fmt: skip
+        return {"policy": f"{p.policy}, kept by the forward", "slots": p.length, "bytes_held": p.bytes_held,
+                "advances": 0, "recompute_factor": 0.0}  # fmt: skip
 
     # -- one step --
     def _feed(self, carry: list[wp.array], arrays: list[wp.array], i: int) -> dict[str, wp.array]:
@@ -154,6 +174,9 @@ class Loop:
         for i in range(a.length):
             ws = self.fwd_ws[i % 2]
             carry = self._advance(carry, arrays, i, i % 2)
+            if self.trajectory and i + 1 < a.length:
+                for dst, src in zip(self.trajectory[i], carry, strict=True):
+                    wp.copy(dst, src)
             for j in range(len(self.results) - a.carries):
                 t = self.results[a.carries + j]
                 row = t.size // a.length
@@ -173,6 +196,13 @@ class Loop:
         for acc in self.accumulators.values():
             acc.zero_()
         g_carry = [gy[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size] for k in range(a.carries)]
+        if self.source is not None:  # the forward kept every carry: c_i for step i
+            kept = [list(forward[: a.carries]), *self.source.trajectory]
+            for i in range(a.length - 1, -1, -1):
+                g_carry = self._reverse_step(kept[i], forward, gy, g_carry, i, i % 2)
+            return self._finish(g_carry)
+        if not self.slots:
+            self.slots = [self._carries() for _ in range(self.schedule.slots)]
         carry, toggle, vtoggle = list(forward[: a.carries]), 0, 0
         for act in self.schedule.actions:
             if act.kind == "store":
@@ -187,6 +217,11 @@ class Loop:
             else:
                 g_carry = self._reverse_step(carry, forward, gy, g_carry, act.at, vtoggle)
                 vtoggle ^= 1
+        return self._finish(g_carry)
+
+    def _finish(self, g_carry: list[wp.array]) -> wp.array:
+        """Pack the initial carries' and the closures' gradients; check the status words."""
+        a = self.attrs
         for k in range(a.carries):
             wp.copy(self.grads, g_carry[k], dest_offset=self.grad_offsets[k], count=self.in_types[k].size)
         for k, acc in self.accumulators.items():
@@ -241,13 +276,21 @@ class Segments:
         self.stages: list[tuple[str, Any, Graph | Node]] = []
         reads_after = _later_reads(graph)
         pending: list[Node] = []
+        scans: dict[tuple[str, ...], Loop] = {}  # scan stages by their inputs
         for k, node in enumerate(graph.nodes):
             if node.opdef.kind != "loop":
                 pending.append(node)
                 continue
             self._flush(pending, reads_after[k], compile_graph, compile_options)
             in_types = tuple(graph.types[i] for i in node.inputs)
-            self.stages.append(("loop", Loop(node, in_types, self._dumping(compile_options, node.name)), node))
+            loop = Loop(node, in_types, self._dumping(compile_options, node.name))
+            forward = scans.get(node.inputs[:-1]) if node.op == "scan_vjp" else None
+            if forward is not None and loop.schedule.slots == loop.schedule.length:
+                forward.keep()  # store-every-carry: the forward keeps them, the reverse reruns nothing
+                loop.source = forward
+            if node.op == "scan":
+                scans[node.inputs] = loop
+            self.stages.append(("loop", loop, node))
             pending = []
         self._flush(pending, reads_after[len(graph.nodes)], compile_graph, compile_options)
 
@@ -370,17 +413,12 @@ class LoopProgram:
         for seg in [self.forward] + ([self.joint] if self.joint else []):
             for kind, runner, node in seg.stages:
                 if kind == "loop":
-                    p = runner.schedule
                     out.append(
                         {
                             "node": node.name,
                             "op": node.op,
-                            "policy": p.policy,
-                            "length": p.length,
-                            "slots": p.slots,
-                            "bytes_held": p.bytes_held,
-                            "advances": p.advances,
-                            "recompute_factor": p.recompute_factor,
+                            "length": runner.schedule.length,
+                            **runner.held(),
                             "body_kernels": len(runner.fwd_plan.launches),
                             "vjp_kernels": len(runner.vjp_plan.launches) if runner.vjp_plan else 0,
                         }
