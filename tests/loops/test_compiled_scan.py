@@ -122,3 +122,15 @@ def test_dumps_state_the_policy_bytes_and_recompute_factor(tmp_path: Any) -> Non
     assert "binomial (revolve) with K=2 stored carries" in saved
     assert f"holds 2 stored carries = {2 * 8 * 6 * 4} bytes" in saved and "recompute factor" in saved
     assert (tmp_path / "value_and_grad").is_dir() and any((tmp_path / "value_and_grad").rglob("fusion.txt"))
+
+
+def test_a_step_out_of_domain_raises_numerical_error_naming_the_loop() -> None:
+    g = dp.GraphBuilder("domain_c")
+    x = g.input("x", (3,))
+    y = dp.fori_loop(3, lambda i, c: dp.log(c), x)
+    g.output("out", dp.sum(y))
+    program = dp.compile(g.build())
+    with pytest.raises(dp.NumericalError, match="loop") as info:
+        program.run(x=np.full(3, 0.5, np.float32))  # log(0.5) < 0, then log of a negative number
+    assert "log" in str(info.value)
+    assert program.run(x=np.full(3, 1e30, np.float32))["out"] > 0  # usable afterwards
