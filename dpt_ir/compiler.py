@@ -269,6 +269,61 @@ def _build(
 
 
 _PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
+_PIECES: dict[str, dict[str, Program]] = {}
+
+
+def compile_pieces(
+    title: str, pieces: dict[str, Graph], dev: str, base: dict[str, Any], out_dir: Path | None
+) -> dict[str, Program]:
+    """Forward-only programs of several graphs (``run`` plans), built as **one** Warp module:
+    the pieces of a loop program (its segments, loop bodies and body vjps), so that a loop
+    program costs one module build, not one per piece. Cached in process by content;
+    across processes Warp's kernel cache keeps the binary (the passes run again)."""
+    key = content_key(
+        json.dumps({k: g.model_dump_json() for k, g in sorted(pieces.items())}),
+        json.dumps(base, sort_keys=True),
+        "cpu" if dev == "cpu" else "cuda",
+        __version__,
+        wp.config.version,
+        source_fingerprint(),
+    )
+    with _COMPILE_LOCK:
+        cached = _PIECES.get(f"{key}:{dev}")
+        if cached is not None and out_dir is None:
+            return cached
+        from dpt_ir.passes.manager import run_pipeline
+
+        start = time.perf_counter()
+        results = {name: run_pipeline(g, _pipelines(g, (), None, base)["run"]) for name, g in pieces.items()}
+        prefixes = {name: f"p{k}" for k, name in enumerate(pieces)}
+        header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
+        target = "cpu" if dev == "cpu" else "cuda"
+        source = codegen.generate(
+            {prefixes[n]: r.graph for n, r in results.items()}, title, header, base["checks"], target
+        )
+        module_name = f"dpt_ir_gen_{key}"
+        module = import_source(source.text, cache_root() / key, module_name)
+        load(module, dev, key, None, purge=False)
+        status_size = max(len(source.slots), 1) if base["checks"] else 0
+        programs = {}
+        for name, r in results.items():
+            mine = [k for k in source.kernels if k.name.startswith(prefixes[name] + "_")]
+            plan = ExecutionPlan(r.graph, mine, module, dev, status_size)
+            report = _report(
+                pieces[name], {"run": plan}, mine, "miss", time.perf_counter() - start, dev, module_name, base
+            )
+            programs[name] = Program(pieces[name], (), None, dev, {"run": plan}, source.slots, base["checks"], report,
+                                     module_name)  # fmt: skip
+            if out_dir is not None:
+                shared = [dumps.SharedKernel(function=k.function, launch=k.name) for k in mine]
+                dumps.write_all(r, out_dir / name, shared)
+        if out_dir is not None:
+            (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
+            (out_dir / "kernels" / f"{module_name}.py").write_text(source.text)
+        _PIECES[f"{key}:{dev}"] = programs
+        log.info("compiled %d loop-program pieces of %r in one module in %.2f s", len(pieces), title,
+                 time.perf_counter() - start)  # fmt: skip
+        return programs
 
 
 def _report(

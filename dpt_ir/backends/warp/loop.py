@@ -23,6 +23,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -50,35 +51,49 @@ def _offsets(types: list[TensorType]) -> list[int]:
     return out
 
 
+def piece_names(a: ScanAttrs) -> tuple[str, str]:
+    """The names of a loop's body and body-vjp pieces (one per distinct body)."""
+    digest = hashlib.sha256(a.body.model_dump_json().encode()).hexdigest()[:12]
+    return f"body_{digest}", f"body_vjp_{digest}"
+
+
+def vjp_piece(a: ScanAttrs) -> Graph:
+    """The body's joint graph reduced to its gradient outputs: the vjp program's graph."""
+    joint = body_vjp(a.body)
+    grads = set(joint.meta["gradients"].values())
+    outputs = tuple(o for o in joint.outputs if o.name in grads)
+    return Graph(name=f"{a.body.name}.vjp", inputs=joint.inputs, nodes=joint.nodes, outputs=outputs)
+
+
+def check_loop_dtypes(node: Node, in_types: tuple[TensorType, ...]) -> None:
+    """Compiled loops pack every float input's gradient in the carries' dtype."""
+    dtype = in_types[0].dtype
+    for k, t in enumerate(in_types):
+        if is_float(t.dtype) and t.dtype != dtype:
+            raise ContractError(
+                f"compile: node {node.name!r}: loop input {k} has dtype {t.dtype}; compiled loops expect every "
+                f"float input in the carries' dtype {dtype}"
+            )
+
+
 class Loop:
     """One loop node's compiled body (forward and vjp programs) and its buffers."""
 
-    def __init__(self, node: Node, in_types: tuple[TensorType, ...], compile_options: dict[str, Any]) -> None:
-        from dpt_ir.compiler import compile as compile_graph
-
+    def __init__(self, node: Node, in_types: tuple[TensorType, ...], programs: dict[str, Any], device: str) -> None:
+        """``programs``: the compiled pieces by `piece_names` (the body's, and for a
+        ``scan_vjp`` the body vjp's)."""
         self.node = node
         self.attrs: ScanAttrs = node.opdef.parse_attrs(node.attrs, f"node {node.name!r}")  # type: ignore[assignment]
         a = self.attrs
         self.in_types = in_types[: len(in_types) - 1] if node.op == "scan_vjp" else in_types
         dtype = self.in_types[0].dtype
-        for k, t in enumerate(self.in_types):
-            if is_float(t.dtype) and t.dtype != dtype:
-                raise ContractError(
-                    f"compile: node {node.name!r}: loop input {k} has dtype {t.dtype}; compiled loops expect every "
-                    f"float input in the carries' dtype {dtype}"
-                )
-        self.device = compile_options["device"]
-        dump = compile_options.get("dump_dir")
-        fwd_options = compile_options if dump is None else {**compile_options, "dump_dir": dump / "body"}
-        vjp_options = compile_options if dump is None else {**compile_options, "dump_dir": dump / "body_vjp"}
-        self.body = compile_graph(a.body, **fwd_options)
+        self.device = device
+        body_name, vjp_name = piece_names(a)
+        self.body = programs[body_name]
         joint = body_vjp(a.body)
-        grads = joint.meta["gradients"]
-        self.grad_outputs = {w: g for w, g in grads.items()}
-        only_grads = tuple(o for o in joint.outputs if o.name in set(grads.values()))
-        vjp_graph = Graph(name=f"{a.body.name}.vjp", inputs=joint.inputs, nodes=joint.nodes, outputs=only_grads)
+        self.grad_outputs = dict(joint.meta["gradients"])
         # Only the reverse sweep (a scan_vjp node) runs the body's vjp.
-        self.vjp = compile_graph(vjp_graph, **vjp_options) if node.op == "scan_vjp" else None
+        self.vjp = programs[vjp_name] if node.op == "scan_vjp" else None
         self.names = [i.name for i in a.body.inputs]
         self.results = result_types(a.body, a)
         self.result_offsets = _offsets(self.results)
@@ -268,33 +283,26 @@ class Segments:
     """A graph cut at its loop nodes: forward-only programs of the ordinary nodes between
     them, and a `Loop` per loop node, run in order on flat arrays keyed by value name."""
 
-    def __init__(self, graph: Graph, compile_options: dict[str, Any], dump_dir: Path | None = None) -> None:
-        from dpt_ir.compiler import compile as compile_graph
-
+    def __init__(self, graph: Graph, prefix: str) -> None:
+        """Cut ``graph``; its segments' pieces are named ``<prefix>.seg<k>``. Nothing is
+        compiled until `bind`."""
         self.graph = graph
-        self.dump_dir = dump_dir
+        self.prefix = prefix
+        self.layout: list[tuple[str, Graph | Node]] = []
         self.stages: list[tuple[str, Any, Graph | Node]] = []
         reads_after = _later_reads(graph)
         pending: list[Node] = []
-        scans: dict[tuple[str, ...], Loop] = {}  # scan stages by their inputs
         for k, node in enumerate(graph.nodes):
             if node.opdef.kind != "loop":
                 pending.append(node)
                 continue
-            self._flush(pending, reads_after[k], compile_graph, compile_options)
-            in_types = tuple(graph.types[i] for i in node.inputs)
-            loop = Loop(node, in_types, self._dumping(compile_options, node.name))
-            forward = scans.get(node.inputs[:-1]) if node.op == "scan_vjp" else None
-            if forward is not None and loop.schedule.slots == loop.schedule.length:
-                forward.keep()  # store-every-carry: the forward keeps them, the reverse reruns nothing
-                loop.source = forward
-            if node.op == "scan":
-                scans[node.inputs] = loop
-            self.stages.append(("loop", loop, node))
+            self._flush(pending, reads_after[k])
+            check_loop_dtypes(node, tuple(graph.types[i] for i in node.inputs))
+            self.layout.append(("loop", node))
             pending = []
-        self._flush(pending, reads_after[len(graph.nodes)], compile_graph, compile_options)
+        self._flush(pending, reads_after[len(graph.nodes)])
 
-    def _flush(self, nodes: list[Node], later: set[str], compile_graph: Any, options: dict[str, Any]) -> None:
+    def _flush(self, nodes: list[Node], later: set[str]) -> None:
         if not nodes:
             return
         defined = {n.name for n in nodes}
@@ -304,23 +312,44 @@ class Segments:
         needed = dict.fromkeys(i for n in nodes for i in n.inputs if i not in defined)
         inputs = tuple(Input(name=v, type=self.graph.types[v], requires_grad=False) for v in needed)
         seg = Graph(
-            name=f"{self.graph.name}.seg{len(self.stages)}",
+            name=f"{self.prefix}.seg{len(self.layout)}",
             inputs=inputs,
             nodes=tuple(nodes),
             outputs=tuple(Output(name=v, value=v) for v in outputs),
         )
-        self.stages.append(("segment", compile_graph(seg, **self._dumping(options, seg.name)), seg))
+        self.layout.append(("segment", seg))
 
-    def _dumping(self, options: dict[str, Any], piece: str) -> dict[str, Any]:
-        """``options`` with the dump folder of one compiled piece, when dumping."""
-        return options if self.dump_dir is None else {**options, "dump_dir": self.dump_dir / piece}
-
-    def programs(self) -> list[Any]:
-        """Every compiled program this graph's stages run (segments, loop bodies and vjps)."""
-        out: list[Any] = []
-        for kind, runner, _ in self.stages:
-            out += [runner] if kind == "segment" else [p for p in (runner.body, runner.vjp) if p is not None]
+    def pieces(self) -> dict[str, Graph]:
+        """The graphs to compile: the segments, each loop's body and each reverse's body vjp."""
+        out: dict[str, Graph] = {}
+        for kind, what in self.layout:
+            if kind == "segment":
+                out[what.name] = what  # type: ignore[assignment]
+                continue
+            a: ScanAttrs = what.opdef.parse_attrs(what.attrs, f"node {what.name!r}")  # type: ignore[union-attr,assignment]
+            body, vjp = piece_names(a)
+            out[body] = a.body
+            if what.op == "scan_vjp":  # type: ignore[union-attr]
+                out[vjp] = vjp_piece(a)
         return out
+
+    def bind(self, programs: dict[str, Any], device: str) -> None:
+        """Make the stages from the compiled pieces."""
+        scans: dict[tuple[str, ...], Loop] = {}  # scan stages by their inputs
+        for kind, what in self.layout:
+            if kind == "segment":
+                self.stages.append(("segment", programs[what.name], what))
+                continue
+            node: Node = what  # type: ignore[assignment]
+            in_types = tuple(self.graph.types[i] for i in node.inputs)
+            loop = Loop(node, in_types, programs, device)
+            forward = scans.get(node.inputs[:-1]) if node.op == "scan_vjp" else None
+            if forward is not None and loop.schedule.slots == loop.schedule.length:
+                forward.keep()  # store-every-carry: the forward keeps them, the reverse reruns nothing
+                loop.source = forward
+            if node.op == "scan":
+                scans[node.inputs] = loop
+            self.stages.append(("loop", loop, node))
 
     def run(self, env: dict[str, wp.array], held: list[tuple[Any, Any]]) -> None:
         """Evaluate every stage, adding each value later stages read to ``env``; the
@@ -383,23 +412,30 @@ class LoopProgram:
         options: dict[str, Any],
         dump_dir: Path | None = None,
     ) -> None:
+        from dpt_ir.compiler import compile_pieces
+
         start = time.perf_counter()
         self.graph, self.wrt, self.loss = graph, wrt, loss
         self.device = options["device"]
-        self.forward = Segments(graph, options, None if dump_dir is None else dump_dir / "run")
+        self.forward = Segments(graph, "run")
         self.joint: Segments | None = None
         if wrt and loss is not None:
-            joint = joint_graph(graph, wrt, [loss])
-            self.joint = Segments(joint, options, None if dump_dir is None else dump_dir / "value_and_grad")
+            self.joint = Segments(joint_graph(graph, wrt, [loss]), "vg")
+        cuts = [self.forward] + ([self.joint] if self.joint else [])
+        pieces = {name: g for cut in cuts for name, g in cut.pieces().items()}
+        base = {k: v for k, v in options.items() if k != "device"}
+        programs = compile_pieces(graph.name, pieces, self.device, base, dump_dir)
+        for cut in cuts:
+            cut.bind(programs, self.device)
         self._lock = threading.Lock()
-        programs = {p.module_name: p for seg in [self.forward, self.joint] if seg for p in seg.programs()}
-        # Generated kernels (Warp kernel definitions) over the distinct modules compiled.
-        self.kernel_count = sum(p.report["distinct_kernels"] for p in programs.values())
+        modules = sorted({p.module_name for p in programs.values()})
+        # Generated kernels (Warp kernel definitions) in the program's module.
+        self.kernel_count = len({k.function for p in programs.values() for k in p.plans["run"].kernels})
         self.report = {
             "graph": graph.name,
             "device": self.device,
             "compile_seconds": time.perf_counter() - start,
-            "modules": sorted(programs),
+            "modules": modules,
             "distinct_kernels": self.kernel_count,
             "loops": self._loops_report(),
         }
