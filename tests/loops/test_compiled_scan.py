@@ -136,3 +136,12 @@ def test_a_step_out_of_domain_raises_numerical_error_naming_the_loop() -> None:
         program.run(x=np.full(3, 0.5, np.float32))  # log(0.5) < 0, then log of a negative number
     assert "log" in str(info.value)
     assert program.run(x=np.full(3, 1e30, np.float32))["out"] > 0  # usable afterwards
+
+
+def test_nested_loops_are_refused_with_a_reason() -> None:
+    g = dp.GraphBuilder("nested_c")
+    x = g.input("x", (3,))
+    y, _ = dp.scan(lambda c, _: (dp.scan(lambda d, _: (dp.sin(d), None), c, length=2)[0], None), x, length=2)
+    g.output("out", dp.sum(y))
+    with pytest.raises(dp.ContractError, match="body holds loop node"):
+        dp.compile(g.build())

@@ -327,6 +327,12 @@ class Segments:
                 out[what.name] = what  # type: ignore[assignment]
                 continue
             a: ScanAttrs = what.opdef.parse_attrs(what.attrs, f"node {what.name!r}")  # type: ignore[union-attr,assignment]
+            inner = [n.name for n in a.body.nodes if n.opdef.kind == "loop"]
+            if inner:
+                raise ContractError(
+                    f"compile: node {what.name!r}: its body holds loop node(s) {inner}; compiled loops expect a "
+                    "body without loops (nested loops run in the interpreter: dp.interpret, dp.interpret_grad)"
+                )
             body, vjp = piece_names(a)
             out[body] = a.body
             if what.op == "scan_vjp":  # type: ignore[union-attr]
