@@ -172,7 +172,7 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         "recompute_budget": None if recompute_budget is None else int(recompute_budget),
     }
     if any(n.opdef.kind == "loop" for n in graph.nodes):  # a trait: loop ops compile their bodies once
-        from dpt_ir.backends.warp.loop import LoopProgram
+        from dpt_ir.backends.warp.loop_program import LoopProgram
 
         loop_dump = resolve_dump_dir(dump_dir)
         return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, loop_dump)  # type: ignore[return-value]
