@@ -145,3 +145,35 @@ def test_nested_loops_are_refused_with_a_reason() -> None:
     g.output("out", dp.sum(y))
     with pytest.raises(dp.ContractError, match="body holds loop node"):
         dp.compile(g.build())
+
+
+def _pair_step(kind: str) -> Any:
+    """Steps whose outputs a kernel cannot write in place: a y that is the carry input or
+    an x (passthrough), a y that is also the new carry."""
+    if kind == "passthrough":
+        return lambda c, x, w: ((dp.sin(c[0]) * w + x, c[1] + dp.sum(x)), (c[0], x))
+    return lambda c, x, w: (((v := dp.tanh(c[0] + x)), c[1] + dp.sum(v)), (v, v * w))
+
+
+@pytest.mark.parametrize("kind", ["passthrough", "shared"])
+def test_carry_pairs_and_ys_that_alias_inputs_or_each_other(kind: str) -> None:
+    g = dp.GraphBuilder(f"pairs_{kind}")
+    a, b = g.input("a", (4,)), g.input("b", ())
+    xs, w = g.input("xs", (5, 4)), g.input("w", (4,))
+    step = _pair_step(kind)
+    (ca, cb), (y0, y1) = dp.scan(lambda c, x: step(c, x, w), (a, b), xs, checkpoint=2 if kind == "shared" else None)
+    g.output("loss", dp.sum(ca) + cb + dp.sum(y0 * y0) + dp.sum(y1 * y1))
+    graph = g.build()
+    rng = np.random.default_rng(1)
+    x = {
+        "a": rng.uniform(-1, 1, 4).astype(np.float32),
+        "b": np.float32(0.3),
+        "xs": rng.uniform(-1, 1, (5, 4)).astype(np.float32),
+        "w": rng.uniform(-1, 1, 4).astype(np.float32),
+    }
+    wrt = ["a", "b", "xs", "w"]
+    values, grads = dp.compile(graph, wrt=wrt).value_and_grad(**x)
+    np.testing.assert_allclose(values["loss"], dp.interpret(graph, **x)["loss"], rtol=1e-6)
+    expected = dp.interpret_grad(graph, wrt, **x)
+    for name in wrt:
+        np.testing.assert_allclose(grads[name], expected[name], rtol=1e-5, atol=1e-6)

@@ -7,8 +7,10 @@ body-vjp) pieces compiled as forward-only programs (`dpt_ir.backends.warp.loop_p
 Guarantees:
 - ``scan`` launches the body's kernels ``length`` times: carries ping-pong between the
   output buffers of two workspaces of the body's plan (no per-step copy), ``xs`` are read
-  as per-step views of the stacked arrays, each ``y`` is copied into the packed result at
-  its step's offset;
+  as per-step views of the stacked arrays; the outputs a kernel writes and no other
+  output shares (`_direct_outputs`) are bound to their destinations, so each ``y`` is
+  written straight into the packed result at its step's offset, the final carries too,
+  and kept carries into their own arrays; other outputs are copied there;
 - ``scan_vjp`` replays the node's checkpoint schedule (`dpt_ir.revolve`, the same data
   the interpreter replays), storing carries in ``slots`` preallocated arrays and running
   the vjp program at each ``reverse`` action; when the schedule stores every carry and
@@ -117,6 +119,7 @@ class Loop:
             with quiet_warp():  # the accumulate overload of this dtype: 0 += 0
                 wp.launch(static_kernels.accumulate, dim=acc.shape[0], inputs=[acc, acc], device=self.device)
         self.fwd_plan = self.body.plans["run"]
+        self.direct = self._direct_outputs()
         self.fwd_ws = [self.fwd_plan.checkout(), self.fwd_plan.checkout()]
         self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
         self.vjp_ws = [self.vjp_plan.checkout(), self.vjp_plan.checkout()] if self.vjp_plan is not None else []
@@ -171,26 +174,57 @@ class Loop:
                 ws.status.zero_()
 
     # -- the node --
+    def _direct_outputs(self) -> dict[int, str]:
+        """Body outputs (by index) that a kernel writes and that no other output shares: the
+        forward binds them to their destination (a kept carry, the packed result), so the
+        kernel writes there and nothing is copied. The others are copied from the workspace."""
+        plan = self.fwd_plan
+        values = [plan.outputs[name] for name in self.body_outputs]
+        written = {p for launch in plan.launches for p in launch.params}
+        return {
+            k: v for k, v in enumerate(values) if v in plan.graph.node_map and v in written and values.count(v) == 1
+        }
+
     def forward(self, arrays: list[wp.array]) -> wp.array:
         """The packed results of ``scan`` on its input arrays (flat)."""
         a = self.attrs
         self._begin(self.fwd_ws)
         carry = arrays[: a.carries]
+        final = [
+            self.packed[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size]
+            for k in range(a.carries)
+        ]
         for i in range(a.length):
             ws = self.fwd_ws[i % 2]
-            carry = self._advance(carry, arrays, i, i % 2)
-            if self.trajectory and i + 1 < a.length:
-                for dst, src in zip(self.trajectory[i], carry, strict=True):
-                    wp.copy(dst, src)
-            for j in range(len(self.results) - a.carries):
-                t = self.results[a.carries + j]
-                row = t.size // a.length
-                y = self.fwd_plan.output_array(self.body_outputs[a.carries + j], ws).flatten()
-                wp.copy(self.packed, y, dest_offset=self.result_offsets[a.carries + j] + i * row, count=row)
-        for k in range(a.carries):
-            wp.copy(self.packed, carry[k], dest_offset=self.result_offsets[k], count=self.results[k].size)
+            into = final if i + 1 == a.length else self.trajectory[i] if self.trajectory else None
+            bound = self._feed(carry, arrays, i)
+            for k, value in self.direct.items():
+                if k < a.carries and into is not None:
+                    bound[value] = into[k]
+                elif k >= a.carries:
+                    row = self.results[k].size // a.length
+                    start = self.result_offsets[k] + i * row
+                    bound[value] = self.packed[start : start + row]
+            self.fwd_plan.run("forward", bound, ws)
+            carry = [self._result(k, ws, bound) for k in range(a.carries)]
+            for k in range(a.carries):
+                if into is not None and carry[k] is not into[k]:  # not written in place: copy
+                    wp.copy(into[k], carry[k])
+                    carry[k] = into[k]
+            for k in range(a.carries, len(self.results)):
+                if k not in self.direct:
+                    row = self.results[k].size // a.length
+                    y = self._result(k, ws, bound)
+                    wp.copy(self.packed, y, dest_offset=self.result_offsets[k] + i * row, count=row)
         self._check(self.body, self.fwd_ws)
         return self.packed
+
+    def _result(self, k: int, ws: Any, bound: dict[str, wp.array]) -> wp.array:
+        """Body output ``k`` of the step just run: where it was bound, else in ``ws``."""
+        value = self.direct.get(k)
+        if value is not None and value in bound:
+            return bound[value]
+        return self.fwd_plan.output_array(self.body_outputs[k], ws).flatten()
 
     def reverse(self, arrays: list[wp.array]) -> wp.array:
         """The packed gradients of ``scan_vjp`` (inputs: the scan's, then its cotangent)."""
