@@ -30,7 +30,7 @@ import warp as wp
 
 from dpt_ir.backends.warp.plan import WP_DTYPES
 from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph, Node
+from dpt_ir.graph import Graph, Node, Output
 from dpt_ir.ops.loop import ScanAttrs, body_vjp, checkpoint_plan, grad_layout, result_types
 from dpt_ir.types import TensorType, is_float
 
@@ -49,12 +49,28 @@ def piece_names(a: ScanAttrs) -> tuple[str, str]:
     return f"body_{digest}", f"body_vjp_{digest}"
 
 
+ACC_PREFIX = "acc."  # the vjp piece's input holding a closure's gradient summed over later steps
+
+
 def vjp_piece(a: ScanAttrs) -> Graph:
-    """The body's joint graph reduced to its gradient outputs: the vjp program's graph."""
+    """The vjp program's graph: the body's joint graph reduced to its gradient outputs,
+    where each float closed-over input's gradient is ``acc.<input> + this step's part``
+    (the running sum over the steps already reversed, fused into the vjp kernel: the same
+    additions in the same order as summing afterwards, without a launch per step)."""
+    from dpt_ir.builder import GraphBuilder
+
     joint = body_vjp(a.body)
-    grads = set(joint.meta["gradients"].values())
-    outputs = tuple(o for o in joint.outputs if o.name in grads)
-    return Graph(name=f"{a.body.name}.vjp", inputs=joint.inputs, nodes=joint.nodes, outputs=outputs)
+    grads = joint.meta["gradients"]
+    b, handles = GraphBuilder.from_graph(joint)
+    closures = a.body.inputs[a.carries + a.xs + (1 if a.index else 0) :]
+    outputs = {o.name: o.value for o in joint.outputs if o.name in set(grads.values())}
+    for inp in closures:
+        if is_float(inp.type.dtype):
+            acc = b.add_input(ACC_PREFIX + inp.name, inp.type)
+            total = b.emit("add", [acc, handles[outputs[grads[inp.name]]]], meta={"phase": "backward"})
+            outputs[grads[inp.name]] = total.name
+    b.set_outputs([Output(name=k, value=v) for k, v in outputs.items()])
+    return b.build().replace(name=f"{a.body.name}.vjp", meta={})
 
 
 def check_loop_dtypes(node: Node, in_types: tuple[TensorType, ...]) -> None:
@@ -104,20 +120,14 @@ class Loop:
         self.trajectory: list[list[wp.array]] = []
         self.source: Loop | None = None
         closures = range(a.carries + a.xs, len(self.in_types))
-        self.accumulators = {
+        # The closures' gradient sums start at zero; then each reverse step's vjp reads the
+        # sum so far (``acc.<input>``) and writes the new one (ping-pong in its workspaces).
+        self.zeros = {
             k: wp.zeros(self.in_types[k].size, dtype=WP_DTYPES[dtype], device=self.device)
             for k in closures
             if is_float(self.in_types[k].dtype)
         }
-        if self.accumulators:  # built now, so that no launch compiles
-            from dpt_ir.backends.warp import static_kernels
-            from dpt_ir.backends.warp.module import load
-            from dpt_ir.backends.warp.quiet import quiet_warp
-
-            load(static_kernels, self.device, "static_kernels", None, purge=False)
-            acc = next(iter(self.accumulators.values()))
-            with quiet_warp():  # the accumulate overload of this dtype: 0 += 0
-                wp.launch(static_kernels.accumulate, dim=acc.shape[0], inputs=[acc, acc], device=self.device)
+        self.sums: dict[int, wp.array] = {}
         self.fwd_plan = self.body.plans["run"]
         self.direct = self._direct_outputs()
         self.fwd_ws = [self.fwd_plan.checkout(), self.fwd_plan.checkout()]
@@ -232,8 +242,7 @@ class Loop:
         gy = arrays[-1]
         forward = arrays[:-1]
         self._begin(self.fwd_ws + self.vjp_ws)
-        for acc in self.accumulators.values():
-            acc.zero_()
+        self.sums = dict(self.zeros)  # read only: the vjp writes each new sum into its workspace
         g_carry = [gy[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size] for k in range(a.carries)]
         if self.source is not None:  # the forward kept every carry: c_i for step i
             kept = [list(forward[: a.carries]), *self.source.trajectory]
@@ -263,8 +272,8 @@ class Loop:
         a = self.attrs
         for k in range(a.carries):
             wp.copy(self.grads, g_carry[k], dest_offset=self.grad_offsets[k], count=self.in_types[k].size)
-        for k, acc in self.accumulators.items():
-            wp.copy(self.grads, acc, dest_offset=self.grad_offsets[k], count=acc.shape[0])
+        for k, total in self.sums.items():
+            wp.copy(self.grads, total, dest_offset=self.grad_offsets[k], count=total.shape[0])
         self._check(self.body, self.fwd_ws)
         if self.vjp is not None:
             self._check(self.vjp, self.vjp_ws)
@@ -273,10 +282,10 @@ class Loop:
     def _reverse_step(
         self, carry: list[wp.array], forward: list[wp.array], gy: wp.array, g_carry: list[wp.array], i: int, vt: int
     ) -> list[wp.array]:
-        from dpt_ir.backends.warp import static_kernels
-
         a = self.attrs
         bound = self._feed(carry, forward, i)
+        for k, total in self.sums.items():
+            bound[ACC_PREFIX + self._name(k)] = total
         for k, name in enumerate(self.body_outputs):
             if k < a.carries:
                 bound[self.ct_names[name]] = g_carry[k]
@@ -289,15 +298,18 @@ class Loop:
         plan.run("forward", bound, ws)
 
         def grad(k: int) -> wp.array:
-            name = self.names[k] if k < a.carries + a.xs else self.names[k + (1 if a.index else 0)]
-            return plan.output_array(self.grad_outputs[name], ws).flatten()
+            return plan.output_array(self.grad_outputs[self._name(k)], ws).flatten()
 
         for j in range(a.xs):
             k = a.carries + j
             if k in self.grad_offsets:
                 row = self.in_types[k].size // a.length
                 wp.copy(self.grads, grad(k), dest_offset=self.grad_offsets[k] + i * row, count=row)
-        for k, acc in self.accumulators.items():
-            src = grad(k)
-            wp.launch(static_kernels.accumulate, dim=acc.shape[0], inputs=[acc, src], device=self.device)
+        for k in self.sums:
+            self.sums[k] = grad(k)
         return [grad(k) for k in range(a.carries)]
+
+    def _name(self, k: int) -> str:
+        """The body input standing for loop input ``k`` (the step index sits before the closures)."""
+        a = self.attrs
+        return self.names[k] if k < a.carries + a.xs else self.names[k + (1 if a.index else 0)]
