@@ -8,7 +8,7 @@ Guarantees:
 - ``scan`` launches the body's kernels ``length`` times: carries ping-pong between the
   output buffers of two workspaces of the body's plan (no per-step copy), ``xs`` are read
   as per-step views of the stacked arrays; the outputs a kernel writes and no other
-  output shares (`_direct_outputs`) are bound to their destinations, so each ``y`` is
+  output shares (`direct_outputs`) are bound to their destinations, so each ``y`` is
   written straight into the packed result at its step's offset, the final carries too,
   and kept carries into their own arrays; other outputs are copied there;
 - ``scan_vjp`` replays the node's checkpoint schedule (`dpt_ir.revolve`, the same data
@@ -73,6 +73,17 @@ def vjp_piece(a: ScanAttrs) -> Graph:
     return b.build().replace(name=f"{a.body.name}.vjp", meta={})
 
 
+def direct_outputs(plan: Any, names: list[str]) -> dict[int, str]:
+    """Outputs ``names`` of ``plan`` (by position) that a kernel writes and that no other
+    output shares: a loop binds them to their destination (a kept carry, a packed
+    result), so the kernel writes there and nothing is copied. The others are copied
+    from the workspace."""
+    values = list(plan.outputs.values())
+    written = {p for launch in plan.launches for p in launch.params}
+    chosen = [plan.outputs[name] for name in names]
+    return {k: v for k, v in enumerate(chosen) if v in plan.graph.node_map and v in written and values.count(v) == 1}
+
+
 def check_loop_dtypes(node: Node, in_types: tuple[TensorType, ...]) -> None:
     """Compiled loops pack every float input's gradient in the carries' dtype."""
     dtype = in_types[0].dtype
@@ -129,10 +140,16 @@ class Loop:
         }
         self.sums: dict[int, wp.array] = {}
         self.fwd_plan = self.body.plans["run"]
-        self.direct = self._direct_outputs()
+        self.direct = direct_outputs(self.fwd_plan, self.body_outputs)
         self.fwd_ws = [self.fwd_plan.checkout(), self.fwd_plan.checkout()]
         self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
         self.vjp_ws = [self.vjp_plan.checkout(), self.vjp_plan.checkout()] if self.vjp_plan is not None else []
+        # The xs' gradients the vjp kernel writes straight into the packed gradient.
+        self.vjp_direct: dict[int, str] = {}
+        if self.vjp_plan is not None:
+            xs = [k for k in range(a.carries, a.carries + a.xs) if k in self.grad_offsets]
+            found = direct_outputs(self.vjp_plan, [self.grad_outputs[self._name(k)] for k in xs])
+            self.vjp_direct = {xs[j]: v for j, v in found.items()}
 
     def _carries(self) -> list[wp.array]:
         return [
@@ -184,17 +201,6 @@ class Loop:
                 ws.status.zero_()
 
     # -- the node --
-    def _direct_outputs(self) -> dict[int, str]:
-        """Body outputs (by index) that a kernel writes and that no other output shares: the
-        forward binds them to their destination (a kept carry, the packed result), so the
-        kernel writes there and nothing is copied. The others are copied from the workspace."""
-        plan = self.fwd_plan
-        values = [plan.outputs[name] for name in self.body_outputs]
-        written = {p for launch in plan.launches for p in launch.params}
-        return {
-            k: v for k, v in enumerate(values) if v in plan.graph.node_map and v in written and values.count(v) == 1
-        }
-
     def forward(self, arrays: list[wp.array]) -> wp.array:
         """The packed results of ``scan`` on its input arrays (flat)."""
         a = self.attrs
@@ -293,6 +299,10 @@ class Loop:
                 row = self.results[k].size // a.length
                 start = self.result_offsets[k] + i * row
                 bound[self.ct_names[name]] = gy[start : start + row]
+        for k, value in self.vjp_direct.items():
+            row = self.in_types[k].size // a.length
+            start = self.grad_offsets[k] + i * row
+            bound[value] = self.grads[start : start + row]
         ws, plan = self.vjp_ws[vt], self.vjp_plan
         assert plan is not None  # a scan_vjp node's loop has its vjp program
         plan.run("forward", bound, ws)
@@ -302,7 +312,7 @@ class Loop:
 
         for j in range(a.xs):
             k = a.carries + j
-            if k in self.grad_offsets:
+            if k in self.grad_offsets and k not in self.vjp_direct:
                 row = self.in_types[k].size // a.length
                 wp.copy(self.grads, grad(k), dest_offset=self.grad_offsets[k] + i * row, count=row)
         for k in self.sums:
