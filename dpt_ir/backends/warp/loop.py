@@ -15,8 +15,8 @@ Guarantees:
   the interpreter replays), storing carries in ``slots`` preallocated arrays and running
   the vjp program at each ``reverse`` action; when the schedule stores every carry and
   the forward scan ran in the same evaluation (`keep`/``source``), it reads the carries
-  the forward kept instead. Closed-over gradients are accumulated in reverse step order:
-  deterministic, bit-identical for every policy;
+  the forward kept instead. Closed-over gradients are summed in reverse step order inside
+  the vjp kernel (`vjp_piece`): deterministic, bit-identical for every policy;
 - the body's status words are checked after each node (`NumericalError` naming the loop).
 """
 
