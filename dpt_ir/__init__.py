@@ -92,6 +92,7 @@ from dpt_ir.imaging import (
 )
 from dpt_ir.interpreter import interpret, interpret_grad
 from dpt_ir.linalg import matmul
+from dpt_ir.loops import fori_loop, scan
 from dpt_ir.ops import Derivative, GradContext, OpDef, all_ops, get_op, register_op
 from dpt_ir.resample import (
     affine_transform,

@@ -150,6 +150,14 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         ],
     ),
     (
+        "Loops",
+        "`jax.lax.scan` semantics: the step is built once, as a body graph, and tensors of the\n"
+        "enclosing graph it uses become inputs of the loop node (gradients reach them). The\n"
+        "reverse sweep stores every carry or runs binomial checkpointing (revolve). `dp.compile`\n"
+        "compiles the body once and launches it per step (no tape passes yet). See [loops.md](loops.md).",
+        ["scan", "fori_loop"],
+    ),
+    (
         "Compiling and running",
         "`dp.compile` returns a `Program`. `run(**inputs)` returns a dict output name -> NumPy\n"
         "array; `value_and_grad(**inputs)` returns that dict and a dict input name -> gradient\n"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from dpt_ir.errors import ContractError
@@ -125,6 +125,21 @@ class Tensor:
     # Operators are bound in dpt_ir.functions, which owns the dp.* function set.
 
 
+def innermost(builders: Iterable[GraphBuilder]) -> GraphBuilder | None:
+    """The builder among ``builders`` that every other one encloses (a loop body's builder
+    is enclosed by the builder it was opened from, see `GraphBuilder.parent`), or None."""
+    pool = list(builders)
+    for b in pool:
+        chain = set()
+        at: GraphBuilder | None = b
+        while at is not None:  # bounded by the nesting depth of loop bodies
+            chain.add(id(at))
+            at = at.parent
+        if all(id(o) in chain for o in pool):
+            return b
+    return None
+
+
 def op_site(op_name: str, operands: Sequence[Tensor]) -> str:
     """How errors name an op application being built: ``op 'add' on %x, %y``."""
     if not operands:
@@ -135,6 +150,9 @@ def op_site(op_name: str, operands: Sequence[Tensor]) -> str:
 class GraphBuilder:
     """Records a graph: declare inputs, build values with operators and ``dp.*``
     functions, declare outputs, then ``build()`` a validated `Graph`."""
+
+    # The builder this one was opened from (a loop body's builder; None for a graph).
+    parent: GraphBuilder | None = None
 
     def __init__(self, name: str) -> None:
         self.name = check_name(name, "graph")

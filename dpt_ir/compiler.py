@@ -171,6 +171,11 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         "halo_budget": int(halo_budget),
         "recompute_budget": None if recompute_budget is None else int(recompute_budget),
     }
+    if any(n.opdef.kind == "loop" for n in graph.nodes):  # a trait: loop ops compile their bodies once
+        from dpt_ir.backends.warp.loop_program import LoopProgram
+
+        loop_dump = resolve_dump_dir(dump_dir)
+        return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, loop_dump)  # type: ignore[return-value]
     key = content_key(
         graph.model_dump_json(),
         json.dumps([wrt_names, loss, base], sort_keys=True),
@@ -264,6 +269,87 @@ def _build(
 
 
 _PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
+_PIECES: dict[str, dict[str, Program]] = {}
+
+
+def compile_pieces(
+    title: str, pieces: dict[str, Graph], dev: str, base: dict[str, Any], out_dir: Path | None
+) -> dict[str, Program]:
+    """Forward-only programs of several graphs (``run`` plans), built as **one** Warp module:
+    the pieces of a loop program (its segments, loop bodies and body vjps), so that a loop
+    program costs one module build, not one per piece. Cached like `compile`: in process
+    by content, and on disk (the scheduled plans and the module; a new process skips the
+    passes and Warp reuses its binary)."""
+    key = content_key(
+        json.dumps({k: g.model_dump_json() for k, g in sorted(pieces.items())}),
+        json.dumps(base, sort_keys=True),
+        "cpu" if dev == "cpu" else "cuda",
+        __version__,
+        wp.config.version,
+        source_fingerprint(),
+    )
+    with _COMPILE_LOCK:
+        cached = _PIECES.get(f"{key}:{dev}")
+        if cached is not None and out_dir is None:
+            return cached
+        start = time.perf_counter()
+        entry, module_name = cache_root() / key, f"dpt_ir_gen_{key}"
+        prefixes = {name: f"p{k}" for k, name in enumerate(pieces)}
+        record, text, problem = read_entry(entry, key, module_name)
+        if problem is not None:
+            warn_once(key, f"cache entry {entry}: {problem}; recompiling and replacing it")
+        results: dict[str, PipelineResult] = {}
+        if record is not None and text is not None and out_dir is None:
+            cache = "disk"
+            saved = json.loads(record.payload)
+            graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
+            kernels = [KernelSource(**k) for k in saved["kernels"]]
+            slots = [StatusSlot(**s) for s in saved["slots"]]
+        else:
+            from dpt_ir.passes.manager import run_pipeline
+
+            cache = "miss"
+            results = {name: run_pipeline(g, _pipelines(g, (), None, base)["run"]) for name, g in pieces.items()}
+            graphs = {name: r.graph for name, r in results.items()}
+            header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
+            target = "cpu" if dev == "cpu" else "cuda"
+            source = codegen.generate(
+                {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target
+            )
+            kernels, slots, text = source.kernels, source.slots, source.text
+        module = import_source(text, entry, module_name)
+        warp_sums = load(module, dev, key, record.warp_files if record is not None else None, purge=problem is not None)
+        if record is None or cache == "miss":
+            payload = json.dumps(
+                {
+                    "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
+                    "kernels": [dataclasses.asdict(k) for k in kernels],
+                    "slots": [dataclasses.asdict(s) for s in slots],
+                }
+            )
+            record = new_record(key, payload, text)
+        if record.warp_files != warp_sums:
+            write_entry(entry, CacheRecord.model_validate({**record.model_dump(), "warp_files": warp_sums}))
+        status_size = max(len(slots), 1) if base["checks"] else 0
+        programs = {}
+        for name, g in graphs.items():
+            mine = [k for k in kernels if k.name.startswith(prefixes[name] + "_")]
+            plan = ExecutionPlan(g, mine, module, dev, status_size)
+            report = _report(
+                pieces[name], {"run": plan}, mine, cache, time.perf_counter() - start, dev, module_name, base
+            )
+            programs[name] = Program(pieces[name], (), None, dev, {"run": plan}, slots, base["checks"], report,
+                                     module_name)  # fmt: skip
+            if out_dir is not None:
+                shared = [dumps.SharedKernel(function=k.function, launch=k.name) for k in mine]
+                dumps.write_all(results[name], out_dir / name, shared)
+        if out_dir is not None:
+            (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
+            (out_dir / "kernels" / f"{module_name}.py").write_text(text)
+        _PIECES[f"{key}:{dev}"] = programs
+        log.info("compiled %d loop-program pieces of %r as one module in %.2f s (cache %s)", len(pieces), title,
+                 time.perf_counter() - start, cache)  # fmt: skip
+        return programs
 
 
 def _report(

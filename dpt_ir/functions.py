@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir.builder import GraphBuilder, Tensor, op_site
+from dpt_ir.builder import GraphBuilder, Tensor, innermost, op_site
 from dpt_ir.errors import ContractError
 from dpt_ir.ops.rules import reduced_shape
 from dpt_ir.types import (
@@ -35,6 +35,9 @@ def _builder_of(args: Sequence[object], where: str) -> GraphBuilder:
     if not builders:
         raise ContractError(f"{where}: expected at least one dp tensor argument, found only constants")
     if len(builders) > 1:
+        inner = innermost(builders.values())
+        if inner is not None:  # a loop body reading tensors of the graphs around it
+            return inner
         names = sorted(b.name for b in builders.values())
         raise ContractError(f"{where}: tensors from different graph builders {names} cannot mix")
     return next(iter(builders.values()))
@@ -92,7 +95,7 @@ def _coerce(value: Scalar, dtype: str) -> Scalar:
 def apply(op: str, *args: TensorLike, **attrs: Any) -> Tensor:
     """Emit ``op`` on ``args`` after lifting and promoting them to one dtype."""
     tensors = lift(args, f"op {op!r}")
-    return tensors[0].builder.emit(op, tensors, attrs)
+    return _builder_of(tensors, f"op {op!r}").emit(op, tensors, attrs)
 
 
 def _unary(op: str, doc: str) -> Any:
@@ -157,7 +160,7 @@ def divide(a: TensorLike, b: TensorLike) -> Tensor:
     tensors = lift([a, b], "op 'div'")
     if not is_float(tensors[0].dtype):
         tensors = [cast(t, "float64") for t in tensors]
-    return tensors[0].builder.emit("div", tensors)
+    return _builder_of(tensors, "op 'div'").emit("div", tensors)
 
 
 div = true_divide = divide
@@ -361,7 +364,7 @@ def concatenate(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
     ax = normalize_axis(axis, tensors[0].ndim, op_site("concat", tensors))
     if len(tensors) == 1:
         return tensors[0]
-    return tensors[0].builder.emit("concat", tensors, {"axis": ax})
+    return _builder_of(tensors, where).emit("concat", tensors, {"axis": ax})
 
 
 concat = concatenate

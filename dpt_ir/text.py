@@ -37,6 +37,7 @@ _TOKEN_RE = re.compile(r"[A-Za-z0-9_.%+-]+|.")
 _SPACES = " \t\r"
 _DECODER = json.JSONDecoder()
 _SEMANTIC_RE = re.compile(r"^(node|input|output|graph)\b(?: '([^']*)')?")
+BODY = "body"  # the attribute of a loop node holding its body graph, printed as a nested block
 
 
 # -- printer ---------------------------------------------------------------------------
@@ -44,14 +45,21 @@ def print_graph(graph: Graph) -> str:
     """The textual IR of ``graph``: one statement per line, ending with a newline.
 
     Raises ContractError when a meta dict holds a value JSON cannot represent exactly."""
+    return "\n".join(_graph_lines(graph, "")) + "\n"
+
+
+def _graph_lines(graph: Graph, indent: str) -> list[str]:
+    """The block of ``graph``, each line prefixed with ``indent`` (a loop body is printed
+    as a nested block, one level deeper than its node)."""
     lines = [f"graph {json.dumps(graph.name)} {{"]
     if graph.meta:
         lines.append(f"  meta {_dump(graph.meta, f'meta of graph {graph.name!r}')}")
     lines += [_print_input(i) for i in graph.inputs]
-    lines += [_print_node(n) for n in graph.nodes]
+    for n in graph.nodes:
+        lines += _print_node(n)
     lines += [f"  output {o.name} = %{o.value}" for o in graph.outputs]
     lines.append("}")
-    return "\n".join(lines) + "\n"
+    return [indent + line for line in lines]
 
 
 def _print_type(t: TensorType) -> str:
@@ -63,14 +71,19 @@ def _print_input(inp: Input) -> str:
     return f"  input %{inp.name} : {_print_type(inp.type)}{flag}"
 
 
-def _print_node(node: Node) -> str:
+def _print_node(node: Node) -> list[str]:
+    """One line, or the node's line and its nested body block (attribute ``body``)."""
     args = ", ".join(f"%{i}" for i in node.inputs)
     line = f"  %{node.name} : {_print_type(node.type)} = {node.op}({args})"
-    if node.attrs:
-        line += " " + _dump(node.attrs, f"attributes of node {node.name!r}")
+    attrs = {k: v for k, v in node.attrs.items() if k != BODY}
+    if attrs:
+        line += " " + _dump(attrs, f"attributes of node {node.name!r}")
     if node.meta:
         line += " meta " + _dump(node.meta, f"meta of node {node.name!r}")
-    return line
+    if BODY not in node.attrs:
+        return [line]
+    body = _graph_lines(Graph.model_validate(node.attrs[BODY]), "  ")
+    return [f"{line} {BODY} {body[0].lstrip()}", *body[1:]]
 
 
 def _dump(value: dict[str, Any], where: str) -> str:
@@ -261,9 +274,17 @@ class _Parser:
 
     # -- statements --
     def graph(self) -> Graph:
+        graph = self.block("'graph' starting the text")
+        self.blank()
+        if self.pos < len(self.text):
+            raise self.error("end of text after the graph block")
+        return graph
+
+    def block(self, expected: str) -> Graph:
+        """A ``graph "name" { ... }`` block at the cursor (the whole text, or a loop body)."""
         self.blank()
         if not self.keyword_ahead("graph"):
-            raise self.error("'graph' starting the text")
+            raise self.error(expected)
         header_line = self.location(self.pos)[0]
         name = self.json_string("the graph name")
         self.expect("{", f"'{{' opening the block of graph {name!r}")
@@ -276,9 +297,6 @@ class _Parser:
                 self.pos += 1
                 break
             self.statement()
-        self.blank()
-        if self.pos < len(self.text):
-            raise self.error("end of text after the graph block")
         return self.build(name, header_line)
 
     def statement(self) -> None:
@@ -331,13 +349,24 @@ class _Parser:
         self.spaces()
         attrs = self.json_object(f"the attributes of node {name!r}") if self.peek("{") else {}
         meta = self.json_object(f"the meta of node {name!r}") if self.keyword_ahead("meta") else {}
-        self.end_of_line(f"'{{' (attributes), 'meta' or end of line after the operands of node %{name}")
+        if self.keyword_ahead(BODY):
+            attrs = {**attrs, BODY: self.body(name)}
+        self.end_of_line(f"'{{' (attributes), 'meta', '{BODY}' or end of line after the operands of node %{name}")
         try:
             node = Node(name=name, op=op, inputs=inputs, attrs=attrs, type=ttype, meta=meta)
         except ContractError as exc:
             raise ContractError(f"line {line}: {exc}") from None
         self.nodes.append(node)
         self.lines[("node", name)] = line
+
+    def body(self, node: str) -> dict[str, Any]:
+        """The nested body block of node ``node``, as the graph document its attribute holds.
+        Nesting is bounded by the loops the text nests, not by graph size."""
+        inner = _Parser(self.text)
+        inner.pos = self.pos
+        graph = inner.block(f"'graph \"name\" {{' opening the body of node %{node}")
+        self.pos = inner.pos
+        return graph.model_dump(mode="json")
 
     def operands(self, node: str) -> tuple[str, ...]:
         self.expect("(", f"'(' opening the operands of node %{node}")

@@ -127,7 +127,7 @@ def dyadic(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 
 # -- case construction ------------------------------------------------------------------
-NAMES = ("a", "b", "c")
+NAMES = ("a", "b", "c", "d")
 
 
 @dataclass(frozen=True)
@@ -1005,6 +1005,59 @@ def resample_cases() -> list[OpCase]:
     ]
 
 
+# -- loops ------------------------------------------------------------------------------
+# One step ``c' = sin(c) * w + x, y = c * x`` scanned over 4 rows: carry a (3,), xs b
+# (4, 3), closed-over w = c (3,). The scan's packed value is [final carry, ys]; scan_vjp's
+# is [d a, d xs, d w] of a packed cotangent (input d), each against a NumPy loop.
+LOOP_ROWS = 4
+
+
+def _loop_step(carry: dp.Tensor, x: dp.Tensor, w: dp.Tensor) -> tuple[dp.Tensor, dp.Tensor]:
+    return dp.sin(carry) * w + x, carry * x
+
+
+def _scan(a: dp.Tensor, xs: dp.Tensor, w: dp.Tensor) -> dp.Tensor:
+    final, ys = dp.scan(lambda c, x: _loop_step(c, x, w), a, xs, checkpoint=2)
+    return final + dp.sum(ys, axis=0)
+
+
+def _scan_expect(a: np.ndarray, xs: np.ndarray, w: np.ndarray) -> np.ndarray:
+    c, total = a, np.zeros_like(a)
+    for x in xs:
+        total = total + c * x
+        c = np.sin(c) * w + x
+    return c + total
+
+
+def _scan_vjp(a: dp.Tensor, xs: dp.Tensor, w: dp.Tensor, ct: dp.Tensor) -> dp.Tensor:
+    _scan(a, xs, w)
+    node = next(n for n in reversed(a.builder.nodes) if n.op == "scan")
+    return a.builder.emit("scan_vjp", [a, xs, w, ct], node.attrs)
+
+
+def _scan_vjp_expect(a: np.ndarray, xs: np.ndarray, w: np.ndarray, ct: np.ndarray) -> np.ndarray:
+    carries = [a]
+    for x in xs[:-1]:
+        carries.append(np.sin(carries[-1]) * w + x)
+    g_c, g_ys = ct[:3], ct[3:].reshape(xs.shape)
+    g_xs, g_w = np.zeros_like(xs), np.zeros_like(w)
+    for i in range(len(xs) - 1, -1, -1):
+        c = carries[i]
+        g_xs[i] = g_c + g_ys[i] * c
+        g_w = g_w + g_c * np.sin(c)
+        g_c = g_c * np.cos(c) * w + g_ys[i] * xs[i]
+    return np.concatenate([g_c, g_xs.ravel(), g_w])
+
+
+def loop_cases() -> list[OpCase]:
+    loop_args = [Arg((3,), uniform()), Arg((LOOP_ROWS, 3), uniform()), Arg((3,), uniform())]
+    cotangent = Arg((3 + 3 * LOOP_ROWS,), uniform(), grad=False)
+    return [
+        case("scan", "4_rows", loop_args, _scan, _scan_expect),
+        case("scan_vjp", "4_rows", [*loop_args, cotangent], _scan_vjp, _scan_vjp_expect),
+    ]
+
+
 def all_cases() -> tuple[OpCase, ...]:
     return tuple(
         unary_cases()
@@ -1017,10 +1070,21 @@ def all_cases() -> tuple[OpCase, ...]:
         + stencil_cases()
         + gather_cases()
         + resample_cases()
+        + loop_cases()
     )
 
 
 CASES: tuple[OpCase, ...] = all_cases()
+
+
+def compiled(c: OpCase) -> bool:
+    """Whether ``c`` joins the batched op-table programs of the compiled tests: not loop ops
+    (kind ``loop``), which compile to loop programs without tape passes (the batches run
+    tape passes); compiled loops have their own tests in ``tests/loops``."""
+    return dp.get_op(c.op).kind != "loop"
+
+
+COMPILED_CASES: tuple[OpCase, ...] = tuple(c for c in CASES if compiled(c))
 
 
 # -- special values -----------------------------------------------------------------------
@@ -1028,7 +1092,8 @@ CASES: tuple[OpCase, ...] = all_cases()
 # are fixed (the rng is ignored); ``expect`` is NumPy's value (`expected_special`), the
 # gradient oracle is named by ``grad_oracle``. Ops without a float input or output
 # (logical ops, iota, index_array) have no special values.
-NO_SPECIAL_VALUES = ("logical_and", "logical_or", "logical_not", "iota", "index_array")
+# Loop ops evaluate their body's ops, whose special values those ops' own cases cover.
+NO_SPECIAL_VALUES = ("logical_and", "logical_or", "logical_not", "iota", "index_array", "scan", "scan_vjp")
 
 
 def special_values(dtype: str) -> list[float]:

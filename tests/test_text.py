@@ -189,7 +189,7 @@ SYNTAX_ERRORS = [
     ),
     (
         VALID.replace("exp(%x)", "exp(%x) extra"),
-        "line 3, column 27: expected '{' (attributes), 'meta' or end of line after the operands of node %e, "
+        "line 3, column 27: expected '{' (attributes), 'meta', 'body' or end of line after the operands of node %e, "
         "found 'extra'",
     ),
     (
@@ -212,7 +212,8 @@ SYNTAX_ERRORS = [
     ),
     (
         VALID.replace('{"axes"', '["axes"'),
-        "line 4, column 24: expected '{' (attributes), 'meta' or end of line after the operands of node %s, found '['",
+        "line 4, column 24: expected '{' (attributes), 'meta', 'body' or end of line after the operands of node %s, "
+        "found '['",
     ),
     (
         VALID.replace("exp(%x)", 'exp(%x) meta {"a": [1, }'),

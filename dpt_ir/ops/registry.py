@@ -21,7 +21,7 @@ from dpt_ir.types import TensorType
 if TYPE_CHECKING:
     from dpt_ir.builder import Tensor
 
-OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter"]
+OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter", "loop"]
 Cost = Literal["cheap", "expensive"]
 AttrValue = Any
 CONSTANT_OP = "constant"  # the op the IR uses for literals (Python scalars, folded values)

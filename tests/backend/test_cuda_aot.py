@@ -28,7 +28,7 @@ from pathlib import Path
 from types import ModuleType
 
 import warp as wp
-from op_cases import CASES
+from op_cases import CASES, COMPILED_CASES, compiled
 
 import dpt_ir as dp
 from benchmarks.bench_math import BINARY, FUNCTIONS
@@ -127,7 +127,7 @@ def sampler_graph() -> dp.Graph:
     """One case of every op per combination of the op's input and output dtypes."""
     chosen: dict[tuple, tuple[str, dp.Graph]] = {}
     for k, case in enumerate(CASES):
-        for dtype in case.dtypes:
+        for dtype in case.dtypes if compiled(case) else ():
             graph = case.build(dtype)
             nodes = [n for n in graph.nodes if n.op == case.op]
             sig = sorted({(n.op, tuple(graph.types[i].dtype for i in n.inputs), n.type.dtype) for n in nodes})
@@ -165,6 +165,6 @@ def test_cuda_variant_of_determinism_graphs_compiles(det_batch: Batch) -> None:
 
 def test_every_op_template_compiles_for_sm90() -> None:
     graph = sampler_graph()
-    missing = {case.op for case in CASES} - {n.op for n in graph.nodes}
+    missing = {case.op for case in COMPILED_CASES} - {n.op for n in graph.nodes}
     assert not missing, f"ops without a case in the sampler: {sorted(missing)}"
     compile_sm90(cuda_variant(graph))
