@@ -20,9 +20,10 @@ module grows with the number of distinct groups, not of groups (`_share`).
 
 from __future__ import annotations
 
+import base64
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -71,9 +72,39 @@ class KernelSource:
     dim: int
     group: str
     partials: dict[str, tuple[str, int]] = field(default_factory=dict)  # param -> (wp type, size)
-    constants: dict[str, tuple[str, list[float]]] = field(default_factory=dict)  # param -> (wp type, values)
+    constants: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # param -> (wp type, values)
     function: str = ""  # the @wp.kernel launched: the launch's own name, until `_share` points it at an equal one
     status_base: int = 0
+
+
+_CONSTANT_DTYPES = {"wp.int32": np.int32, "wp.float32": np.float32, "wp.float64": np.float64}
+
+
+def constant_array(wp_type: str, values: Any) -> np.ndarray:
+    """A launch constant (stencil weights, index tables, sparse rows) as a flat NumPy array
+    of its Warp type: built once, bound as a ``wp.array`` without a per-element copy."""
+    return np.ascontiguousarray(np.asarray(values).reshape(-1), dtype=_CONSTANT_DTYPES[wp_type])
+
+
+def kernel_record(k: KernelSource) -> dict[str, Any]:
+    """``k`` as JSON-shaped data for the disk cache; constants as base64 of their
+    little-endian bytes (one string, not a list of numbers: a sparse map has millions)."""
+    out = {f.name: getattr(k, f.name) for f in fields(k)}
+    out["constants"] = {
+        p: [t, base64.b64encode(v.astype(v.dtype.newbyteorder("<"), copy=False).tobytes()).decode("ascii")]
+        for p, (t, v) in k.constants.items()
+    }
+    return out
+
+
+def kernel_from_record(data: dict[str, Any]) -> KernelSource:
+    """The inverse of `kernel_record`."""
+    constants = {}
+    for p, (t, text) in data["constants"].items():
+        dtype = np.dtype(_CONSTANT_DTYPES[t]).newbyteorder("<")
+        constants[p] = (t, np.frombuffer(base64.b64decode(text), dtype=dtype).astype(_CONSTANT_DTYPES[t]))
+    partials = {p: (t, int(n)) for p, (t, n) in data["partials"].items()}
+    return KernelSource(**{**data, "constants": constants, "partials": partials})
 
 
 def param_name(value: str) -> str:
@@ -96,7 +127,7 @@ class KernelWriter:
         self.params: list[str] = []
         self.counter = 0
         self.helpers: list[str] = []
-        self.constants: dict[str, tuple[str, list[float]]] = {}
+        self.constants: dict[str, tuple[str, Any]] = {}  # param -> (wp type, array-like values)
         self.locals: dict[str, int] = {}  # reduction root -> its number in this kernel (accumulator names)
         self.finished: dict[str, str] = {}  # reduction results available after the loop
         self.probes: list[tuple[str, str, str]] | None = None  # (variable, status element, Warp type)
@@ -254,7 +285,7 @@ class KernelWriter:
     def _table_at(self, name: str, table: Any, index: tuple[str, ...]) -> str:
         """An element of a constant table (an index array), read from a constant array."""
         param = f"$table:{name}"
-        self.constants[param] = ("wp.int32", [int(v) for v in table.reshape(-1)] or [0])
+        self.constants[param] = ("wp.int32", table.reshape(-1) if table.size else np.zeros(1))
         self.param(param)
         var = self.fresh()
         self.emit(f"{var} = {param_name(param)}[{self.let(idx.linearize(index, table.shape))}]")
@@ -324,7 +355,7 @@ class KernelWriter:
         array. When the source is a view with an interior fast path (a padded input),
         windows inside the interior read the unpadded input directly."""
         param = f"$weights:{name}"
-        self.constants[param] = (_tap_type(out_t), [float(v) for v in weights.ravel()])
+        self.constants[param] = (_tap_type(out_t), weights.ravel())
         self.param(param)
         node = self.graph.node_map.get(source) if source in self.members else None
         op = node.opdef if node is not None else None
@@ -363,7 +394,7 @@ class KernelWriter:
         p = {}
         for part, (t, values) in arrays.items():
             key = f"${part}:{name}"
-            self.constants[key] = (t, np.asarray(values).tolist())  # JSON-shaped: the disk cache stores it
+            self.constants[key] = (t, values)
             p[part] = self.param(key)
         if rows.axis is None:
             o = self.let(self.flat.get((index, out_shape)) or idx.linearize(index, out_shape))
@@ -552,8 +583,9 @@ def _finish(
     body = _PARAM_TOKEN.sub(lambda m: by_token.get(m.group(0), m.group(0)), "\n".join(w.lines))
     signature = _signature(params, names, graph, partials, w.constants)
     text = f"@wp.kernel\ndef {name}({signature}):\n{body}\n"
+    constants = {p: (t, constant_array(t, v)) for p, (t, v) in w.constants.items()}
     return KernelSource(
-        name, text, list(params), dim, group["id"], dict(partials), dict(w.constants), name, w.slot_base
+        name, text, list(params), dim, group["id"], dict(partials), constants, name, w.slot_base
     )
 
 

@@ -72,9 +72,8 @@ class Workspace:
             arr = wp.zeros(buf["size"], dtype=dtype, device=device)
             for v in buf["values"]:
                 self.buffers[v] = arr
+        self.buffers.update(plan.constants)  # read-only: shared by every workspace
         for k in plan.kernels:
-            for p, (dtype, values) in k.constants.items():
-                self.buffers[p] = wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
             for p, (dtype, size) in k.partials.items():
                 if p not in self.buffers:
                     self.buffers[p] = wp.zeros(size, dtype=getattr(wp, dtype.split(".")[1]), device=device)
@@ -108,6 +107,11 @@ class ExecutionPlan:
         self.kernels = kernels
         self.status_size = status_size  # 0: compiled without checks
         self.grad_outputs = grad_outputs
+        self.constants = {
+            p: wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
+            for k in kernels
+            for p, (dtype, values) in k.constants.items()
+        }
         phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
         self.launches = [
             Launch(k.name, getattr(module, k.function), k.dim, k.params, phases[k.group], k.status_base)
