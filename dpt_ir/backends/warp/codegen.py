@@ -584,9 +584,7 @@ def _finish(
     signature = _signature(params, names, graph, partials, w.constants)
     text = f"@wp.kernel\ndef {name}({signature}):\n{body}\n"
     constants = {p: (t, constant_array(t, v)) for p, (t, v) in w.constants.items()}
-    return KernelSource(
-        name, text, list(params), dim, group["id"], dict(partials), constants, name, w.slot_base
-    )
+    return KernelSource(name, text, list(params), dim, group["id"], dict(partials), constants, name, w.slot_base)
 
 
 def partial_count(group: dict[str, Any], n_out: int, count: int, device: str) -> int:
