@@ -1,6 +1,6 @@
 """Tomography benchmark: one least-squares step (radon forward + its adjoint) against peers.
 
-    python benchmarks/bench_resample.py [--size 64] [--angles 180] [--reps 5]
+    python benchmarks/bench_resample.py [--size 128] [--angles 180] [--reps 5]
 
 In one process, for an N x N float64 image and ``--angles`` projection angles:
 
@@ -11,8 +11,12 @@ In one process, for an N x N float64 image and ``--angles`` projection angles:
 3. scikit-image: ``skimage.transform.radon`` forward, then ``iradon(..., filter_name=None)``
    as the backprojection (skimage's own, not the exact adjoint of its projector).
 
-Also reported: the time to build the sparse map and to compile. Every timing is the median
-of ``--reps`` rounds after one warm-up; ratios are between contenders of the same run.
+Also reported: the time to build the sparse map, its size (taps, and the bytes of the
+forward CSR and its transpose in the program) and the compile time. The gradients of
+dpt_ir and SciPy are checked against each other first. Rounds interleave the contenders in
+rotating order after one warm-up; each reports the median CPU time of the calling thread
+(``time.thread_time``) and the median wall time; ratios are per round (contenders of the
+same run only), then the median.
 """
 
 from __future__ import annotations
@@ -21,21 +25,33 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 import dpt_ir as dp
+from dpt_ir.backends.warp.module import cache_root
 from dpt_ir.radon_ref import radon_map
 
 
-def _median(fn: Callable[[], object], reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
+def measure(steps: dict[str, Callable[[], object]], reps: int) -> dict[str, dict[str, list[float]]]:
+    """CPU (``thread_time``) and wall seconds of each step over ``reps`` rotating rounds."""
+    for fn in steps.values():
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    names = list(steps)
+    times: dict[str, dict[str, list[float]]] = {k: {"cpu": [], "wall": []} for k in names}
+    for rep in range(reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            steps[name]()
+            times[name]["wall"].append(time.perf_counter() - wall)
+            times[name]["cpu"].append(time.thread_time() - cpu)
+    return times
+
+
+def _tree_bytes(root: Path) -> int:
+    """The bytes of the files under ``root`` (0 if it does not exist)."""
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
 
 
 def _phantom(n: int) -> np.ndarray:
@@ -47,7 +63,7 @@ def _phantom(n: int) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--size", type=int, default=128)
     parser.add_argument("--angles", type=int, default=180)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
@@ -67,9 +83,11 @@ def main() -> None:
     x = g.input("x", (n, n), "float64")
     sino = g.input("b", (n, len(theta)), "float64", requires_grad=False)
     g.output("loss", 0.5 * dp.sum(dp.square(dp.radon(x, theta) - sino)))
+    cache_before = _tree_bytes(cache_root())
     start = time.perf_counter()
     program = dp.compile(g.build(), wrt=["x"])
     compile_s = time.perf_counter() - start
+    cache_growth = _tree_bytes(cache_root()) - cache_before
     b2 = b.reshape(n, len(theta))
 
     def scipy_step() -> np.ndarray:
@@ -87,12 +105,22 @@ def main() -> None:
 
     grad = dpt_step()
     assert np.allclose(grad.ravel(), scipy_step(), rtol=1e-9, atol=1e-9 * np.abs(grad).max())
-    t_dp, t_sp, t_sk = (_median(f, args.reps) for f in (dpt_step, scipy_step, skimage_step))
-    print(f"radon {n}x{n}, {len(theta)} angles, float64, device {program.device}; {len(taps.vals)} taps")
-    print(f"  sparse map built in {build_s:.2f} s; compiled in {compile_s:.2f} s")
-    print(f"  dpt_ir value_and_grad          {t_dp * 1e3:9.2f} ms")
-    print(f"  scipy.sparse A x, A.T r        {t_sp * 1e3:9.2f} ms   dpt_ir / scipy   = {t_dp / t_sp:6.2f}")
-    print(f"  skimage radon + iradon(None)   {t_sk * 1e3:9.2f} ms   dpt_ir / skimage = {t_dp / t_sk:6.2f}")
+    steps = {"dpt_ir value_and_grad": dpt_step, "scipy.sparse A x, A.T r": scipy_step}
+    steps["skimage radon + iradon(None)"] = skimage_step
+    times = measure(steps, args.reps)
+    map_bytes = taps.rowptr.nbytes + taps.cols.nbytes + taps.vals.nbytes
+    print(f"radon {n}x{n}, {len(theta)} angles, float64, device {program.device}, median of {args.reps} rounds")
+    print(f"  sparse map: {len(taps.vals)} taps, {map_bytes / 2**20:.1f} MiB as a NumPy CSR, built in {build_s:.2f} s")
+    print(f"  compiled in {compile_s:.2f} s; the disk cache grew by {cache_growth / 2**20:.1f} MiB")
+    print("| contender | CPU ms | wall ms | dpt_ir / it (CPU) | dpt_ir / it (wall) |")
+    print("|---|---:|---:|---:|---:|")
+    ours = times["dpt_ir value_and_grad"]
+    for name, t in times.items():
+        ratios = [statistics.median(a / b for a, b in zip(ours[k], t[k], strict=True)) for k in ("cpu", "wall")]
+        print(
+            f"| {name} | {statistics.median(t['cpu']) * 1e3:.2f} | {statistics.median(t['wall']) * 1e3:.2f} "
+            f"| {ratios[0]:.2f} | {ratios[1]:.2f} |"
+        )
 
 
 if __name__ == "__main__":

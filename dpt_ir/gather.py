@@ -22,7 +22,7 @@ import numpy as np
 from dpt_ir import functions as F
 from dpt_ir.builder import Tensor, op_site, records_origin
 from dpt_ir.errors import ContractError
-from dpt_ir.ops.gather import INT32_RANGE, gathered_shape, table_attrs
+from dpt_ir.ops.gather import INDEX_DTYPE, INT32_RANGE, gathered_shape, table_attrs
 from dpt_ir.types import broadcast_shapes, normalize_axis
 
 MODES = ("raise", "wrap", "clip")
@@ -35,11 +35,18 @@ def _check_mode(mode: object, where: str) -> str:
 
 
 def positions(x: Tensor, indices: Any, size: int, mode: str, where: str) -> Tensor:
-    """``indices`` as an int32 tensor of ``x``'s graph: a tensor as it is (its dtype is
-    checked by the op's type rule), an integer array-like as an ``index_array`` constant,
-    checked against an axis of length ``size`` under ``mode="raise"``."""
+    """``indices`` as an int32 tensor of ``x``'s graph: an int32 tensor as it is, an integer
+    array-like as an ``index_array`` constant, checked against an axis of length ``size``
+    under ``mode="raise"``. A tensor's dtype is checked here, before ``x`` may be
+    flattened, so that the error names the user's operand, not an internal reshape."""
     if isinstance(indices, Tensor):
-        return x.builder.own(indices, where)
+        p = x.builder.own(indices, where)
+        if p.dtype != INDEX_DTYPE:
+            raise ContractError(
+                f"{where}, %{p.name}: indices must be an int32 tensor (a graph input, a constant or an integer "
+                f"NumPy array), found {p.dtype}"
+            )
+        return p
     arr = np.asarray(indices)
     if arr.dtype.kind not in "iu":
         what = "a boolean mask" if arr.dtype.kind == "b" else f"a {arr.dtype.name} array"
@@ -122,7 +129,17 @@ def add_at(a: Tensor, indices: Any, values: Any, mode: str = "raise") -> Tensor:
     axis, indices = _scatter_axis(a, indices, where)
     p = positions(a, indices, a.shape[axis], mode, where)
     shape = gathered_shape(a.shape, p.shape, axis, False)
-    v = F.broadcast_to(F.lift([a, values], where, dtype=a.dtype)[1], shape)
+    v = F.lift([a, values], where, dtype=a.dtype)[1]
+    try:
+        fits = np.broadcast_shapes(v.shape, shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ContractError(
+            f"{where}: expected values that broadcast to the indexed shape {list(shape)} (the shape of %{a.name} "
+            f"with axis {axis} replaced by the indices' shape), found %{v.name} of shape {list(v.shape)}"
+        )
+    v = F.broadcast_to(v, shape)
     return a.builder.emit("add_at", [a, p, v], {"axis": axis, "mode": mode})
 
 

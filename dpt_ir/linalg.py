@@ -51,12 +51,13 @@ def matmul(a: Any, b: Any) -> Tensor:
     a, b = F.lift([a, b], where)
     where = op_site("matmul", [a, b])
     _check(a, b, where)
+    shapes = f"{where}: the batch axes (all but the last two) of {list(a.shape)} and {list(b.shape)}"
     vec_a, vec_b = a.ndim == 1, b.ndim == 1
     if vec_a:
         a = F.reshape(a, (1, a.shape[0]))
     if vec_b:
         b = F.reshape(b, (b.shape[0], 1))
-    broadcast_shapes(a.shape[:-2], b.shape[:-2], where=where)  # the batch axes must broadcast
+    broadcast_shapes(a.shape[:-2], b.shape[:-2], where=shapes)
     # (..., m, k, 1) * (..., 1, k, n), summed over k: the multiply broadcasts.
     out = F.sum(F.expand_dims(a, a.ndim) * F.expand_dims(b, b.ndim - 2), axis=-2)
     drop = ([out.ndim - 2] if vec_a else []) + ([out.ndim - 1] if vec_b else [])

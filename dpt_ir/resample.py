@@ -70,7 +70,7 @@ def map_coordinates(
     graph tensor (differentiable wrt the coordinates too)."""
     where = A.where_of("map_coordinates", input)
     x = A.image(input, where)
-    A.check(order, mode, where)
+    A.check(order, mode, where, cval)
     if isinstance(coordinates, Tensor):
         c = x.builder.own(coordinates, where)
         if c.ndim < 2 or c.shape[0] != x.ndim or c.dtype not in ("float32", "float64"):
@@ -103,7 +103,7 @@ def affine_transform(
     ``matrix`` (shape ``(ndim, ndim)``) and ``offset`` may be graph tensors (differentiable)."""
     where = A.where_of("affine_transform", input)
     x = A.image(input, where)
-    A.check(order, mode, where)
+    A.check(order, mode, where, cval)
     out_shape = tuple(int(n) for n in (x.shape if output_shape is None else output_shape))
     if isinstance(matrix, Tensor) or isinstance(offset, Tensor):
         coords = A.affine_tensor(x, matrix, offset, out_shape, where)
@@ -119,7 +119,7 @@ def shift(
     """``scipy.ndimage.shift``: output ``o`` samples ``input`` at ``o - shift``."""
     where = A.where_of("shift", input)
     x = A.image(input, where)
-    A.check(order, mode, where)
+    A.check(order, mode, where, cval)
     s = A.per_axis(shift, x.ndim, "shift", where)
     return _interpolate(x, ZoomShift(shift=[-v for v in s]), x.shape, order, mode, cval, prefilter)
 
@@ -138,7 +138,7 @@ def zoom(
     """``scipy.ndimage.zoom``: output shape ``round(shape * zoom)``, factors from the shapes."""
     where = A.where_of("zoom", input)
     x = A.image(input, where)
-    A.check(order, mode, where)
+    A.check(order, mode, where, cval)
     factors = A.per_axis(zoom, x.ndim, "zoom", where)
     out_shape = tuple(int(round(n * z)) for n, z in zip(x.shape, factors, strict=True))
     if any(n < 1 for n in out_shape):
@@ -161,7 +161,7 @@ def rotate(
     """``scipy.ndimage.rotate`` of a 2-D input by ``angle`` degrees (about its centre)."""
     where = A.where_of("rotate", input)
     x = A.image(input, where)
-    A.check(order, mode, where)
+    A.check(order, mode, where, cval)
     if x.ndim != 2:
         raise ContractError(f"{where}: expected a 2-D input, found rank {x.ndim}")
     if len(axes) != 2 or sorted(int(a) + 2 if int(a) < 0 else int(a) for a in axes) != [0, 1]:

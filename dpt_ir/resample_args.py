@@ -36,11 +36,18 @@ def image(x: Any, where: str) -> Tensor:
     return x
 
 
-def check(order: Any, mode: Any, where: str) -> None:
+def check(order: Any, mode: Any, where: str, cval: Any = 0.0) -> None:
+    """``order`` one of 0, 1, 3 (not a bool), ``mode`` one of scipy's, ``cval`` a real
+    scalar (NaN and infinities included, as scipy takes them), not a graph tensor."""
     if isinstance(order, bool) or order not in ORDERS:
         raise ContractError(f"{where}: order must be one of 0, 1, 3, found {order!r}")
     if mode not in R.MODES:
         raise ContractError(f"{where}: unknown mode {mode!r}; expected one of {', '.join(R.MODES)}")
+    if isinstance(cval, Tensor):
+        raise ContractError(f"{where}: expected cval as a constant number, found the graph tensor %{cval.name}")
+    kind = np.asarray(cval).dtype.kind if not isinstance(cval, (str, bytes)) else "U"
+    if kind not in "biuf" or np.ndim(cval) != 0:
+        raise ContractError(f"{where}: expected cval as a real number, found {cval!r}")
 
 
 def constant(value: Any, what: str, where: str) -> np.ndarray:
