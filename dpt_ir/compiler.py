@@ -216,7 +216,7 @@ def _build(
         cache = "disk"
         saved = json.loads(record.payload)
         graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
-        kernels = [codegen.kernel_from_record(k) for k in saved["kernels"]]
+        kernels = codegen.kernels_from_record(saved["kernels"])
         slots = [StatusSlot(**s) for s in saved["slots"]]
     else:
         cache = "miss"
@@ -248,7 +248,7 @@ def _build(
         payload = json.dumps(
             {
                 "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
-                "kernels": [codegen.kernel_record(k) for k in kernels],
+                "kernels": codegen.kernels_record(kernels),
                 "slots": [dataclasses.asdict(s) for s in slots],
             }
         )
@@ -303,7 +303,7 @@ def compile_pieces(
             cache = "disk"
             saved = json.loads(record.payload)
             graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
-            kernels = [codegen.kernel_from_record(k) for k in saved["kernels"]]
+            kernels = codegen.kernels_from_record(saved["kernels"])
             slots = [StatusSlot(**s) for s in saved["slots"]]
         else:
             from dpt_ir.passes.manager import run_pipeline
@@ -323,7 +323,7 @@ def compile_pieces(
             payload = json.dumps(
                 {
                     "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
-                    "kernels": [codegen.kernel_record(k) for k in kernels],
+                    "kernels": codegen.kernels_record(kernels),
                     "slots": [dataclasses.asdict(s) for s in slots],
                 }
             )

@@ -21,6 +21,7 @@ module grows with the number of distinct groups, not of groups (`_share`).
 from __future__ import annotations
 
 import base64
+import hashlib
 import math
 import re
 from dataclasses import dataclass, field, fields
@@ -86,25 +87,38 @@ def constant_array(wp_type: str, values: Any) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values).reshape(-1), dtype=_CONSTANT_DTYPES[wp_type])
 
 
-def kernel_record(k: KernelSource) -> dict[str, Any]:
-    """``k`` as JSON-shaped data for the disk cache; constants as base64 of their
-    little-endian bytes (one string, not a list of numbers: a sparse map has millions)."""
-    out = {f.name: getattr(k, f.name) for f in fields(k)}
-    out["constants"] = {
-        p: [t, base64.b64encode(v.astype(v.dtype.newbyteorder("<"), copy=False).tobytes()).decode("ascii")]
-        for p, (t, v) in k.constants.items()
-    }
+def kernels_record(kernels: list[KernelSource]) -> dict[str, Any]:
+    """``kernels`` as JSON-shaped data for the disk cache. Constants are stored once per
+    distinct content (the three pipelines of a program bind the same sparse maps and
+    weights), as base64 of their little-endian bytes: one string, not a list of numbers,
+    since a projector's map has millions of entries."""
+    table: dict[str, list[str]] = {}
+    launches = []
+    for k in kernels:
+        record = {f.name: getattr(k, f.name) for f in fields(k)}
+        refs = {}
+        for p, (t, v) in k.constants.items():
+            raw = v.astype(v.dtype.newbyteorder("<"), copy=False).tobytes()
+            digest = hashlib.sha256(t.encode() + raw).hexdigest()
+            table.setdefault(digest, [t, base64.b64encode(raw).decode("ascii")])
+            refs[p] = digest
+        record["constants"] = refs
+        launches.append(record)
+    return {"constants": table, "launches": launches}
+
+
+def kernels_from_record(data: dict[str, Any]) -> list[KernelSource]:
+    """The inverse of `kernels_record`; launches that bound equal constants share one array."""
+    arrays = {}
+    for digest, (t, text) in data["constants"].items():
+        raw = np.frombuffer(base64.b64decode(text), dtype=np.dtype(_CONSTANT_DTYPES[t]).newbyteorder("<"))
+        arrays[digest] = (t, raw.astype(_CONSTANT_DTYPES[t]))
+    out = []
+    for record in data["launches"]:
+        constants = {p: arrays[digest] for p, digest in record["constants"].items()}
+        partials = {p: (t, int(n)) for p, (t, n) in record["partials"].items()}
+        out.append(KernelSource(**{**record, "constants": constants, "partials": partials}))
     return out
-
-
-def kernel_from_record(data: dict[str, Any]) -> KernelSource:
-    """The inverse of `kernel_record`."""
-    constants = {}
-    for p, (t, text) in data["constants"].items():
-        dtype = np.dtype(_CONSTANT_DTYPES[t]).newbyteorder("<")
-        constants[p] = (t, np.frombuffer(base64.b64decode(text), dtype=dtype).astype(_CONSTANT_DTYPES[t]))
-    partials = {p: (t, int(n)) for p, (t, n) in data["partials"].items()}
-    return KernelSource(**{**data, "constants": constants, "partials": partials})
 
 
 def param_name(value: str) -> str:

@@ -107,11 +107,13 @@ class ExecutionPlan:
         self.kernels = kernels
         self.status_size = status_size  # 0: compiled without checks
         self.grad_outputs = grad_outputs
-        self.constants = {
-            p: wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
-            for k in kernels
-            for p, (dtype, values) in k.constants.items()
-        }
+        self.constants: dict[str, wp.array] = {}
+        made: dict[int, wp.array] = {}  # launches binding one (shared) NumPy array share its wp.array
+        for k in kernels:
+            for p, (dtype, values) in k.constants.items():
+                if id(values) not in made:
+                    made[id(values)] = wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
+                self.constants[p] = made[id(values)]
         phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
         self.launches = [
             Launch(k.name, getattr(module, k.function), k.dim, k.params, phases[k.group], k.status_base)
