@@ -251,5 +251,3 @@ def _contract(dag: nx.DiGraph, keep: str, gone: str) -> None:
         if q != keep:
             dag.add_edge(keep, q)
     dag.remove_node(gone)
-
-
