@@ -21,6 +21,7 @@ from typing import Any
 
 import warp as wp
 
+from dpt_ir.backends.cxx import tasks
 from dpt_ir.backends.cxx.kernels import TASK0
 from dpt_ir.backends.warp.codegen import STATUS, STATUS_BASE, KernelSource
 from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_array
@@ -103,12 +104,14 @@ class ExecutionPlan:
         device: str,
         status_size: int,
         grad_outputs: bool = False,
+        threads: int = 1,
     ) -> None:
         self.graph = graph
         self.device = device
         self.kernels = kernels
         self.status_size = status_size  # 0: compiled without checks
         self.grad_outputs = grad_outputs
+        self.threads = threads if device == "cpu" else 1
         phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
         self.launches = [
             Launch(k.name, getattr(module, k.function), k.dim, k.params, phases[k.group], k.status_base)
@@ -172,7 +175,10 @@ class ExecutionPlan:
             if launch.dim == 0:
                 continue
             args = [_scalar(p, launch) if p in (STATUS_BASE, TASK0) else _resolve(p, bound, ws) for p in launch.params]
-            wp.launch(launch.kernel, dim=launch.dim, inputs=args, device=self.device, record_tape=False)
+            if self.threads > 1 and launch.dim > 1 and TASK0 in launch.params:
+                tasks.run_split(launch.kernel, launch.dim, args, launch.params.index(TASK0), self.threads)
+            else:
+                wp.launch(launch.kernel, dim=launch.dim, inputs=args, device=self.device, record_tape=False)
             count += 1
         return count
 
