@@ -29,6 +29,12 @@
 #define DP_CONST static const
 #endif
 
+// Put before the generated CPU element loops; empty unless defined earlier (to a loop pragma:
+// tests/backend/test_vectorised.py builds a variant with vectorisation disabled this way).
+#ifndef DP_VEC_LOOP
+#define DP_VEC_LOOP
+#endif
+
 #define DP_TRIG_FAST_MAX 524288.0f  // 2^19: the fast reduction stays <= ~1.6 ulp below it
 
 // -- bits, constants and instructions ------------------------------------------------

@@ -8,7 +8,8 @@ Guarantees:
 - A launch runs tasks ``t`` of a partition fixed by the shapes and the device (`Layout`),
   never by the thread count: pointwise groups cut the flat space into chunks; reductions give
   each task whole rows, or, for one output, a chunk of its row and a partial per task.
-- CPU: element loops carry no floating-point state. Elements go through blocks of
+- CPU: element loops (each after ``DP_VEC_LOOP``, empty unless a build defines a loop
+  pragma there: the vectorisation guard's scalar build) carry no floating-point state. Elements go through blocks of
   `BLOCK`, reduction inputs into stack buffers, then into 8 lanes fixed by the element's
   position (`LanePass`), merged in a fixed tree; flags are integer ORs. A block in which a
   trig argument was huge (``big``) is recomputed with the precise functions (``P``).
@@ -97,7 +98,7 @@ def _guarded(nest: Nest, args: str, w: str, i: str, j: str, ys: list[str], uses_
 
 def _block(nest: Nest, args: str, w: str, i: str, ys: list[str], uses_big: bool, nflags: int) -> list[str]:
     """One CPU block ``[jb, je)``: the element loop, rerun precisely if needed, flags ORed."""
-    loop = "for (int j = jb; j < je; ++j) "
+    loop = "DP_VEC_LOOP for (int j = jb; j < je; ++j) "
     lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", loop + _call(nest, args, "false", w, i, "j", "bf", ys)]
     if uses_big:
         lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = 0;")
@@ -128,7 +129,8 @@ def pointwise_drivers(nest: Nest, lay: Layout, args: str, sig: str, uses_big: bo
     else:
         cpu.append("int big = 0; (void)big;")
         cpu.append(
-            "for (int j = j0; j < j1; ++j) " + _call(nest, args, "false", "true", f"row * {inner} + j", "j", "fl", [])
+            "DP_VEC_LOOP for (int j = j0; j < j1; ++j) "
+            + _call(nest, args, "false", "true", f"row * {inner} + j", "j", "fl", [])
         )
     cpu += ["}", *_status(nf, checks)]
     cuda = [*head, "for (int i = b; i < e; ++i) {", f"const int row = i / {inner}, j = i - row * {inner};"]
@@ -165,7 +167,7 @@ def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool) -> lis
     update = lp.update.format(**_subst(nest, q))
     if not blocked:
         return [f"{{ const int l = (j - j0) & 7; const {x_type} x = y{q}; const int r = j; {update} }}"]
-    lanes = "for (int k = 0; k < n8; k += 8) for (int l = 0; l < 8; ++l) "
+    lanes = "DP_VEC_LOOP for (int k = 0; k < n8; k += 8) for (int l = 0; l < 8; ++l) "
     return [
         lanes + f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }}",
         "for (int k = n8; k < nb; ++k) "
