@@ -59,7 +59,8 @@ def build(text: str, label: str) -> Path:
 def chain16_text() -> str:
     graph = chain16((64, 64), "float32")
     options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
-    source = codegen.generate({"vg": run_pipeline(graph, options).graph}, graph.name, "vectorisation guard", True, "cpu")
+    plans = {"vg": run_pipeline(graph, options).graph}
+    source = codegen.generate(plans, graph.name, "vectorisation guard", True, "cpu")
     assert {k.path for k in source.kernels} == {"cxx"}, [(k.name, k.path) for k in source.kernels]
     return source.text
 

@@ -66,8 +66,8 @@ def _bases(nest: Nest, row: str) -> list[str]:
         return []
     out = [f"int rb[{len(rows)}];", f"{{ int q = {row};"]
     coords = []
-    for a in reversed(range(len(nest.outer))):
-        out.append(f"const int c{a} = q % {nest.outer[a]}; q /= {nest.outer[a]};")
+    for a in reversed(range(len(nest.base_outer))):
+        out.append(f"const int c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")
         coords.append(a)
     out.append("(void)q;")
     for k, r in enumerate(rows):
@@ -96,13 +96,16 @@ def _guarded(nest: Nest, args: str, w: str, i: str, j: str, ys: list[str], uses_
     return lines
 
 
-def _block(nest: Nest, args: str, w: str, i: str, ys: list[str], uses_big: bool, nflags: int) -> list[str]:
-    """One CPU block ``[jb, je)``: the element loop, rerun precisely if needed, flags ORed."""
+def _block(
+    nest: Nest, args: str, w: str, i: str, ys: list[str], uses_big: bool, nflags: int, jr: str = "j"
+) -> list[str]:
+    """One CPU block ``[jb, je)``: the element loop, rerun precisely if needed, flags ORed
+    (``jr``: the inner counter row reads add to their base)."""
     loop = "DP_VEC_LOOP for (int j = jb; j < je; ++j) "
-    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", loop + _call(nest, args, "false", w, i, "j", "bf", ys)]
+    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", loop + _call(nest, args, "false", w, i, jr, "bf", ys)]
     if uses_big:
         lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = 0;")
-        lines.append(loop + _call(nest, args, "true", w, i, "j", "bf", ys) + " }")
+        lines.append(loop + _call(nest, args, "true", w, i, jr, "bf", ys) + " }")
     lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
     return lines
 
@@ -199,9 +202,12 @@ def reduction_drivers(
     else:
         o1 = _min(f"(t + 1) * {lay.rows}", nest.rows)
         units = [f"for (int o = t * {lay.rows}; o < {o1}; ++o) {{", f"const int j0 = 0, j1 = {nest.inner};"]
+    whole = nest.sub == nest.inner  # one base per output row (else per sub-row)
+    per = nest.inner // nest.sub
+    jr = "j" if whole else f"j - sr * {nest.sub}"
     out = {}
     for blocked in (True, False):
-        body = [f"int fl[{nf}] = {{0}};", *units, *_bases(nest, "o")]
+        body = [f"int fl[{nf}] = {{0}};", *units, *(_bases(nest, "o") if whole else [])]
         for q, root in enumerate(nest.roots):
             body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]
         for p in range(npass):
@@ -213,16 +219,26 @@ def reduction_drivers(
             ys = [f"buf{q}[j - jb]" if blocked else f"y{q}" for q in range(len(nest.roots))]
             i = f"o * {nest.inner} + j"
             if blocked:
-                body.append(f"for (int jb = j0; jb < j1; jb += {BLOCK}) {{")
-                body.append(f"const int je = {_min(f'jb + {BLOCK}', 'j1')}, nb = je - jb, n8 = nb & ~7;")
+                s0, s1 = "j0", "j1"
+                if not whole:
+                    body.append(f"for (int sr = j0 / {nest.sub}; sr * {nest.sub} < j1; ++sr) {{")
+                    body += _bases(nest, f"o * {per} + sr")
+                    body.append(f"const int s0 = (j0 > sr * {nest.sub}) ? j0 : sr * {nest.sub};")
+                    body.append(f"const int s1 = {_min(f'(sr + 1) * {nest.sub}', 'j1')};")
+                    s0, s1 = "s0", "s1"
+                body.append(f"for (int jb = {s0}; jb < {s1}; jb += {BLOCK}) {{")
+                body.append(f"const int je = {_min(f'jb + {BLOCK}', s1)}, nb = je - jb, n8 = nb & ~7;")
                 body += [f"{x_types[q]} buf{q}[{BLOCK}];" for q in range(len(nest.roots))]
-                body += _block(nest, args, w, i, ys, uses_big, nf)
+                body += _block(nest, args, w, i, ys, uses_big, nf, jr)
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], True)
+                body += [] if whole else ["}"]
             else:
                 body.append("for (int j = j0; j < j1; ++j) {")
+                if not whole:
+                    body += [f"const int sr = j / {nest.sub};", *_bases(nest, f"o * {per} + sr")]
                 body += [f"{x_types[q]} y{q};" for q in range(len(nest.roots))]
-                body += _guarded(nest, args, w, i, "j", ys, uses_big, nf)
+                body += _guarded(nest, args, w, i, jr, ys, uses_big, nf)
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], False)
             body.append("}")

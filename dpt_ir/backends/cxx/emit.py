@@ -53,6 +53,11 @@ class Nest:
     roots: list[str]  # reduction roots
     stores: list[str]  # values written at the iteration index
     templates: dict[str, CxxReduce] = field(default_factory=dict)
+    main: set[str] = field(default_factory=set)  # members computed per element
+    after: list[str] = field(default_factory=list)  # epilogue outputs, computed per output element
+    after_shape: tuple[int, ...] = ()
+    sub: int = 1  # elements of a sub-row: reads are a base per sub-row plus (or not) the position in it
+    base_outer: tuple[int, ...] = ()  # the shape the sub-rows are numbered over (row bases)
 
     @property
     def rows(self) -> int:
@@ -93,7 +98,7 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     """The loop nest of ``group`` on the C++ path, or None when the group stays on the
     Warp-Python path (see the module docstring for what is covered)."""
     kind, space = group.get("kind"), tuple(group["space"])
-    if kind not in ("pointwise", "reduction") or group.get("epilogue") or not 0 < math.prod(space) < 2**31:
+    if kind not in ("pointwise", "reduction") or not 0 < math.prod(space) < 2**31:
         return None
     members = set(group["nodes"])
     roots, templates = [], {}
@@ -113,8 +118,14 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
             return None
     if not _types_ok(graph, [*group["nodes"], *group["inputs"]]):
         return None
-    stores = [v for v in group["outputs"] if v not in roots]
+    late = _descendants(graph, members, roots)  # computed from finished reductions: the epilogue
+    after = [v for v in group["outputs"] if v in late]
+    stores = [v for v in group["outputs"] if v not in roots and v not in late]
+    main = _ancestors(graph, members, [*(graph.node_map[r].inputs[0] for r in roots), *stores])
     if any(tuple(graph.types[v].shape) != space for v in stores):
+        return None
+    after_shape = _after_shape(graph, members - main - set(roots), roots)
+    if after_shape is None:
         return None
     if kind == "reduction":
         axes = tuple(group["axes"])
@@ -122,32 +133,75 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
             return None
         k = len(axes)
     else:
-        k = _inner_axes(graph, group, space, members)
+        k = _inner_axes(graph, group, space, main | set(roots), len(space))
     cut = len(space) - k
+    k_read = k if kind == "pointwise" else _inner_axes(graph, group, space, main | set(roots), k)
     reads = {}
-    for v in _reads(graph, group, members):
-        r = _read(v, tuple(graph.types[v].shape), space, k)
+    for v in _reads(graph, group, main | set(roots)):
+        r = _read(v, tuple(graph.types[v].shape), space, k_read)
         if r is None:
             return None
         reads[v] = r
-    return Nest(group, space, space[:cut], math.prod(space[cut:]), reads, roots, stores, templates)
+    inner = math.prod(space[cut:])
+    sub_rows = (math.prod(space[len(space) - k_read :]), space[: len(space) - k_read])
+    return Nest(group, space, space[:cut], inner, reads, roots, stores, templates, main, after, after_shape, *sub_rows)
+
+
+def _ancestors(graph: Graph, members: set[str], seeds: list[str]) -> set[str]:
+    """``seeds`` and the members they depend on, within ``members`` (iteratively)."""
+    out: set[str] = set()
+    stack = [v for v in seeds if v in members]
+    while stack:
+        v = stack.pop()
+        if v in out:
+            continue
+        out.add(v)
+        stack += [i for i in graph.node_map[v].inputs if i in members and i not in out]
+    return out
+
+
+def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:
+    """The members computed from ``roots`` (not the roots themselves), iteratively."""
+    out: set[str] = set()
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        for user in graph.consumers[v]:
+            if user in members and user not in out:
+                out.add(user)
+                stack.append(user)
+    return out
+
+
+def _after_shape(graph: Graph, epilogue: set[str], roots: list[str]) -> tuple[int, ...] | None:
+    """The one shape of the epilogue's nodes (constants aside), of the reductions' output
+    size; () when there is no epilogue; None when they differ."""
+    shapes = {tuple(graph.types[v].shape) for v in epilogue if graph.node_map[v].inputs}
+    if not shapes:
+        return ()
+    if len(shapes) > 1 or not roots:
+        return None
+    (shape,) = shapes
+    return shape if math.prod(shape) == graph.types[roots[0]].size else None
 
 
 def _reads(graph: Graph, group: dict[str, Any], members: set[str]) -> list[str]:
-    """Values the group reads from memory, by first use in node order."""
+    """Values the group's nodes in ``members`` read from memory, by first use in node order."""
     out: list[str] = []
     for name in group["nodes"]:
+        if name not in members:
+            continue
         for i in graph.node_map[name].inputs:
-            if i not in members and i not in out:
+            if i not in group["nodes"] and i not in out:
                 out.append(i)
     return out
 
 
-def _inner_axes(graph: Graph, group: dict[str, Any], space: tuple[int, ...], members: set[str]) -> int:
-    """The most trailing axes over which every read is either whole or broadcast (at least
-    the last axis: each read is either of the space's length or 1 there)."""
-    best = min(1, len(space))
-    for k in range(1, len(space) + 1):
+def _inner_axes(graph: Graph, group: dict[str, Any], space: tuple[int, ...], members: set[str], most: int) -> int:
+    """The most trailing axes (at most ``most``) over which every read is either whole or
+    broadcast (at least the last axis: each read is either of the space's length or 1 there)."""
+    best = min(1, most)
+    for k in range(1, most + 1):
         if all(_read(v, tuple(graph.types[v].shape), space, k) for v in _reads(graph, group, members)):
             best = k
         else:
@@ -167,6 +221,7 @@ class ElementWriter:
         self.lines: list[str] = []
         self.vars: dict[str, str] = {}
         self.uses_big = False
+        self.at_output = False  # computing an epilogue (at output o), not an element (at i)
 
     def param(self, value: str) -> str:
         if value not in self.params:
@@ -186,8 +241,11 @@ class ElementWriter:
         return self.flag(value, node.opdef.name if node else "input", "nonfinite", f"dp_nonfinite({var})")
 
     def load(self, value: str) -> str:
-        r = self.nest.reads[value]
-        at = {"full": "i", "scalar": "0"}.get(r.mode) or (f"rb[{self._row(value)}]" + (" + j" if r.inner else ""))
+        if self.at_output:
+            at = self._output_offset(tuple(self.graph.types[value].shape))
+        else:
+            r = self.nest.reads[value]
+            at = {"full": "i", "scalar": "0"}.get(r.mode) or (f"rb[{self._row(value)}]" + (" + j" if r.inner else ""))
         var = f"r{len(self.vars)}"
         self.lines.append(f"const {C_TYPES[self.graph.types[value].dtype]} {var} = {self.param(value)}[{at}];")
         return var
@@ -197,19 +255,40 @@ class ElementWriter:
         return rows.index(value)
 
     def coords(self, shape: tuple[int, ...]) -> tuple[str, ...]:
-        """C++ coordinates of element ``i`` in a value of ``shape`` (div/mod: sources only)."""
-        space = self.nest.space
+        """C++ coordinates of the current element (``i``, or ``o`` in an epilogue) in a value
+        of ``shape`` (div/mod: sources such as iota, and epilogue reads, only)."""
+        space, at = (self.nest.after_shape, "o") if self.at_output else (self.nest.space, "i")
         s = _aligned(shape, len(space))
         out = []
         for a in range(len(space) - len(shape), len(space)):
             stride = math.prod(space[a + 1 :])
-            out.append("0" if s[a] == 1 else f"((i / {stride}) % {space[a]})")
+            out.append("0" if s[a] == 1 else f"(({at} / {stride}) % {space[a]})")
         return tuple(out)
+
+    def _output_offset(self, shape: tuple[int, ...]) -> str:
+        space = self.nest.after_shape
+        s = _aligned(shape, len(space))
+        if s == tuple(space):
+            return "o"
+        strides = [math.prod(s[a + 1 :]) for a in range(len(s))]
+        terms = [f"{c} * {strides[a]}" for a, c in enumerate(self.coords(s)) if c != "0"]
+        return " + ".join(terms) or "0"
+
+    def epilogue(self, results: dict[str, str]) -> list[str]:
+        """Statements computing and storing the epilogue outputs at output ``o`` from the
+        finished reductions (``results``: root -> its C++ variable)."""
+        saved, self.vars, self.lines, self.at_output = self.vars, dict(results), [], True
+        for v in self.nest.after:
+            var = self.value(v)
+            check = self.nonfinite(v, var)
+            self.lines.append(f"{self.param(v)}[o] = {var};{' ' + check if check else ''}")
+        lines, self.vars, self.lines, self.at_output = self.lines, saved, [], False
+        return lines
 
     def value(self, name: str) -> str:
         if name in self.vars:
             return self.vars[name]
-        if name in self.nest.reads:
+        if name not in self.nest.group["nodes"] and (self.at_output or name in self.nest.reads):
             self.vars[name] = self.load(name)
             return self.vars[name]
         node = self.graph.node_map[name]
@@ -233,7 +312,7 @@ class ElementWriter:
     def body(self) -> list[str]:
         """Statements of the element function, in the group's node order."""
         for name in self.nest.group["nodes"]:
-            if name not in self.nest.roots:
+            if name in self.nest.main:
                 self.value(name)
         for q, root in enumerate(self.nest.roots):
             self.lines.append(f"y{q} = {self.value(self.graph.node_map[root].inputs[0])};")

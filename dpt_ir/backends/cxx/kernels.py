@@ -129,13 +129,14 @@ def group_kernels(
         subst = drivers._subst(nest, q)
         if lay.parts == 1:
             finish += _finalize(nest, w, q, "o", subst)
+            finish += w.epilogue({r: f"res{k}" for k, r in enumerate(nest.roots)}) if q == len(nest.roots) - 1 else []
             continue
         for state, c_type in nest.templates[root].state:
             p = f"$partial:{root}:{state}"
             partials[p] = (WP_STATE[c_type], lay.dim)
             finish.append(f"{w.param(p)}[t] = s{q}_{state};")
     nflags = len(slots) - w.slot_base
-    unit = Unit(graph, params, {*nest.stores, *nest.roots, *partials}, partials)
+    unit = Unit(graph, params, {*nest.stores, *nest.roots, *nest.after, *partials}, partials)
     x_types = [C_TYPES[graph.types[graph.node_map[r].inputs[0]].dtype] for r in nest.roots]
     ys = "".join(f", {x}& y{q}" for q, x in enumerate(x_types))
     elem = [
@@ -198,12 +199,13 @@ def _final_kernel(
             )
         body += ["    " + t.combine.format(**subst), "}"]
         body += _finalize(nest, w, q, "o", subst)
+    body += w.epilogue({r: f"res{k}" for k, r in enumerate(nest.roots)})
     nflags = len(slots) - w.slot_base
     nf = max(nflags, 1)
     body[0] = f"const int o = t; int fl[{nf}] = {{0}}; (void)fl;"
     if checks and nflags:
         body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
-    unit = Unit(graph, params, set(nest.roots), partials)
+    unit = Unit(graph, params, {*nest.roots, *nest.after}, partials)
     lines = [f"DP_FN void {TOKEN}_final({unit.sig()}, int* st, int sb, int t) {{", *("    " + s for s in body), "}"]
     fn, cxx = _hashed("\n".join(lines) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_final", f"{fn}_final", checks))}
