@@ -34,6 +34,9 @@
 #ifndef DP_VEC_LOOP
 #define DP_VEC_LOOP
 #endif
+// Before the precise rerun of a block with a huge trig argument (CPU only): kept scalar,
+// which costs compile time instead of run time on a path taken only for |x| >= 2^19.
+#define DP_SCALAR_LOOP _Pragma("clang loop vectorize(disable) interleave(disable)")
 
 #define DP_TRIG_FAST_MAX 524288.0f  // 2^19: the fast reduction stays <= ~1.6 ulp below it
 
@@ -317,10 +320,20 @@ DP_FN float dp_cos(float x) {
     const float v = dp_trig_eval(r, q + 1);
     return dp_nonfinite(x) ? dp_nan() : v;
 }
+// The precise functions as calls on the CPU (not inlined into every element function that
+// reruns a block: the rerun is rare and scalar, and inlining Payne-Hanek per trig op is what
+// made modules slow to build); inlined under NVRTC.
+#ifdef DP_CUDA
+DP_FN float dp_sin_precise(float x) { return dp_sin(x); }
+DP_FN float dp_cos_precise(float x) { return dp_cos(x); }
+#else
+static __attribute__((noinline)) float dp_sin_precise(float x) { return dp_sin(x); }
+static __attribute__((noinline)) float dp_cos_precise(float x) { return dp_cos(x); }
+#endif
 // P = false: the fast path and its flag (what element loops use); P = true: the precise
 // rerun of a block whose flag was set.
-template <bool P> DP_FN float dp_sin_t(float x, int& big) { return P ? dp_sin(x) : dp_sin_fast(x, big); }
-template <bool P> DP_FN float dp_cos_t(float x, int& big) { return P ? dp_cos(x) : dp_cos_fast(x, big); }
+template <bool P> DP_FN float dp_sin_t(float x, int& big) { return P ? dp_sin_precise(x) : dp_sin_fast(x, big); }
+template <bool P> DP_FN float dp_cos_t(float x, int& big) { return P ? dp_cos_precise(x) : dp_cos_fast(x, big); }
 
 // -- tanh, sigmoid, softplus -----------------------------------------------------------
 DP_FN float dp_tanh(float x) {

@@ -105,7 +105,8 @@ def _block(
     lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", loop + _call(nest, args, "false", w, i, jr, "bf", ys)]
     if uses_big:
         lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = 0;")
-        lines.append(loop + _call(nest, args, "true", w, i, jr, "bf", ys) + " }")
+        scalar = "DP_SCALAR_LOOP for (int j = jb; j < je; ++j) "  # the rare path: compile it cheaply
+        lines.append(scalar + _call(nest, args, "true", w, i, jr, "bf", ys) + " }")
     lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
     return lines
 
@@ -142,14 +143,19 @@ def pointwise_drivers(nest: Nest, lay: Layout, args: str, sig: str, uses_big: bo
 
 
 def _pair(sig: str, cpu: list[str], cuda: list[str]) -> str:
+    """The two drivers, each compiled only by its own compiler (clang never parses the CUDA
+    one, NVRTC never the CPU one: half the front-end work of a module)."""
     return "\n".join(
         [
+            "#ifndef DP_CUDA",
             f"DP_FN void F_cpu({sig}) {{",
             *("    " + s for s in cpu),
             "}",
+            "#else",
             f"DP_FN void F_cuda({sig}) {{",
             *("    " + s for s in cuda),
             "}",
+            "#endif",
         ]
     )
 

@@ -69,7 +69,7 @@ class Unit:
         return "\n".join(
             [
                 "@wp.func_native('''",
-                "#if defined(__CUDA_ARCH__)",
+                "#if defined(DP_CUDA)",
                 f"    {cuda}{call}",
                 "#else",
                 f"    {cpu}{call}",
