@@ -1,7 +1,7 @@
 """C++ drivers around a covered group's element function: a vectorised CPU driver, a CUDA
 driver, and the ordered combine of reduction partials.
 
-Assumes: a `Nest` from `dpt_ir.backends.cxx.emit.cover` and the element function that
+Assumes: a `Nest` from `dpt_ir.backends.cxx.nest.cover` and the element function that
 `ElementWriter` wrote for it, with the signature ``elem<P, W>(a0.., i, j, rb, big, fl, y0..)``.
 Guarantees:
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpt_ir.backends.cxx.emit import Nest
+from dpt_ir.backends.cxx.nest import Nest
 
 BLOCK = 512
 CPU_TASK = 65536  # elements per CPU task (the fixed partition)
@@ -160,7 +160,7 @@ def _pair(sig: str, cpu: list[str], cuda: list[str]) -> str:
     )
 
 
-def _subst(nest: Nest, q: int) -> dict[str, str]:
+def subst(nest: Nest, q: int) -> dict[str, str]:
     t = nest.templates[nest.roots[q]]
     out = {"count": str(nest.inner), "x": "x", "r": "r"}
     for name, _ in t.state:
@@ -173,7 +173,7 @@ def _subst(nest: Nest, q: int) -> dict[str, str]:
 
 def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool) -> list[str]:
     lp = nest.templates[nest.roots[q]].passes[p]
-    update = lp.update.format(**_subst(nest, q))
+    update = lp.update.format(**subst(nest, q))
     if not blocked:
         return [f"{{ const int l = (j - j0) & 7; const {x_type} x = y{q}; const int r = j; {update} }}"]
     lanes = "DP_VEC_LOOP for (int k = 0; k < n8; k += 8) for (int l = 0; l < 8; ++l) "
@@ -249,7 +249,7 @@ def reduction_drivers(
                     body += _lanes_update(nest, q, p, x_types[q], False)
             body.append("}")
             for q in active:
-                body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**_subst(nest, q)))
+                body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**subst(nest, q)))
         body += [*finish, "}", *_status(nf, checks)]
         out[blocked] = body
     return _pair(sig, out[True], out[False])

@@ -1,7 +1,7 @@
 """Launches of the C++ path: a covered group's C++ (element function, CPU and CUDA drivers,
 ordered combine), its ``wp.func_native`` stub and the ``@wp.kernel`` that calls it.
 
-Assumes: the group is covered (`dpt_ir.backends.cxx.emit.cover`). Guarantees: the C++ and
+Assumes: the group is covered (`dpt_ir.backends.cxx.nest.cover`). Guarantees: the C++ and
 the stub are named by a hash of their own text (``dpk_<hash>``) and the kernel text carries
 no value or launch name, so structurally identical groups give identical kernels, which
 `dpt_ir.backends.warp.codegen._share` defines once. A kernel takes ``a__task0``: the first
@@ -14,7 +14,8 @@ import hashlib
 from typing import Any
 
 from dpt_ir.backends.cxx import drivers
-from dpt_ir.backends.cxx.emit import C_TYPES, WP_TYPES, ElementWriter, Nest, cover
+from dpt_ir.backends.cxx.emit import ElementWriter
+from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
 from dpt_ir.graph import Graph
 
 TASK0 = "$task0"  # scalar kernel argument: the launch's first task
@@ -126,7 +127,7 @@ def group_kernels(
     partials: dict[str, tuple[str, int]] = {}
     finish: list[str] = []
     for q, root in enumerate(nest.roots):
-        subst = drivers._subst(nest, q)
+        subst = drivers.subst(nest, q)
         if lay.parts == 1:
             finish += _finalize(nest, w, q, "o", subst)
             finish += w.epilogue({r: f"res{k}" for k, r in enumerate(nest.roots)}) if q == len(nest.roots) - 1 else []
@@ -189,7 +190,7 @@ def _final_kernel(
     body = [""]  # the flags' declaration, once their number is known
     for q, root in enumerate(nest.roots):
         t = nest.templates[root]
-        subst = drivers._subst(nest, q)
+        subst = drivers.subst(nest, q)
         for state, c_type in t.state:
             body.append(f"{c_type} s{q}_{state} = {w.param(f'$partial:{root}:{state}')}[o * {lay.parts}];")
         body.append(f"for (int p = 1; p < {lay.parts}; ++p) {{")

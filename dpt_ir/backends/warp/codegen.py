@@ -664,7 +664,7 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
     launch naming its group, nodes and code path. The module grows with the number of
     distinct kernels, not of groups.
 
-    Groups the C++ path covers (`dpt_ir.backends.cxx.emit.cover`) become C++ element
+    Groups the C++ path covers (`dpt_ir.backends.cxx.nest.cover`) become C++ element
     functions with CPU and CUDA drivers, in the module's preamble with the math header;
     the others get Warp-Python kernels (views, stencils, float64, other group kinds)."""
     kernels: list[KernelSource] = []
