@@ -448,18 +448,12 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--no-fuse", action="store_true", help="one kernel per op (to compare with the fused program)")
     comp.add_argument("--no-recompute", action="store_true", help="save every value the backward reads")
     comp.add_argument(
-        "--recompute-budget",
-        type=int,
-        metavar="N",
-        help="op work per element the backward may spend recomputing a "
-        "value before saving it (default by device: 16 on the CPU, no limit on CUDA)",
+        "--recompute-budget", type=int, metavar="N", help="op work per element the backward may spend recomputing a "
+        "value before saving it (default by device: 16 on the CPU, no limit on CUDA)"
     )
     comp.add_argument(
-        "--halo-budget",
-        type=int,
-        metavar="N",
-        help="work per element a stencil may spend recomputing its producers "
-        "(default by device: 48 on the CPU, 160 on CUDA)",
+        "--halo-budget", type=int, metavar="N", help="work per element a stencil may spend recomputing its producers "
+        "(default by device: 48 on the CPU, 160 on CUDA)"
     )
     comp.set_defaults(func=cmd_compile)
 

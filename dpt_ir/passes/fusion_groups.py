@@ -251,3 +251,5 @@ def _contract(dag: nx.DiGraph, keep: str, gone: str) -> None:
         if q != keep:
             dag.add_edge(keep, q)
     dag.remove_node(gone)
+
+

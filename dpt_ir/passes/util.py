@@ -59,7 +59,9 @@ def live_ranges(groups: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], di
     return written, last_read
 
 
-def same_index_members(graph: Graph, nodes: Sequence[str], seeds: Iterable[str], space: tuple[int, ...]) -> set[str]:
+def same_index_members(
+    graph: Graph, nodes: Sequence[str], seeds: Iterable[str], space: tuple[int, ...]
+) -> set[str]:
     """The members of a kernel (``nodes``, in topological order) that its ``seeds`` read at
     the kernel's own iteration index: the seeds of shape ``space`` and, through
     elementwise nodes, their same-shape inputs (a broadcast, a view or a stencil reads
