@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pydantic
 import warp as wp
 
 from dpt_ir.autodiff import check_wrt, default_loss
@@ -137,6 +138,7 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     recompute: bool = True,
     halo_budget: int | None = None,
     recompute_budget: int | None = None,
+    threads: int | None = None,
 ) -> Program:
     """Compile ``graph`` for ``device``; differentiate wrt the inputs named in ``wrt``.
 
@@ -147,6 +149,8 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     (default: by device); ``recompute_budget`` how much work the backward may spend
     recomputing one forward value before saving it instead (default: by device; CUDA has
     no limit, a large number lifts it on the CPU). All options are part of the cache key.
+    ``threads``: CPU threads per launch (None: the machine's cores; results are the same for
+    any count, see `CompileOptions`); it keys the in-process cache only.
     """
     start = time.perf_counter()
     if not isinstance(graph, Graph):
@@ -160,6 +164,12 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         except ContractError:
             loss = None  # value_and_grad then needs loss=...; tape passes still work
     dev = resolve_device(device)
+    from dpt_ir.passes.options import CompileOptions
+
+    try:
+        n_threads = CompileOptions(threads=threads).resolved_threads()
+    except pydantic.ValidationError:
+        raise ContractError(f"compile: threads must be None or an integer >= 1, found {threads!r}") from None
     if halo_budget is None:
         halo_budget = CPU_HALO_BUDGET if dev == "cpu" else CUDA_HALO_BUDGET
     if recompute_budget is None:
@@ -186,13 +196,13 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     )
     out_dir = resolve_dump_dir(dump_dir)
     with _COMPILE_LOCK:
-        cached = _PROGRAMS.get(f"{key}:{dev}")
+        cached = _PROGRAMS.get(f"{key}:{dev}:{n_threads}")
         if cached is not None and out_dir is None:
             cached.report = {**cached.report, "cache": "memory", "compile_seconds": time.perf_counter() - start}
             return cached
         log.info("compiling %r for %s (cache entry %s)", graph.name, dev, key)
-        program = _build(graph, wrt_names, loss, dev, base, key, out_dir, start)
-        _PROGRAMS[f"{key}:{dev}"] = program
+        program = _build(graph, wrt_names, loss, dev, base, key, out_dir, start, n_threads)
+        _PROGRAMS[f"{key}:{dev}:{n_threads}"] = program
         return program
 
 
@@ -205,6 +215,7 @@ def _build(
     key: str,
     out_dir: Path | None,
     start: float,
+    threads: int = 1,
 ) -> Program:
     entry = cache_root() / key
     module_name = f"dpt_ir_gen_{key}"
@@ -259,7 +270,7 @@ def _build(
     plans = {}
     for name, g in graphs.items():
         mine = [k for k in kernels if k.name.startswith(_PREFIX[name] + "_")]
-        plans[name] = ExecutionPlan(g, mine, module, dev, status_size, grad_outputs=name == "tape")
+        plans[name] = ExecutionPlan(g, mine, module, dev, status_size, grad_outputs=name == "tape", threads=threads)
     report = _report(graph, plans, kernels, cache, time.perf_counter() - start, dev, module_name, base)
     program = Program(graph, wrt, loss, dev, plans, slots, base["checks"], report, module_name)
     log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report["compile_seconds"], cache)

@@ -13,7 +13,7 @@ import numpy as np
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
 from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.registry import Derivative, GradContext, OpDef, WarpSite, register_op
+from dpt_ir.ops.registry import CxxSite, Derivative, GradContext, OpDef, WarpSite, register_op
 from dpt_ir.ops.rules import Attrs, DTypeRule, check_axes, elementwise_rule
 from dpt_ir.types import DType, TensorType
 
@@ -93,11 +93,17 @@ def _unary(
     )
 
 
+def _abs_cxx(site: CxxSite) -> str:
+    # The sign bit cleared for floats (|-0| is +0, as in NumPy); a select for integers.
+    (x,), t = site.args, site.out_type
+    return f"dp_abs({x})" if t == "float" else f"({x} < ({t})0 ? ({t})-{x} : {x})"
+
+
 def _x(c: GradContext) -> Any:
     return c.input(0)
 
 
-_unary("neg", "numeric", np.negative, "(-{0})", lambda c: -c.gy, doc="-x", involution=True)
+_unary("neg", "numeric", np.negative, "(-{0})", lambda c: -c.gy, cxx="(-{0})", doc="-x", involution=True)
 _unary(
     "abs",
     "numeric",
@@ -106,8 +112,19 @@ _unary(
     lambda c: c.gy * F.sign(_x(c)),
     (0,),
     doc="|x|; gradient sign(x), 0 at 0",
+    cxx=_abs_cxx,
 )
-_unary("exp", "float", np.exp, "wp.exp({0})", lambda c: c.gy * c.out, saved_output=True, work=8, doc="e ** x")
+_unary(
+    "exp",
+    "float",
+    np.exp,
+    "wp.exp({0})",
+    lambda c: c.gy * c.out,
+    saved_output=True,
+    work=8,
+    doc="e ** x",
+    cxx="dp_exp({0})",
+)
 _unary(
     "log",
     "float",
@@ -116,8 +133,10 @@ _unary(
     lambda c: c.gy / _x(c),
     (0,),
     warp_domain="{0} >= {T}(0.0)",
+    cxx_domain="{0} >= ({T})0",
     work=8,
     doc="natural logarithm (domain x >= 0)",
+    cxx="dp_log({0})",
 )
 _unary(
     "log1p",
@@ -127,9 +146,11 @@ _unary(
     lambda c: c.gy / (1.0 + _x(c)),
     (0,),
     warp_domain="{0} >= {T}(-1.0)",
+    cxx_domain="{0} >= ({T})-1",
     warp_helpers=HELPERS,
     work=8,
     doc="log(1 + x), accurate near 0 (domain x >= -1)",
+    cxx="dp_log1p({0})",
 )
 _unary(
     "expm1",
@@ -141,6 +162,7 @@ _unary(
     warp_helpers=HELPERS,
     work=8,
     doc="exp(x) - 1, accurate near 0",
+    cxx="dp_expm1({0})",
 )
 _unary(
     "sqrt",
@@ -150,8 +172,10 @@ _unary(
     lambda c: c.gy * 0.5 / c.out,
     saved_output=True,
     warp_domain="{0} >= {T}(0.0)",
+    cxx_domain="{0} >= ({T})0",
     work=4,
     doc="square root (domain x >= 0)",
+    cxx="dp_sqrt({0})",
 )
 _unary(
     "rsqrt",
@@ -161,10 +185,14 @@ _unary(
     lambda c: c.gy * -0.5 * c.out * c.out * c.out,
     saved_output=True,
     warp_domain="{0} >= {T}(0.0)",
+    cxx_domain="{0} >= ({T})0",
     work=4,
     doc="1 / sqrt(x) (domain x >= 0)",
+    cxx="dp_rsqrt({0})",
 )
-_unary("square", "numeric", np.square, "({0} * {0})", lambda c: c.gy * 2.0 * _x(c), (0,), doc="x * x")
+_unary(
+    "square", "numeric", np.square, "({0} * {0})", lambda c: c.gy * 2.0 * _x(c), (0,), doc="x * x", cxx="({0} * {0})"
+)
 _unary(
     "reciprocal",
     "float",
@@ -174,9 +202,30 @@ _unary(
     saved_output=True,
     work=4,
     doc="1 / x",
+    cxx="(({T})1 / {0})",
 )
-_unary("sin", "float", np.sin, "wp.sin({0})", lambda c: c.gy * F.cos(_x(c)), (0,), work=8, doc="sine")
-_unary("cos", "float", np.cos, "wp.cos({0})", lambda c: -c.gy * F.sin(_x(c)), (0,), work=8, doc="cosine")
+_unary(
+    "sin",
+    "float",
+    np.sin,
+    "wp.sin({0})",
+    lambda c: c.gy * F.cos(_x(c)),
+    (0,),
+    work=8,
+    doc="sine",
+    cxx="dp_sin_t<P>({0}, big)",
+)
+_unary(
+    "cos",
+    "float",
+    np.cos,
+    "wp.cos({0})",
+    lambda c: -c.gy * F.sin(_x(c)),
+    (0,),
+    work=8,
+    doc="cosine",
+    cxx="dp_cos_t<P>({0}, big)",
+)
 _unary(
     "tanh",
     "float",
@@ -186,6 +235,7 @@ _unary(
     saved_output=True,
     work=8,
     doc="hyperbolic tangent",
+    cxx="dp_tanh({0})",
 )
 _unary(
     "sigmoid",
@@ -196,6 +246,7 @@ _unary(
     saved_output=True,
     work=8,
     doc="1 / (1 + exp(-x))",
+    cxx="dp_sigmoid({0})",
 )
 _unary(
     "relu",
@@ -205,6 +256,7 @@ _unary(
     lambda c: F.where(_x(c) > 0, c.gy, 0),
     (0,),
     doc="max(x, 0); gradient 0 at 0",
+    cxx="({0} < ({T})0 ? ({T})0 : {0})",
 )
 _unary(
     "softplus",
@@ -216,6 +268,7 @@ _unary(
     warp_helpers=HELPERS,
     work=8,
     doc="log(1 + exp(x)), computed without overflow",
+    cxx="dp_softplus({0})",
 )
 _unary(
     "erf",
@@ -226,6 +279,7 @@ _unary(
     (0,),
     work=8,
     doc="the error function",
+    cxx="dp_erf({0})",
 )
 _unary(
     "sign",
@@ -233,10 +287,11 @@ _unary(
     np.sign,
     "wp.where({0} > {T}(0), {T}(1), wp.where({0} < {T}(0), {T}(-1), {0}))",
     doc="not differentiable",
+    cxx="({0} > ({T})0 ? ({T})1 : ({0} < ({T})0 ? ({T})-1 : {0}))",
 )
-_unary("floor", "float", np.floor, "wp.floor({0})", doc="not differentiable")
-_unary("ceil", "float", np.ceil, "wp.ceil({0})", doc="not differentiable")
-_unary("logical_not", "logical", np.logical_not, "(not {0})", involution=True, doc="not a (bool)")
+_unary("floor", "float", np.floor, "wp.floor({0})", doc="not differentiable", cxx="dp_floor({0})")
+_unary("ceil", "float", np.ceil, "wp.ceil({0})", doc="not differentiable", cxx="dp_ceil({0})")
+_unary("logical_not", "logical", np.logical_not, "(not {0})", involution=True, doc="not a (bool)", cxx="(!{0})")
 
 
 def _binary(
@@ -309,9 +364,17 @@ _binary(
     identity=0.0,
     commutative=True,
     doc="a + b",
+    cxx="({0} + {1})",
 )
 _binary(
-    "sub", "numeric", np.subtract, "({0} - {1})", {0: lambda c: c.gy, 1: lambda c: -c.gy}, identity=0.0, doc="a - b"
+    "sub",
+    "numeric",
+    np.subtract,
+    "({0} - {1})",
+    {0: lambda c: c.gy, 1: lambda c: -c.gy},
+    identity=0.0,
+    doc="a - b",
+    cxx="({0} - {1})",
 )
 _binary(
     "mul",
@@ -323,6 +386,7 @@ _binary(
     identity=1.0,
     commutative=True,
     doc="a * b",
+    cxx="({0} * {1})",
 )
 _binary(
     "div",
@@ -335,6 +399,7 @@ _binary(
     identity=1.0,
     work=4,
     doc="true division a / b (floating)",
+    cxx="({0} / {1})",
 )
 _binary(
     "pow",
@@ -346,8 +411,10 @@ _binary(
     True,
     doc="a ** b; gradient wrt a is 0 where b == 0, wrt b is 0 where a == 0 and b >= 0",
     warp_domain="{0} >= {T}(0.0) or {1} == wp.floor({1})",
+    cxx_domain="{0} >= ({T})0 || {1} == dp_floor({1})",
     identity=1.0,
     work=8,
+    cxx="dp_pow({0}, {1})",
 )
 
 
@@ -371,6 +438,7 @@ _binary(
     _extremum_formulas(operator.ge),
     (0, 1),
     doc="a tie sends the gradient to a; a NaN result sends it to the NaN operand (a if both)",
+    cxx="(({0} >= {1} || {0} != {0}) ? {0} : {1})",
 )
 _binary(
     "minimum",
@@ -380,6 +448,7 @@ _binary(
     _extremum_formulas(operator.le),
     (0, 1),
     doc="a tie sends the gradient to a; a NaN result sends it to the NaN operand (a if both)",
+    cxx="(({0} <= {1} || {0} != {0}) ? {0} : {1})",
 )
 _binary(
     "atan2",
@@ -390,6 +459,7 @@ _binary(
     (0, 1),
     work=8,
     doc="atan2(a, b), the angle of the point (b, a)",
+    cxx="dp_atan2({0}, {1})",
 )
 for _name, _ref, _sym in [
     ("lt", np.less, "<"),
@@ -399,9 +469,9 @@ for _name, _ref, _sym in [
     ("eq", np.equal, "=="),
     ("ne", np.not_equal, "!="),
 ]:
-    _binary(_name, "compare", _ref, f"({{0}} {_sym} {{1}})", doc="not differentiable")
-_binary("logical_and", "logical", np.logical_and, "({0} and {1})", doc="a and b (bool)")
-_binary("logical_or", "logical", np.logical_or, "({0} or {1})", doc="a or b (bool)")
+    _binary(_name, "compare", _ref, f"({{0}} {_sym} {{1}})", doc="not differentiable", cxx=f"({{0}} {_sym} {{1}})")
+_binary("logical_and", "logical", np.logical_and, "({0} and {1})", doc="a and b (bool)", cxx="({0} && {1})")
+_binary("logical_or", "logical", np.logical_or, "({0} or {1})", doc="a or b (bool)", cxx="({0} || {1})")
 
 
 def _infer_where(inputs: tuple[TensorType, ...], attrs: Any, where: str) -> TensorType:
@@ -426,6 +496,7 @@ register_op(
             nondifferentiable=(0,),
         ),
         warp="wp.where({0}, {1}, {2})",
+        cxx="({0} ? {1} : {2})",
         doc="x where condition else y; the condition gets no gradient",
     )
 )
@@ -473,6 +544,17 @@ def _clamp_warp(site: WarpSite) -> str:
     return out
 
 
+def _clamp_cxx(site: CxxSite) -> str:
+    (x,), t, out = site.args, site.out_type, site.args[0]
+    if site.attrs.hi is not None:
+        hi = cxx_literal(float(site.attrs.hi), t)
+        out = f"({x} > {hi} ? {hi} : {out})"
+    if site.attrs.lo is not None:
+        lo = cxx_literal(float(site.attrs.lo), t)
+        out = f"({x} < {lo} ? {lo} : {out})"
+    return out
+
+
 register_op(
     OpDef(
         name="clamp",
@@ -482,6 +564,7 @@ register_op(
         infer=_infer_clamp,
         reference=_clamp_ref,
         warp=_clamp_warp,
+        cxx=_clamp_cxx,
         derivative=Derivative({0: _clamp_grad}, saved_inputs=(0,)),
         doc="x limited to [lo, hi]; the gradient passes where lo <= x <= hi",
     )
@@ -501,6 +584,15 @@ def _cast_warp(site: WarpSite) -> str:
     return f"{dst}({x})"
 
 
+def _cast_cxx(site: CxxSite) -> str:
+    (x,), (src,), dst = site.args, site.in_types, site.out_type
+    if src == "bool":
+        return f"({x} ? ({dst})1 : ({dst})0)"
+    if dst == "bool":
+        return f"({x} != ({src})0)"
+    return f"(({dst}){x})"
+
+
 register_op(
     OpDef(
         name="cast",
@@ -510,6 +602,7 @@ register_op(
         infer=lambda inputs, attrs, where: TensorType(shape=inputs[0].shape, dtype=attrs.dtype),
         reference=lambda attrs, x: x.astype(attrs.dtype),
         warp=_cast_warp,
+        cxx=_cast_cxx,
         derivative=Derivative({0: lambda c: F.cast(c.gy, c.input_type(0).dtype)}),
         doc="dtype conversion; only floating values carry gradients",
     )
@@ -531,6 +624,21 @@ def warp_literal(value: bool | int | float, wp_type: str) -> str:
     if isinstance(value, float) and math.isinf(value):
         return f"{wp_type}({'-' if value < 0 else ''}wp.inf)"
     return f"{wp_type}({value!r})"
+
+
+def cxx_literal(value: bool | int | float, c_type: str) -> str:
+    """A typed C++ literal: floats as the float64 hex literal cast to the type (the rounding
+    Warp's ``wp.float32(v)`` does), NaN and infinities through dp_math.h."""
+    if c_type == "bool":
+        return "true" if value else "false"
+    if c_type != "float":
+        return f"(({c_type}){int(value)})"
+    v = float(value)
+    if math.isnan(v):
+        return "dp_nan()"
+    if math.isinf(v):
+        return f"({'-' if v < 0 else ''}dp_inf())"
+    return f"((float){v.hex()})"
 
 
 def _infer_constant(inputs: tuple[TensorType, ...], attrs: ConstantAttrs, where: str) -> TensorType:
@@ -559,6 +667,7 @@ register_op(
         reference=lambda attrs: np.full(attrs.shape, attrs.value, dtype=attrs.dtype),
         constant_value=lambda attrs: attrs.value,
         warp=lambda site: warp_literal(site.attrs.value, site.out_type),
+        cxx=lambda site: cxx_literal(site.attrs.value, site.out_type),
         doc="a tensor filled with one value (Python scalars in expressions become these)",
     )
 )
@@ -590,6 +699,13 @@ def _iota_warp(site: WarpSite) -> str:
     return f"wp.int32({flat})"
 
 
+def _iota_cxx(site: CxxSite) -> str:
+    flat = "0"
+    for a in site.attrs.axes:
+        flat = f"({flat} * {site.out_shape[a]} + {site.index[a]})"
+    return f"((int){flat})"
+
+
 register_op(
     OpDef(
         name="iota",
@@ -599,6 +715,7 @@ register_op(
         infer=_infer_iota,
         reference=_iota_ref,
         warp=_iota_warp,
+        cxx=_iota_cxx,
         doc="each element's row-major index within the sub-array spanned by axes (int32)",
     )
 )

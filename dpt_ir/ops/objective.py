@@ -44,6 +44,8 @@ register_op(
         derivative=Derivative({0: lambda c: c.gy}, nondifferentiable=(1,)),
         warp="{0}",
         warp_domain="{1}",
+        cxx="{0}",
+        cxx_domain="{1}",
         doc="x unchanged; compiled kernels report `message` where the condition is false",
     )
 )

@@ -12,7 +12,16 @@ import numpy as np
 
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
-from dpt_ir.ops.registry import Derivative, GradContext, OpDef, ReduceTemplate, Signature, register_op
+from dpt_ir.ops.registry import (
+    CxxReduce,
+    Derivative,
+    GradContext,
+    LanePass,
+    OpDef,
+    ReduceTemplate,
+    Signature,
+    register_op,
+)
 from dpt_ir.ops.rules import Attrs, check_axes, reduced_shape
 from dpt_ir.types import TensorType
 
@@ -172,7 +181,73 @@ def _logsumexp_template(in_t: str, out_t: str) -> ReduceTemplate:
     return ReduceTemplate(accs, update, combine, f"{out_t}({{acc_m}} + wp.log({{acc_s}}))")
 
 
-def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str, warp: Any) -> None:
+# -- C++ lowering (dpt_ir/backends/cxx): 8 lanes fixed by element index, merged in a fixed
+# tree (dp_math.h's dp_lanes_*), partials combined in order. Float sums accumulate in
+# float64 lanes; integer sums in unsigned lanes (wrapping as int32 does); float max/min keep
+# NaN flag lanes beside the value lanes. Only float32 and the integer types have one.
+_C_INTS = ("int", "unsigned char", "bool")
+
+
+def _sum_cxx(mean: bool) -> Any:
+    def template(in_t: str, out_t: str) -> CxxReduce | None:
+        if in_t == "float":
+            acc, x = "double", "(double){x}"
+        elif in_t in _C_INTS and not mean:
+            acc, x = "unsigned", "(unsigned){x}"
+        else:
+            return None
+        count = "{p_s} / (double){count}" if mean else "{p_s}"
+        lanes = LanePass(((("s", acc, f"({acc})0"),)), f"{{a_s}} += {x};", "{p_s} = dp_lanes_sum({l_s});")
+        return CxxReduce((("s", acc),), (lanes,), "{p_s} += {o_s};", f"({out_t})({count})")
+
+    return template
+
+
+def _extremum_cxx(sense: str, with_index: bool) -> Any:
+    # sense "gt" (max) or "lt" (min); NaN wins as in NumPy, the first index wins ties.
+    def template(in_t: str, out_t: str) -> CxxReduce | None:
+        if in_t not in ("float", "int", "unsigned char"):
+            return None
+        init = f"dp_limits<{in_t}>::lowest()" if sense == "gt" else f"dp_limits<{in_t}>::highest()"
+        if with_index:
+            lanes = LanePass(
+                (("v", in_t, init), ("i", "int", "dp_limits<int>::highest()")),
+                f"{{{{ const bool u = dp_arg_better_{sense}({{x}}, {{r}}, {{a_v}}, {{a_i}}); "
+                "{a_v} = u ? {x} : {a_v}; {a_i} = u ? {r} : {a_i}; }}",
+                f"dp_arg_lanes_{sense}({{l_v}}, {{l_i}}, {{p_v}}, {{p_i}});",
+            )
+            combine = f"dp_arg_fold_{sense}({{p_v}}, {{p_i}}, {{o_v}}, {{o_i}});"
+            return CxxReduce((("v", in_t), ("i", "int")), (lanes,), combine, "{p_i}")
+        lanes = LanePass(
+            (("m", in_t, init), ("n", "int", "0")),
+            f"{{a_m}} = dp_sel_{sense}({{x}}, {{a_m}}); {{a_n}} |= (int)({{x}} != {{x}});",
+            f"{{p_m}} = dp_lanes_{sense}({{l_m}}, {{l_n}});",
+        )
+        return CxxReduce((("m", in_t),), (lanes,), f"{{p_m}} = dp_nan_{sense}({{p_m}}, {{o_m}});", f"({out_t}){{p_m}}")
+
+    return template
+
+
+def _logsumexp_cxx(in_t: str, out_t: str) -> CxxReduce | None:
+    # Two passes: the maximum m (not finite: 0, as the reference shifts), then the sum of
+    # exp(x - m) in float64 lanes; partials (m, s) rescale to the larger m when combined.
+    if in_t != "float":
+        return None
+    top = LanePass(
+        (("m", "float", "dp_limits<float>::lowest()"), ("n", "int", "0")),
+        "{a_m} = dp_sel_gt({x}, {a_m}); {a_n} |= (int)({x} != {x});",
+        "{p_m} = dp_finite_or_zero(dp_lanes_gt({l_m}, {l_n}));",
+    )
+    total = LanePass((("s", "double", "0.0"),), "{a_s} += (double)dp_exp({x} - {p_m});", "{p_s} = dp_lanes_sum({l_s});")
+    return CxxReduce(
+        (("m", "float"), ("s", "double")),
+        (top, total),
+        "dp_lse_fold({p_m}, {p_s}, {o_m}, {o_s});",
+        f"({out_t})((double)dp_log((float){{p_s}}) + (double){{p_m}})",
+    )
+
+
+def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str, warp: Any, cxx: Any) -> None:
     register_op(
         OpDef(
             name=name,
@@ -183,6 +258,7 @@ def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, d
             reference=ref,
             derivative=derivative,
             warp_reduce=warp,
+            cxx_reduce=cxx,
             doc=doc,
         )
     )
@@ -195,6 +271,7 @@ _reduction(
     Derivative({0: lambda c: _unreduce(c, c.gy)}),
     "sum over axes (integers accumulate in int32)",
     _sum_template("{out}({{acc_s}})"),
+    _sum_cxx(mean=False),
 )
 _reduction(
     "mean",
@@ -203,6 +280,7 @@ _reduction(
     Derivative({0: lambda c: _unreduce(c, c.gy / float(c.derived("count")))}, derived={"count": _count}),
     "mean over axes; the backward saves only the element count",
     _sum_template("{out}({{acc_s}} / {acc}({{count}}))"),
+    _sum_cxx(mean=True),
 )
 _reduction(
     "max",
@@ -211,6 +289,7 @@ _reduction(
     Derivative({0: _extremum_grad("argmax")}, saved_inputs=(0,), saved_output=True),
     "maximum over axes; the gradient goes to the first maximal element (NaN to a NaN slice)",
     _extremum_template(">", with_index=False),
+    _extremum_cxx("gt", with_index=False),
 )
 _reduction(
     "min",
@@ -219,6 +298,7 @@ _reduction(
     Derivative({0: _extremum_grad("argmin")}, saved_inputs=(0,), saved_output=True),
     "minimum over axes; the gradient goes to the first minimal element (NaN to a NaN slice)",
     _extremum_template("<", with_index=False),
+    _extremum_cxx("lt", with_index=False),
 )
 _reduction(
     "logsumexp",
@@ -231,6 +311,7 @@ _reduction(
     ),
     "log(sum(exp(x))) over axes, computed stably",
     _logsumexp_template,
+    _logsumexp_cxx,
 )
 _reduction(
     "argmax",
@@ -239,6 +320,7 @@ _reduction(
     None,
     "flat index of the first maximum within the reduced axes (not differentiable)",
     _extremum_template(">", with_index=True),
+    _extremum_cxx("gt", with_index=True),
 )
 _reduction(
     "argmin",
@@ -247,4 +329,5 @@ _reduction(
     None,
     "flat index of the first minimum within the reduced axes (not differentiable)",
     _extremum_template("<", with_index=True),
+    _extremum_cxx("lt", with_index=True),
 )

@@ -231,6 +231,50 @@ class ReduceTemplate:
 
 
 @dataclass(frozen=True)
+class CxxSite:
+    """Where a C++ element expression is generated (`dpt_ir.backends.cxx`): the node's
+    attributes, operand expressions, C++ scalar types (``float``, ``int``, ``bool``,
+    ``unsigned char``), its shape, and the C++ integer expression of each of its own
+    coordinates in the element being computed (sources such as ``iota`` read them)."""
+
+    attrs: Any
+    args: tuple[str, ...]
+    out_type: str
+    in_types: tuple[str, ...]
+    out_shape: tuple[int, ...]
+    index: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LanePass:
+    """One pass of a C++ lane reduction over the reduced elements, in 8 fixed lanes.
+
+    ``lanes``: (name, C++ type, initial expression): each is an 8-element array. ``update``:
+    statements folding element ``{x}`` (flat reduced index ``{r}``) into lane slot
+    ``{a_<name>}`` of each lane; no statement may read another lane (the loop over the lanes
+    vectorises). ``merge``: statements setting state ``{p_<name>}`` from the lane arrays
+    ``{l_<name>}`` in a fixed order. Later passes read the state of earlier ones."""
+
+    lanes: tuple[tuple[str, str, str], ...]
+    update: str
+    merge: str
+
+
+@dataclass(frozen=True)
+class CxxReduce:
+    """A deterministic C++ reduction: ``state`` (name, C++ type) is what one partial (a task's
+    share, or a whole row) carries; ``passes`` compute it (logsumexp: a max pass, then a
+    sum of exponentials); ``combine`` folds a later partial ``{o_<name>}`` into
+    ``{p_<name>}`` (partials are combined in order); ``finalize`` is the output expression
+    (``{count}``: the reduced element count)."""
+
+    state: tuple[tuple[str, str], ...]
+    passes: tuple[LanePass, ...]
+    combine: str
+    finalize: str
+
+
+@dataclass(frozen=True)
 class OpDef:
     """One op, declared once as data.
 
@@ -253,6 +297,13 @@ class OpDef:
     - ``warp_helpers``: source of the ``@wp.func`` helpers the templates call;
     - ``warp_gather``, ``scatter``, ``table``: data-dependent reads, scatters and constant
       tables (`GatherSite`, `ScatterLayout`).
+    - ``cxx``: elementwise ops: the C++ element expression, a template with the placeholders
+      of ``warp`` (``{T}`` etc. are C++ types) or a function of a `CxxSite`; helpers live in
+      ``dpt_ir/backends/cxx/dp_math.h``. Trig templates read ``P`` (precise lanes) and OR
+      into ``big`` (a huge argument was seen: the driver recomputes the block precisely);
+    - ``cxx_domain``: a C++ condition, true where the inputs are in the op's domain;
+    - ``cxx_reduce``: reductions: a function of (input C++ type, output C++ type) giving a
+      `CxxReduce`, or None where that type pair has no C++ lowering.
     """
 
     name: str
@@ -291,6 +342,9 @@ class OpDef:
     # attributes; kernels read it from a constant array.
     table: Callable[[Any], np.ndarray] | None = None
     warp_helpers: str = ""  # Warp @wp.func source the templates call
+    cxx: str | Callable[[CxxSite], str] | None = None
+    cxx_domain: str | None = None
+    cxx_reduce: Callable[[str, str], CxxReduce | None] | None = None
     cost: Cost = "cheap"
     work: int = 1  # relative cost of one evaluation (arithmetic 1, division 4, transcendental 8)
     doc: str = ""

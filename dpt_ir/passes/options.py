@@ -3,6 +3,8 @@ every pass reads (and that keys the compile caches)."""
 
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpt_ir.autodiff import default_loss
@@ -32,6 +34,9 @@ class CompileOptions(BaseModel):
     - ``recompute_budget``: the op work per element the backward may spend recomputing
       one forward value before `saved_attributes` saves it instead (None: no limit, only
       saved bytes count; `dp.compile` sets a limit for the compute-bound CPU backend).
+    - ``threads``: CPU threads a launch of a C++ kernel may use (None: the machine's cores,
+      `resolved_threads`). The kernels' task partition is fixed by the shapes, so results do
+      not depend on it and it keys no compiled code, only the in-process program cache.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -46,6 +51,16 @@ class CompileOptions(BaseModel):
     max_inline_consumers: int = 4
     halo_budget: int | None = None
     recompute_budget: int | None = None
+    threads: int | None = Field(default=None, ge=1, le=1024)
+
+    def resolved_threads(self) -> int:
+        """``threads``, or the number of CPU cores this process may run on."""
+        if self.threads is not None:
+            return self.threads
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # not on Linux
+            return max(1, os.cpu_count() or 1)
 
     def seed_outputs(self, graph: Graph) -> list[str]:
         """The outputs that receive a cotangent, checked against ``graph``."""

@@ -29,6 +29,15 @@
 #define DP_CONST static const
 #endif
 
+// Put before the generated CPU element loops; empty unless defined earlier (to a loop pragma:
+// tests/backend/test_vectorised.py builds a variant with vectorisation disabled this way).
+#ifndef DP_VEC_LOOP
+#define DP_VEC_LOOP
+#endif
+// Before the precise rerun of a block with a huge trig argument (CPU only): kept scalar,
+// which costs compile time instead of run time on a path taken only for |x| >= 2^19.
+#define DP_SCALAR_LOOP _Pragma("clang loop vectorize(disable) interleave(disable)")
+
 #define DP_TRIG_FAST_MAX 524288.0f  // 2^19: the fast reduction stays <= ~1.6 ulp below it
 
 // -- bits, constants and instructions ------------------------------------------------
@@ -95,6 +104,7 @@ DP_FN float dp_floor(float x) {
     return __builtin_floorf(x);
 #endif
 }
+DP_FN float dp_ceil(float x) { return -dp_floor(-x); }  // exact; ceil(-0.5) is -0, as in C
 // sqrt is the correctly rounded instruction (vsqrtps / sqrt.rn.f32); rsqrt = 1 / sqrt.
 DP_FN float dp_sqrt(float x) {
 #ifdef DP_CUDA
@@ -310,10 +320,20 @@ DP_FN float dp_cos(float x) {
     const float v = dp_trig_eval(r, q + 1);
     return dp_nonfinite(x) ? dp_nan() : v;
 }
+// The precise functions as calls on the CPU (not inlined into every element function that
+// reruns a block: the rerun is rare and scalar, and inlining Payne-Hanek per trig op is what
+// made modules slow to build); inlined under NVRTC.
+#ifdef DP_CUDA
+DP_FN float dp_sin_precise(float x) { return dp_sin(x); }
+DP_FN float dp_cos_precise(float x) { return dp_cos(x); }
+#else
+static __attribute__((noinline)) float dp_sin_precise(float x) { return dp_sin(x); }
+static __attribute__((noinline)) float dp_cos_precise(float x) { return dp_cos(x); }
+#endif
 // P = false: the fast path and its flag (what element loops use); P = true: the precise
 // rerun of a block whose flag was set.
-template <bool P> DP_FN float dp_sin_t(float x, int& big) { return P ? dp_sin(x) : dp_sin_fast(x, big); }
-template <bool P> DP_FN float dp_cos_t(float x, int& big) { return P ? dp_cos(x) : dp_cos_fast(x, big); }
+template <bool P> DP_FN float dp_sin_t(float x, int& big) { return P ? dp_sin_precise(x) : dp_sin_fast(x, big); }
+template <bool P> DP_FN float dp_cos_t(float x, int& big) { return P ? dp_cos_precise(x) : dp_cos_fast(x, big); }
 
 // -- tanh, sigmoid, softplus -----------------------------------------------------------
 DP_FN float dp_tanh(float x) {
@@ -464,6 +484,82 @@ DP_FN float dp_atan2(float y, float x) {
     const float v = dp_fma(kf, 1.57079637f, dp_fma(kf, -4.37113883e-8f, s * at));
     const float r = dp_as_float(dp_as_int(v) | (dp_as_int(y) & (int)0x80000000));
     return (x != x || y != y) ? x + y : r;
+}
+
+// -- reduction lanes (the op table's cxx_reduce templates) -------------------------------
+// Generated drivers fold elements into 8 lanes fixed by element index; these merge the
+// lanes in one fixed tree ((0+1)+(2+3))+((4+5)+(6+7)) and fold partials in order, so a
+// result never depends on vector width, thread count or compiler. Max/min lanes carry NaN
+// flags beside the values (a select-max vectorises; a NaN-propagating one does not).
+template <class T> struct dp_limits;
+template <> struct dp_limits<float> {
+    DP_FN float lowest() { return -dp_inf(); }
+    DP_FN float highest() { return dp_inf(); }
+};
+template <> struct dp_limits<int> {
+    DP_FN int lowest() { return (int)0x80000000; }
+    DP_FN int highest() { return 0x7fffffff; }
+};
+template <> struct dp_limits<unsigned char> {
+    DP_FN unsigned char lowest() { return 0; }
+    DP_FN unsigned char highest() { return 255; }
+};
+template <class T> DP_FN T dp_sel_gt(T x, T m) { return x > m ? x : m; }
+template <class T> DP_FN T dp_sel_lt(T x, T m) { return x < m ? x : m; }
+template <class T> DP_FN T dp_lanes_sum(const T* a) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+template <class T> DP_FN T dp_lanes_gt(const T* a, const int* nan) {
+    const T m = dp_sel_gt(dp_sel_gt(dp_sel_gt(a[1], a[0]), dp_sel_gt(a[3], a[2])),
+                          dp_sel_gt(dp_sel_gt(a[5], a[4]), dp_sel_gt(a[7], a[6])));
+    const int n = ((nan[0] | nan[1]) | (nan[2] | nan[3])) | ((nan[4] | nan[5]) | (nan[6] | nan[7]));
+    return n ? (T)dp_nan() : m;
+}
+template <class T> DP_FN T dp_lanes_lt(const T* a, const int* nan) {
+    const T m = dp_sel_lt(dp_sel_lt(dp_sel_lt(a[1], a[0]), dp_sel_lt(a[3], a[2])),
+                          dp_sel_lt(dp_sel_lt(a[5], a[4]), dp_sel_lt(a[7], a[6])));
+    const int n = ((nan[0] | nan[1]) | (nan[2] | nan[3])) | ((nan[4] | nan[5]) | (nan[6] | nan[7]));
+    return n ? (T)dp_nan() : m;
+}
+// NaN-propagating max/min of two partials (the earlier wins ties).
+template <class T> DP_FN T dp_nan_gt(T a, T b) { return a != a ? a : (b != b ? b : (b > a ? b : a)); }
+template <class T> DP_FN T dp_nan_lt(T a, T b) { return a != a ? a : (b != b ? b : (b < a ? b : a)); }
+// argmax/argmin order: NaN beats every number (NumPy), then the larger (smaller) value,
+// then the smaller index: a total order, so lanes and partials merge in any fixed tree.
+template <class T> DP_FN bool dp_arg_better_gt(T x, int r, T v, int i) {
+    const bool xn = x != x, vn = v != v;
+    return (xn && !vn) || (!xn && !vn && x > v) || (((xn && vn) || x == v) && r < i);
+}
+template <class T> DP_FN bool dp_arg_better_lt(T x, int r, T v, int i) {
+    const bool xn = x != x, vn = v != v;
+    return (xn && !vn) || (!xn && !vn && x < v) || (((xn && vn) || x == v) && r < i);
+}
+template <class T> DP_FN void dp_arg_fold_gt(T& v, int& i, T ov, int oi) {
+    const bool u = dp_arg_better_gt(ov, oi, v, i);
+    v = u ? ov : v;
+    i = u ? oi : i;
+}
+template <class T> DP_FN void dp_arg_fold_lt(T& v, int& i, T ov, int oi) {
+    const bool u = dp_arg_better_lt(ov, oi, v, i);
+    v = u ? ov : v;
+    i = u ? oi : i;
+}
+template <class T> DP_FN void dp_arg_lanes_gt(const T* a, const int* ai, T& v, int& i) {
+    v = a[0];
+    i = ai[0];
+    for (int l = 1; l < 8; ++l) dp_arg_fold_gt(v, i, a[l], ai[l]);
+}
+template <class T> DP_FN void dp_arg_lanes_lt(const T* a, const int* ai, T& v, int& i) {
+    v = a[0];
+    i = ai[0];
+    for (int l = 1; l < 8; ++l) dp_arg_fold_lt(v, i, a[l], ai[l]);
+}
+// logsumexp: a partial is (m, s) with m finite (the shift) and s = sum exp(x - m).
+DP_FN float dp_finite_or_zero(float m) { return dp_nonfinite(m) ? 0.0f : m; }
+DP_FN void dp_lse_fold(float& m, double& s, float om, double os) {
+    const float top = om > m ? om : m;
+    s = s * (double)dp_exp(m - top) + os * (double)dp_exp(om - top);
+    m = top;
 }
 
 #endif  // DP_MATH_H

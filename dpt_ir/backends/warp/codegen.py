@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from dpt_ir.backends.cxx import kernels as cxx_kernels
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, origin_of
 from dpt_ir.ops import indexing as idx
@@ -76,6 +77,7 @@ class KernelSource:
     constants: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # param -> (wp type, values)
     function: str = ""  # the @wp.kernel launched: the launch's own name, until `_share` points it at an equal one
     status_base: int = 0
+    path: str = "warp"  # "cxx": a C++ element function and drivers (dpt_ir.backends.cxx); "warp": Warp-Python
 
 
 _CONSTANT_DTYPES = {"wp.int32": np.int32, "wp.float32": np.float32, "wp.float64": np.float64}
@@ -793,26 +795,37 @@ def _share(kernels: list[KernelSource]) -> dict[str, KernelSource]:
 def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, device: str) -> ModuleSource:
     """Kernels for every fusion group of each named scheduled graph, in one module; a
     kernel shared by several launches (`_share`) is defined once, after a comment line per
-    launch naming its group and nodes. The module grows with the number of distinct
-    kernels, not of groups."""
+    launch naming its group, nodes and code path. The module grows with the number of
+    distinct kernels, not of groups.
+
+    Groups the C++ path covers (`dpt_ir.backends.cxx.nest.cover`) become C++ element
+    functions with CPU and CUDA drivers, in the module's preamble with the math header;
+    the others get Warp-Python kernels (views, stencils, float64, other group kinds)."""
     kernels: list[KernelSource] = []
     slots: list[StatusSlot] = []
     helpers: list[str] = []
+    natives: dict[str, tuple[str, str]] = {}
     headers: dict[str, str] = {}  # launch -> its group's description
     for prefix, graph in plans.items():
         for group in graph.meta["groups"]:
             name = f"{prefix}_{group['id']}"
-            if group["kind"] == "reduction":
+            native = cxx_kernels.group_kernels(graph, group, name, slots, checks, device)
+            if native is not None:
+                ks, more = native
+                natives.update(more)
+            elif group["kind"] == "reduction":
                 ks, hs = reduction_kernels(graph, group, name, slots, checks, device)
+                helpers += [h for h in hs if h not in helpers]
             elif group["kind"] == "scatter":
                 from dpt_ir.backends.warp.scatter import scatter_kernels  # builds on this module
 
                 ks, hs = scatter_kernels(graph, group, name, slots, checks, device)
+                helpers += [h for h in hs if h not in helpers]
             else:
                 ks, hs = pointwise_kernel(graph, group, name, slots, checks, device)
+                helpers += [h for h in hs if h not in helpers]
             kernels += ks
-            headers.update({k.name: f"# {k.name}: {_header(group)[2:]}" for k in ks})
-            helpers += [h for h in hs if h not in helpers]
+            headers.update({k.name: f"# {k.name}: [{k.path}] {_header(group)[2:]}" for k in ks})
     distinct = _share(kernels)
     users: dict[str, list[str]] = {}
     for k in kernels:
@@ -825,12 +838,32 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
             "",
             "import warp as wp",
             "",
-            # max_unroll 1: Warp would unroll every constant tap loop (and nested stencils
-            # multiply), which made a 13-tap separable blur a 9 MB C++ file and a 77 s compile.
-            'wp.set_module_options({"enable_backward": False, "max_unroll": 1})',
+            *_module_options(natives),
             *helpers,
             "",
+            *(stub + "\n" for _, stub in natives.values()),
             *("\n".join([*users[name], k.text]) + "\n" for name, k in distinct.items()),
         ]
     )
     return ModuleSource(kernels, slots, text)
+
+
+def _module_options(natives: dict[str, tuple[str, str]]) -> list[str]:
+    """The module's options; with C++ kernels, their source and the math header as the CPU
+    and CUDA preambles (one text for both devices)."""
+    # max_unroll 1: Warp would unroll every constant tap loop (and nested stencils
+    # multiply), which made a 13-tap separable blur a 9 MB C++ file and a 77 s compile.
+    options = '"enable_backward": False, "max_unroll": 1'
+    if not natives:
+        return [f"wp.set_module_options({{{options}}})"]
+    source = "\n".join(cxx for cxx, _ in natives.values())
+    if "'''" in source or "\\" in source:
+        raise ContractError("generated C++ contains a triple quote or a backslash; it cannot be embedded in the module")
+    build = "wp.ModuleBuildOptions(extra_cpu_preamble=_PREAMBLE, extra_cuda_preamble=_PREAMBLE)"
+    return [
+        "from dpt_ir.backends.cxx import math_header",
+        "",
+        f"_CXX = r'''\n{source}'''",
+        '_PREAMBLE = math_header() + "\\n" + _CXX',
+        f'wp.set_module_options({{{options}, "extra_build_options": {build}}})',
+    ]

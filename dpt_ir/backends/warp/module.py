@@ -47,11 +47,12 @@ def cache_root() -> Path:
 
 @functools.cache
 def source_fingerprint() -> str:
-    """A hash of dpt_ir's own source: a changed compiler never reuses stale plans, even
-    when its version number did not change."""
+    """A hash of dpt_ir's own source (its Python files and the C++ headers the generated
+    modules include, such as ``dp_math.h``): a changed compiler never reuses stale plans,
+    even when its version number did not change."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parents[2]
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted([*root.rglob("*.py"), *root.rglob("*.h")]):
         h.update(path.relative_to(root).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]

@@ -21,6 +21,8 @@ from typing import Any
 
 import warp as wp
 
+from dpt_ir.backends.cxx import tasks
+from dpt_ir.backends.cxx.kernels import TASK0
 from dpt_ir.backends.warp.codegen import STATUS, STATUS_BASE, KernelSource
 from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.errors import ContractError
@@ -101,12 +103,14 @@ class ExecutionPlan:
         device: str,
         status_size: int,
         grad_outputs: bool = False,
+        threads: int = 1,
     ) -> None:
         self.graph = graph
         self.device = device
         self.kernels = kernels
         self.status_size = status_size  # 0: compiled without checks
         self.grad_outputs = grad_outputs
+        self.threads = threads if device == "cpu" else 1
         self.constants: dict[str, wp.array] = {}
         made: dict[int, wp.array] = {}  # launches binding one (shared) NumPy array share its wp.array
         for k in kernels:
@@ -176,8 +180,11 @@ class ExecutionPlan:
         for launch in self.launches_of(phase):
             if launch.dim == 0:
                 continue
-            args = [launch.status_base if p == STATUS_BASE else _resolve(p, bound, ws) for p in launch.params]
-            wp.launch(launch.kernel, dim=launch.dim, inputs=args, device=self.device, record_tape=False)
+            args = [_scalar(p, launch) if p in (STATUS_BASE, TASK0) else _resolve(p, bound, ws) for p in launch.params]
+            if self.threads > 1 and launch.dim > 1 and TASK0 in launch.params:
+                tasks.run_split(launch.kernel, launch.dim, args, launch.params.index(TASK0), self.threads)
+            else:
+                wp.launch(launch.kernel, dim=launch.dim, inputs=args, device=self.device, record_tape=False)
             count += 1
         return count
 
@@ -219,6 +226,12 @@ class ExecutionPlan:
                     "copy it first (an output buffer is overwritten by the next evaluation)"
                 )
         return value.reshape((t.size,)) if value.ndim != 1 or value.shape[0] != t.size else value
+
+
+def _scalar(param: str, launch: Launch) -> int:
+    """A launch's scalar argument: its first status slot, or its first task (0: a launch
+    on one thread runs every task)."""
+    return launch.status_base if param == STATUS_BASE else 0
 
 
 def _resolve(param: str, bound: dict[str, wp.array], ws: Workspace) -> wp.array:

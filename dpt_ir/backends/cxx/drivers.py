@@ -1,0 +1,255 @@
+"""C++ drivers around a covered group's element function: a vectorised CPU driver, a CUDA
+driver, and the ordered combine of reduction partials.
+
+Assumes: a `Nest` from `dpt_ir.backends.cxx.nest.cover` and the element function that
+`ElementWriter` wrote for it, with the signature ``elem<P, W>(a0.., i, j, rb, big, fl, y0..)``.
+Guarantees:
+
+- A launch runs tasks ``t`` of a partition fixed by the shapes and the device (`Layout`),
+  never by the thread count: pointwise groups cut the flat space into chunks; reductions give
+  each task whole rows, or, for one output, a chunk of its row and a partial per task.
+- CPU: element loops (each after ``DP_VEC_LOOP``, empty unless a build defines a loop
+  pragma there: the vectorisation guard's scalar build) carry no floating-point state. Elements go through blocks of
+  `BLOCK`, reduction inputs into stack buffers, then into 8 lanes fixed by the element's
+  position (`LanePass`), merged in a fixed tree; flags are integer ORs. A block in which a
+  trig argument was huge (``big``) is recomputed with the precise functions (``P``).
+- CUDA: one element per thread for pointwise groups; a reduction thread folds its chunk into
+  the same lanes, element by element; the partials of an output are combined in order by
+  `final_function` (both devices), so a result is the same for any thread count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpt_ir.backends.cxx.nest import Nest
+
+BLOCK = 512
+CPU_TASK = 65536  # elements per CPU task (the fixed partition)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a group's elements map onto launch indices: ``chunk`` flat elements per task
+    (pointwise); for reductions ``parts`` partials per output (> 1: chunks of ``chunk``
+    reduced elements, combined by a final kernel) or ``rows`` whole rows per task."""
+
+    dim: int
+    chunk: int
+    parts: int = 1
+    rows: int = 1
+
+
+def layout(nest: Nest, device: str, cuda_parts: int) -> Layout:
+    if not nest.roots:
+        chunk = CPU_TASK if device == "cpu" else 1
+        return Layout(-(-nest.size // chunk), chunk)
+    count, n_out = nest.inner, nest.rows
+    if device == "cpu":
+        parts = -(-count // CPU_TASK) if n_out == 1 else 1
+        rows = max(1, CPU_TASK // max(count, 1))
+    else:
+        parts, rows = cuda_parts, 1
+    if parts > 1:
+        return Layout(n_out * parts, -(-count // parts), parts)
+    return Layout(-(-n_out // rows), count, 1, rows)
+
+
+def _min(a: str, b: str | int) -> str:
+    return f"(({a}) < ({b}) ? ({a}) : ({b}))"
+
+
+def _bases(nest: Nest, row: str) -> list[str]:
+    """Statements setting ``rb[k]``, the base offset of each row read in row ``row``."""
+    rows = [r for r in nest.reads.values() if r.mode == "row"]
+    if not rows:
+        return []
+    out = [f"int rb[{len(rows)}];", f"{{ int q = {row};"]
+    coords = []
+    for a in reversed(range(len(nest.base_outer))):
+        out.append(f"const int c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")
+        coords.append(a)
+    out.append("(void)q;")
+    for k, r in enumerate(rows):
+        terms = [f"c{a} * {s}" for a, s in enumerate(r.strides) if s]
+        out.append(f"rb[{k}] = {' + '.join(terms) or '0'};")
+    out.append("}")
+    return out
+
+
+def _rb(nest: Nest) -> str:
+    return "rb" if any(r.mode == "row" for r in nest.reads.values()) else "(const int*)0"
+
+
+def _call(nest: Nest, args: str, p: str, w: str, i: str, j: str, flags: str, ys: list[str]) -> str:
+    extra = "".join(f", {y}" for y in ys)
+    return f"F_elem<{p}, {w}>({args}, {i}, {j}, {_rb(nest)}, big, {flags}{extra});"
+
+
+def _guarded(nest: Nest, args: str, w: str, i: str, j: str, ys: list[str], uses_big: bool, nflags: int) -> list[str]:
+    """One element (CUDA) with its precise recomputation when a trig argument was huge."""
+    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", _call(nest, args, "false", w, i, j, "bf", ys)]
+    if uses_big:
+        rerun = _call(nest, args, "true", w, i, j, "bf", ys)
+        lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = 0; {rerun} }}")
+    lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
+    return lines
+
+
+def _block(
+    nest: Nest, args: str, w: str, i: str, ys: list[str], uses_big: bool, nflags: int, jr: str = "j"
+) -> list[str]:
+    """One CPU block ``[jb, je)``: the element loop, rerun precisely if needed, flags ORed
+    (``jr``: the inner counter row reads add to their base)."""
+    loop = "DP_VEC_LOOP for (int j = jb; j < je; ++j) "
+    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", loop + _call(nest, args, "false", w, i, jr, "bf", ys)]
+    if uses_big:
+        lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = 0;")
+        scalar = "DP_SCALAR_LOOP for (int j = jb; j < je; ++j) "  # the rare path: compile it cheaply
+        lines.append(scalar + _call(nest, args, "true", w, i, jr, "bf", ys) + " }")
+    lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
+    return lines
+
+
+def _status(nflags: int, checks: bool) -> list[str]:
+    if not checks or nflags == 0:
+        return []
+    return [f"for (int k = 0; k < {nflags}; ++k) if (fl[k]) st[sb + k] = 1;"]
+
+
+def pointwise_drivers(nest: Nest, lay: Layout, args: str, sig: str, uses_big: bool, nflags: int, checks: bool) -> str:
+    n, inner = nest.size, nest.inner
+    nf = max(nflags, 1)
+    head = [
+        f"const int b = t * {lay.chunk}, e = {_min(f'b + {lay.chunk}', n)};",
+        f"int fl[{nf}] = {{0}};",
+    ]
+    cpu = [*head, f"for (int row = b / {inner}; row * {inner} < e; ++row) {{", *_bases(nest, "row")]
+    cpu.append(f"const int j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;")
+    cpu.append(f"const int j1 = {_min(f'e - row * {inner}', inner)};")
+    if uses_big or nflags:
+        cpu.append(f"for (int jb = j0; jb < j1; jb += {BLOCK}) {{ const int je = {_min(f'jb + {BLOCK}', 'j1')};")
+        cpu += _block(nest, args, "true", f"row * {inner} + j", [], uses_big, nf) + ["}"]
+    else:
+        cpu.append("int big = 0; (void)big;")
+        cpu.append(
+            "DP_VEC_LOOP for (int j = j0; j < j1; ++j) "
+            + _call(nest, args, "false", "true", f"row * {inner} + j", "j", "fl", [])
+        )
+    cpu += ["}", *_status(nf, checks)]
+    cuda = [*head, "for (int i = b; i < e; ++i) {", f"const int row = i / {inner}, j = i - row * {inner};"]
+    cuda += [*_bases(nest, "row"), *_guarded(nest, args, "true", "i", "j", [], uses_big, nf), "}", *_status(nf, checks)]
+    return _pair(sig, cpu, cuda)
+
+
+def _pair(sig: str, cpu: list[str], cuda: list[str]) -> str:
+    """The two drivers, each compiled only by its own compiler (clang never parses the CUDA
+    one, NVRTC never the CPU one: half the front-end work of a module)."""
+    return "\n".join(
+        [
+            "#ifndef DP_CUDA",
+            f"DP_FN void F_cpu({sig}) {{",
+            *("    " + s for s in cpu),
+            "}",
+            "#else",
+            f"DP_FN void F_cuda({sig}) {{",
+            *("    " + s for s in cuda),
+            "}",
+            "#endif",
+        ]
+    )
+
+
+def subst(nest: Nest, q: int) -> dict[str, str]:
+    t = nest.templates[nest.roots[q]]
+    out = {"count": str(nest.inner), "x": "x", "r": "r"}
+    for name, _ in t.state:
+        out[f"p_{name}"], out[f"o_{name}"] = f"s{q}_{name}", f"o{q}_{name}"
+    for p in t.passes:
+        for name, _, _ in p.lanes:
+            out[f"l_{name}"], out[f"a_{name}"] = f"ln{q}_{name}", f"ln{q}_{name}[l]"
+    return out
+
+
+def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool) -> list[str]:
+    lp = nest.templates[nest.roots[q]].passes[p]
+    update = lp.update.format(**subst(nest, q))
+    if not blocked:
+        return [f"{{ const int l = (j - j0) & 7; const {x_type} x = y{q}; const int r = j; {update} }}"]
+    lanes = "DP_VEC_LOOP for (int k = 0; k < n8; k += 8) for (int l = 0; l < 8; ++l) "
+    return [
+        lanes + f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }}",
+        "for (int k = n8; k < nb; ++k) "
+        + f"{{ const int l = k - n8; const {x_type} x = buf{q}[k]; const int r = jb + k; {update} }}",
+    ]
+
+
+def reduction_drivers(
+    nest: Nest,
+    lay: Layout,
+    args: str,
+    sig: str,
+    x_types: list[str],
+    uses_big: bool,
+    nflags: int,
+    checks: bool,
+    finish: list[str],
+) -> str:
+    """``finish``: statements after the passes of a unit (finalize and store the row's
+    results, or store the task's partials), reading ``s<q>_<name>``, ``o`` and ``t``."""
+    nf = max(nflags, 1)
+    npass = max(len(t.passes) for t in nest.templates.values())
+    if lay.parts > 1:
+        units = [
+            f"{{ const int o = t / {lay.parts}, p = t - o * {lay.parts};",
+            f"const int j0 = p * {lay.chunk};",
+            f"const int j1 = {_min(f'j0 + {lay.chunk}', nest.inner)};",
+        ]
+    else:
+        o1 = _min(f"(t + 1) * {lay.rows}", nest.rows)
+        units = [f"for (int o = t * {lay.rows}; o < {o1}; ++o) {{", f"const int j0 = 0, j1 = {nest.inner};"]
+    whole = nest.sub == nest.inner  # one base per output row (else per sub-row)
+    per = nest.inner // nest.sub
+    jr = "j" if whole else f"j - sr * {nest.sub}"
+    out = {}
+    for blocked in (True, False):
+        body = [f"int fl[{nf}] = {{0}};", *units, *(_bases(nest, "o") if whole else [])]
+        for q, root in enumerate(nest.roots):
+            body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]
+        for p in range(npass):
+            w = "true" if p == npass - 1 else "false"
+            active = [q for q, root in enumerate(nest.roots) if p < len(nest.templates[root].passes)]
+            for q in active:
+                for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
+                    body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
+            ys = [f"buf{q}[j - jb]" if blocked else f"y{q}" for q in range(len(nest.roots))]
+            i = f"o * {nest.inner} + j"
+            if blocked:
+                s0, s1 = "j0", "j1"
+                if not whole:
+                    body.append(f"for (int sr = j0 / {nest.sub}; sr * {nest.sub} < j1; ++sr) {{")
+                    body += _bases(nest, f"o * {per} + sr")
+                    body.append(f"const int s0 = (j0 > sr * {nest.sub}) ? j0 : sr * {nest.sub};")
+                    body.append(f"const int s1 = {_min(f'(sr + 1) * {nest.sub}', 'j1')};")
+                    s0, s1 = "s0", "s1"
+                body.append(f"for (int jb = {s0}; jb < {s1}; jb += {BLOCK}) {{")
+                body.append(f"const int je = {_min(f'jb + {BLOCK}', s1)}, nb = je - jb, n8 = nb & ~7;")
+                body += [f"{x_types[q]} buf{q}[{BLOCK}];" for q in range(len(nest.roots))]
+                body += _block(nest, args, w, i, ys, uses_big, nf, jr)
+                for q in active:
+                    body += _lanes_update(nest, q, p, x_types[q], True)
+                body += [] if whole else ["}"]
+            else:
+                body.append("for (int j = j0; j < j1; ++j) {")
+                if not whole:
+                    body += [f"const int sr = j / {nest.sub};", *_bases(nest, f"o * {per} + sr")]
+                body += [f"{x_types[q]} y{q};" for q in range(len(nest.roots))]
+                body += _guarded(nest, args, w, i, jr, ys, uses_big, nf)
+                for q in active:
+                    body += _lanes_update(nest, q, p, x_types[q], False)
+            body.append("}")
+            for q in active:
+                body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**subst(nest, q)))
+        body += [*finish, "}", *_status(nf, checks)]
+        out[blocked] = body
+    return _pair(sig, out[True], out[False])

@@ -1,0 +1,225 @@
+"""Launches of the C++ path: a covered group's C++ (element function, CPU and CUDA drivers,
+ordered combine), its ``wp.func_native`` stub and the ``@wp.kernel`` that calls it.
+
+Assumes: the group is covered (`dpt_ir.backends.cxx.nest.cover`). Guarantees: the C++ and
+the stub are named by a hash of their own text (``dpk_<hash>``) and the kernel text carries
+no value or launch name, so structurally identical groups give identical kernels, which
+`dpt_ir.backends.warp.codegen._share` defines once. A kernel takes ``a__task0``: the first
+task of the launch (a thread of the pool runs a contiguous range of tasks; `plan`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from dpt_ir.backends.cxx import drivers
+from dpt_ir.backends.cxx.emit import ElementWriter
+from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
+from dpt_ir.graph import Graph
+
+TASK0 = "$task0"  # scalar kernel argument: the launch's first task
+WP_STATE = {"double": "wp.float64", "float": "wp.float32", "int": "wp.int32", "unsigned": "wp.uint32"}
+WP_STATE.update({"unsigned char": "wp.uint8", "bool": "wp.bool"})
+TOKEN = "@F@"
+
+
+def _hashed(cxx: str) -> tuple[str, str]:
+    name = "dpk_" + hashlib.sha256(cxx.encode()).hexdigest()[:16]
+    return name, cxx.replace(TOKEN, name)
+
+
+def _ctype(graph: Graph, p: str, partials: dict[str, tuple[str, int]]) -> str:
+    if p in partials:
+        return next(c for c, w in WP_STATE.items() if w == partials[p][0])
+    return C_TYPES[graph.types[p].dtype]
+
+
+def _wp_type(graph: Graph, p: str, partials: dict[str, tuple[str, int]]) -> str:
+    return partials[p][0] if p in partials else WP_TYPES[graph.types[p].dtype]
+
+
+class Unit:
+    """One C++ function set and its launch: parameters (values, partials), which are written."""
+
+    def __init__(self, graph: Graph, params: list[str], written: set[str], partials: dict[str, tuple[str, int]]):
+        self.graph, self.params, self.written, self.partials = graph, params, written, partials
+
+    def sig(self) -> str:
+        parts = []
+        for k, p in enumerate(self.params):
+            const = "" if p in self.written else "const "
+            parts.append(f"{const}{_ctype(self.graph, p, self.partials)}* a{k}")
+        return ", ".join(parts)
+
+    def args(self) -> str:
+        return ", ".join(f"a{k}" for k in range(len(self.params)))
+
+    def casts(self) -> str:
+        out = []
+        for k, p in enumerate(self.params):
+            const = "" if p in self.written else "const "
+            out.append(f"({const}{_ctype(self.graph, p, self.partials)}*)a{k}.data")
+        return ", ".join(out)
+
+    def stub(self, fn: str, cpu: str, cuda: str, checks: bool) -> str:
+        status = "(int*)st.data, sb" if checks else "(int*)0, 0"
+        args = ", ".join(f"{a}: wp.array(dtype={_wp_type(self.graph, p, self.partials)})" for a, p in self._named())
+        extra = ", st: wp.array(dtype=wp.int32), sb: int" if checks else ""
+        call = f"({self.casts()}, {status}, t);"
+        return "\n".join(
+            [
+                "@wp.func_native('''",
+                "#if defined(DP_CUDA)",
+                f"    {cuda}{call}",
+                "#else",
+                f"    {cpu}{call}",
+                "#endif",
+                "''')",
+                f"def n_{fn}({args}{extra}, t: int): ...",
+            ]
+        )
+
+    def kernel(self, name: str, fn: str, checks: bool) -> str:
+        arrays = [f"{a}: wp.array(dtype={_wp_type(self.graph, p, self.partials)})" for a, p in self._named()]
+        call = [a for a, _ in self._named()]
+        if checks:
+            arrays += ["a__status: wp.array(dtype=wp.int32)", "a__status_base: wp.int32"]
+            call += ["a__status", "a__status_base"]
+        sig = ", ".join([*arrays, "a__task0: wp.int32"])
+        return f"@wp.kernel\ndef {name}({sig}):\n    n_{fn}({', '.join([*call, 'wp.tid() + a__task0'])})\n"
+
+    def launch_params(self, checks: bool) -> list[str]:
+        from dpt_ir.backends.warp.codegen import STATUS, STATUS_BASE
+
+        return [*self.params, *([STATUS, STATUS_BASE] if checks else []), TASK0]
+
+    def _named(self) -> list[tuple[str, str]]:
+        return [(f"a{k}", p) for k, p in enumerate(self.params)]
+
+
+def _finalize(nest: Nest, w: ElementWriter, q: int, index: str, subst: dict[str, str]) -> list[str]:
+    root = nest.roots[q]
+    t, out_t = nest.templates[root], C_TYPES[w.graph.types[root].dtype]
+    lines = [f"const {out_t} res{q} = {t.finalize.format(**subst)};"]
+    check = w.nonfinite(root, f"res{q}")
+    if check:
+        lines.append(check)
+    if root in nest.group["outputs"]:
+        lines.append(f"{w.param(root)}[{index}] = res{q};")
+    return lines
+
+
+def group_kernels(
+    graph: Graph, group: dict[str, Any], name: str, slots: list[Any], checks: bool, device: str
+) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
+    """The launches of ``group`` on the C++ path and the native definitions they need
+    (stub name -> C++ and stub text); None when the group is not covered."""
+    from dpt_ir.backends.warp.codegen import KernelSource, partial_count
+
+    nest = cover(graph, group)
+    if nest is None:
+        return None
+    lay = drivers.layout(nest, device, partial_count(group, nest.rows, nest.inner, "cuda"))
+    params: list[str] = []
+    w = ElementWriter(graph, nest, params, slots, name, checks)
+    body = w.body()
+    partials: dict[str, tuple[str, int]] = {}
+    finish: list[str] = []
+    for q, root in enumerate(nest.roots):
+        subst = drivers.subst(nest, q)
+        if lay.parts == 1:
+            finish += _finalize(nest, w, q, "o", subst)
+            finish += w.epilogue({r: f"res{k}" for k, r in enumerate(nest.roots)}) if q == len(nest.roots) - 1 else []
+            continue
+        for state, c_type in nest.templates[root].state:
+            p = f"$partial:{root}:{state}"
+            partials[p] = (WP_STATE[c_type], lay.dim)
+            finish.append(f"{w.param(p)}[t] = s{q}_{state};")
+    nflags = len(slots) - w.slot_base
+    unit = Unit(graph, params, {*nest.stores, *nest.roots, *nest.after, *partials}, partials)
+    x_types = [C_TYPES[graph.types[graph.node_map[r].inputs[0]].dtype] for r in nest.roots]
+    ys = "".join(f", {x}& y{q}" for q, x in enumerate(x_types))
+    elem = [
+        "template <bool P, bool W>",
+        f"DP_FN void {TOKEN}_elem({unit.sig()}, int i, int j, const int* rb, int& big, int* fl{ys}) {{",
+        "    (void)i; (void)j; (void)rb; (void)big; (void)fl;",
+        *("    " + s for s in body),
+        "}",
+    ]
+    sig = f"{unit.sig()}, int* st, int sb, int t"
+    if nest.roots:
+        drv = drivers.reduction_drivers(nest, lay, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)
+    else:
+        drv = drivers.pointwise_drivers(nest, lay, unit.args(), sig, w.uses_big, nflags, checks)
+    fn, cxx = _hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
+    natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
+    main = KernelSource(
+        name,
+        unit.kernel(name, fn, checks),
+        unit.launch_params(checks),
+        lay.dim,
+        group["id"],
+        dict(partials),
+        {},
+        name,
+        w.slot_base,
+        "cxx",
+    )
+    if lay.parts == 1:
+        return [main], natives
+    final, more = _final_kernel(graph, nest, name + "_final", slots, checks, lay, partials)
+    natives.update(more)
+    return [main, final], natives
+
+
+def _final_kernel(
+    graph: Graph,
+    nest: Nest,
+    name: str,
+    slots: list[Any],
+    checks: bool,
+    lay: drivers.Layout,
+    partials: dict[str, tuple[str, int]],
+) -> tuple[Any, dict[str, tuple[str, str]]]:
+    """One thread per output: the partials folded in order, finalized, checked, stored."""
+    from dpt_ir.backends.warp.codegen import KernelSource
+
+    params: list[str] = []
+    w = ElementWriter(graph, nest, params, slots, name, checks)
+    body = [""]  # the flags' declaration, once their number is known
+    for q, root in enumerate(nest.roots):
+        t = nest.templates[root]
+        subst = drivers.subst(nest, q)
+        for state, c_type in t.state:
+            body.append(f"{c_type} s{q}_{state} = {w.param(f'$partial:{root}:{state}')}[o * {lay.parts}];")
+        body.append(f"for (int p = 1; p < {lay.parts}; ++p) {{")
+        for state, c_type in t.state:
+            body.append(
+                f"    const {c_type} o{q}_{state} = {w.param(f'$partial:{root}:{state}')}[o * {lay.parts} + p];"
+            )
+        body += ["    " + t.combine.format(**subst), "}"]
+        body += _finalize(nest, w, q, "o", subst)
+    body += w.epilogue({r: f"res{k}" for k, r in enumerate(nest.roots)})
+    nflags = len(slots) - w.slot_base
+    nf = max(nflags, 1)
+    body[0] = f"const int o = t; int fl[{nf}] = {{0}}; (void)fl;"
+    if checks and nflags:
+        body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
+    unit = Unit(graph, params, {*nest.roots, *nest.after}, partials)
+    lines = [f"DP_FN void {TOKEN}_final({unit.sig()}, int* st, int sb, int t) {{", *("    " + s for s in body), "}"]
+    fn, cxx = _hashed("\n".join(lines) + "\n")
+    natives = {fn: (cxx, unit.stub(fn, f"{fn}_final", f"{fn}_final", checks))}
+    kernel = KernelSource(
+        name,
+        unit.kernel(name, fn, checks),
+        unit.launch_params(checks),
+        nest.rows,
+        nest.group["id"],
+        {p: v for p, v in partials.items() if p in params},
+        {},
+        name,
+        w.slot_base,
+        "cxx",
+    )
+    return kernel, natives

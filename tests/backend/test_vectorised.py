@@ -1,0 +1,78 @@
+"""Guard against silent de-vectorisation of the C++ path (issue 11): the CPU object of a
+benchmark graph's generated module must hold packed vector instructions.
+
+Builds the ``value_and_grad`` module of ``benchmarks.graphs.chain16`` (16 transcendental and
+arithmetic ops, then a sum: one C++ kernel) at Warp's shipped ``-O2``, counts the packed
+AVX instructions on ``ymm`` registers in its object file with ``objdump`` (a "census"), and
+does the same for a build of the very same source with ``DP_VEC_LOOP`` defined as
+``#pragma clang loop vectorize(disable) interleave(disable)``: the guard passes for the
+first and must fail for the second. A change that makes the element loop scalar (a div/mod
+of the inner index, a libm call, an early exit, a loop-carried float) fails here.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import warp as wp
+
+from benchmarks.graphs import chain16
+from dpt_ir.backends.warp import codegen
+from dpt_ir.backends.warp.module import cache_root, content_key, import_source, load, warp_cache_dir
+from dpt_ir.passes.manager import run_pipeline
+from dpt_ir.passes.options import CompileOptions
+
+OBJDUMP = shutil.which("llvm-objdump") or shutil.which("objdump")
+PACKED_YMM = re.compile(r"\sv\w+p[sd]\s.*%ymm")
+MIN_PACKED = 200  # the vectorised chain16 kernel holds thousands; its scalar build a handful
+SCALAR = '_Pragma("clang loop vectorize(disable) interleave(disable)")'
+
+pytestmark = pytest.mark.skipif(OBJDUMP is None, reason="needs objdump or llvm-objdump for the census")
+
+
+def packed_ymm(obj: Path) -> int:
+    """Packed single/double-precision AVX instructions on ymm registers in ``obj``."""
+    out = subprocess.run([str(OBJDUMP), "-d", "--no-show-raw-insn", str(obj)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return sum(1 for line in out.stdout.splitlines() if PACKED_YMM.search(line))
+
+
+def build(text: str, label: str) -> Path:
+    """Import ``text`` as a fresh module, build it for the CPU at -O2, return its object."""
+    name = f"dpt_ir_vec_{label}_{content_key(text)}"
+    module = import_source(text, cache_root() / "vectorised", name)
+    level = wp.config.optimization_level
+    wp.config.optimization_level = 2  # the shipped level: -O0 test builds never vectorise
+    try:
+        load(module, "cpu", name, None, purge=False)
+    finally:
+        wp.config.optimization_level = level
+    (obj,) = [p for d in warp_cache_dir().glob(f"wp_{name}_*") for p in d.glob("*.o")]
+    return obj
+
+
+@pytest.fixture(scope="module")
+def chain16_text() -> str:
+    graph = chain16((64, 64), "float32")
+    options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
+    plans = {"vg": run_pipeline(graph, options).graph}
+    source = codegen.generate(plans, graph.name, "vectorisation guard", True, "cpu")
+    assert {k.path for k in source.kernels} == {"cxx"}, [(k.name, k.path) for k in source.kernels]
+    return source.text
+
+
+def test_chain16_hot_loop_is_vectorised(chain16_text: str) -> None:
+    count = packed_ymm(build(chain16_text, "vec"))
+    assert count >= MIN_PACKED, f"{count} packed ymm instructions; the element loop went scalar"
+
+
+def test_guard_fails_for_a_scalar_build(chain16_text: str) -> None:
+    marker = "_PREAMBLE = math_header()"
+    assert marker in chain16_text
+    scalar = chain16_text.replace(marker, f"_PREAMBLE = '#define DP_VEC_LOOP {SCALAR}\\n' + math_header()")
+    count = packed_ymm(build(scalar, "scalar"))
+    assert count < MIN_PACKED, f"{count} packed ymm instructions in a build with vectorisation disabled"
