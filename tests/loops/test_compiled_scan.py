@@ -93,6 +93,18 @@ def test_checkpoint_plan_is_reported() -> None:
     assert vjp["recompute_factor"] == pytest.approx(vjp["advances"] / STEPS) and vjp["advances"] > STEPS - 1
 
 
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_checkpointed_reverse_holds_at_most_k_plus_2_carries(compiled: dict[str, Any], slots: int) -> None:
+    program = dp.compile(heat(checkpoint=slots), wrt=WRT, loss="loss")
+    grads = program.value_and_grad(**inputs())[1]
+    assert all(np.array_equal(grads[n], compiled["grads"][n]) for n in WRT), slots
+    (vjp,) = [r for r in program.report["loops"] if r["op"] == "scan_vjp"]
+    carry = 8 * 6 * 4
+    # The carry and cotangent arrays the loop allocates (slot 0 is the caller's initial carry).
+    assert vjp["carry_bytes"] == carry and vjp["carry_bytes_held"] == (slots + 2) * carry, vjp
+    assert vjp["workspace_bytes"] > 0
+
+
 def test_compile_does_not_depend_on_length(compiled: dict[str, Any]) -> None:
     start = time.perf_counter()
     long = dp.compile(heat(steps=1000), wrt=WRT, loss="loss")

@@ -112,6 +112,7 @@ class Segments:
             if forward is not None and loop.schedule.slots == loop.schedule.length:
                 forward.keep()  # store-every-carry: the forward keeps them, the reverse reruns nothing
                 loop.source = forward
+            loop.prepare()
             if node.op == "scan":
                 scans[node.inputs] = loop
             self.stages.append(("loop", loop, node))
@@ -145,7 +146,9 @@ def saved_text(loops: list[dict[str, Any]]) -> str:
         lines += [
             f"{r['node']}: {r['length']} steps, policy: {r['policy']}",
             f"  holds {r['slots']} stored carries = {r['bytes_held']} bytes "
-            f"(plus the current carry and its cotangent, each in two ping-pong buffers)",
+            f"(the first is the initial carry itself); with the step buffers (the current carry, the next "
+            f"one and the cotangent, sharing three) it owns {r['carry_bytes_held']} bytes of carries "
+            f"and cotangents, plus {r['workspace_bytes']} bytes of the body's own workspaces",
             f"  recomputes {r['advances']} forward steps to rebuild carries: "
             f"recompute factor {r['recompute_factor']:.3f} "
             "(forward steps rerun / length; each step's vjp also runs its step's forward once)",
