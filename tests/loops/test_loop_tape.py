@@ -5,6 +5,7 @@ the small heat loop of `test_compiled_scan` (its body is cached in process)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -69,3 +70,18 @@ def test_tape_pass_lifecycle_misuse_is_a_lifecycle_error(program: Any) -> None:
         ok.forward(**x)
     assert ok.backward(seed={"loss": 1.0})["k"].shape == SHAPE
     ok.close()
+
+
+def test_tape_passes_in_two_threads_wait_for_each_other(program: Any) -> None:
+    x = inputs()
+
+    def one_pass() -> np.ndarray:
+        with program.tape_pass() as tp:
+            tp.forward(**x)
+        k = tp.backward(seed={"loss": 1.0, "field": 1.0})["k"].numpy().copy()
+        tp.close()
+        return k
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: one_pass(), range(4)))
+    assert all(np.array_equal(r, results[0]) for r in results)

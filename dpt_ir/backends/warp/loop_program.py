@@ -31,7 +31,7 @@ import warp as wp
 
 from dpt_ir.autodiff import joint_graph
 from dpt_ir.backends.warp.loop import Loop, check_loop_dtypes, piece_names, vjp_piece
-from dpt_ir.backends.warp.loop_tape import LoopTapePass, tape_graph
+from dpt_ir.backends.warp.loop_tape import LoopTapePass, PassLock, tape_graph
 from dpt_ir.backends.warp.plan import WP_DTYPES
 from dpt_ir.contracts import check_inputs
 from dpt_ir.errors import ContractError
@@ -207,7 +207,7 @@ class LoopProgram:
         self._lock = threading.Lock()
         self._base = base
         self._tape: Segments | None = None  # compiled at the first tape_pass
-        self._tape_lock = threading.Lock()  # held by the open tape pass, from forward to close
+        self._tape_lock = PassLock()  # held by the open tape pass, from forward to close
         modules = sorted({p.module_name for p in programs.values()})
         self.module_name = "+".join(modules)
         # Generated kernels (Warp kernel definitions) in the program's module.
@@ -288,7 +288,8 @@ class LoopProgram:
         forward with the inputs, then ``backward(seed=...)`` with a scalar or array seed per
         output, then ``close``. Its pieces (the joint graph of every float output, cut
         between forward and backward) compile at the first call. One pass is open at a
-        time; ``tape=`` (joining a caller's ``wp.Tape``) is not offered for loop programs."""
+        time (a pass in another thread waits for it); ``tape=`` (joining a caller's ``wp.Tape``)
+        is not offered for loop programs."""
         if not self.wrt:
             raise ContractError(f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile")
         if tape is not None:

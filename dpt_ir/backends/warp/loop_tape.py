@@ -3,7 +3,7 @@
 
 Assumes: ``segments`` cut the joint graph of every float output (`tape_graph`) with the
 forward part (the nodes that read no cotangent) first and a cut between the parts
-(`Segments.split`); the program serialises its tape passes (``lock``, held from
+(`Segments.split`); the program serialises its tape passes (a `PassLock`, held from
 ``forward`` to ``close``), since the stages' loop buffers are shared.
 Guarantees:
 - states ``new -> recording -> recorded -> complete -> closed``; ``forward`` runs once,
@@ -51,10 +51,32 @@ def tape_graph(graph: Graph, wrt: tuple[str, ...]) -> tuple[Graph, int]:
     return joint.replace(nodes=tuple(first + later)), len(first)
 
 
+class PassLock:
+    """Held by a program's open tape pass from ``forward`` to ``close``: a pass in another
+    thread waits for it; one in the same thread (which would wait forever) is refused."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+
+    def acquire(self, where: str) -> None:
+        if self._owner == threading.get_ident():
+            raise LifecycleError(
+                f"{where}: another tape pass of this loop program is open in this thread; close it first "
+                "(a loop program runs one tape pass at a time)"
+            )
+        self._lock.acquire()
+        self._owner = threading.get_ident()
+
+    def release(self) -> None:
+        self._owner = None
+        self._lock.release()
+
+
 class LoopTapePass:
     """One forward and one backward of a loop program (see the module docstring)."""
 
-    def __init__(self, program: Any, segments: Any, lock: threading.Lock) -> None:
+    def __init__(self, program: Any, segments: Any, lock: PassLock) -> None:
         self.program = program
         self.segments = segments
         self.lock = lock
@@ -93,11 +115,7 @@ class LoopTapePass:
         self._require(("recording",), "run forward")
         if self._env is not None:
             raise LifecycleError("tape pass: forward already ran in this pass (one evaluation per pass)")
-        if not self.lock.acquire(blocking=False):
-            raise LifecycleError(
-                f"tape pass of {self.program.graph.name!r}: another tape pass of this loop program is open; "
-                "close it first (a loop program runs one tape pass at a time)"
-            )
+        self.lock.acquire(f"tape pass of {self.program.graph.name!r}")
         self._locked = True
         try:
             env = self.program.device_arrays(check_inputs(self.program.graph, inputs))
