@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from dpt_ir.backends.warp.loop_launch import Replay
 from dpt_ir.backends.warp.plan import WP_DTYPES
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, Node, Output
@@ -135,8 +136,10 @@ class Loop:
         self.fwd_plan = self.body.plans["run"]
         self.direct = direct_outputs(self.fwd_plan, self.body_outputs)
         self.fwd_ws = self.fwd_plan.checkout()
+        self.fwd_run = Replay(self.fwd_plan, self.fwd_ws)
         self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
         self.vjp_ws = self.vjp_plan.checkout() if self.vjp_plan is not None else None
+        self.vjp_run = Replay(self.vjp_plan, self.vjp_ws) if self.vjp_plan is not None else None
         self.vjp_direct: dict[int, str] = {}  # loop input k -> the vjp output value of its gradient
         if self.vjp_plan is not None:
             wanted = [k for k in range(len(self.in_types)) if k in self.grad_offsets]
@@ -247,7 +250,7 @@ class Loop:
         for k, value in self.direct.items():
             if k < a.carries:
                 bound[value] = into[k]
-        self.fwd_plan.run("forward", bound, self.fwd_ws)
+        self.fwd_run.run(bound)
         for k in range(a.carries):
             if k not in self.direct:
                 wp.copy(into[k], self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten())
@@ -267,6 +270,7 @@ class Loop:
         """The packed results of ``scan`` on its input arrays (flat)."""
         a = self.attrs
         self._begin(self.fwd_ws)
+        self.fwd_run.begin()
         carry, at = list(arrays[: a.carries]), 1  # at: the pool buffer holding the carry
         final = [
             self.packed[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size]
@@ -302,6 +306,9 @@ class Loop:
         gy = arrays[-1]
         forward = arrays[:-1]
         self._begin(self.fwd_ws, self.vjp_ws)
+        self.fwd_run.begin()
+        if self.vjp_run is not None:
+            self.vjp_run.begin()
         self.sums = dict(self.zeros)  # read only: each step writes the new sum into `sum_pool`
         g_carry = [gy[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size] for k in range(a.carries)]
         g_at: int | None = None  # the pool buffer holding the carries' cotangent (None: a view of gy)
@@ -375,8 +382,8 @@ class Loop:
         for k, value in self.vjp_direct.items():
             bound[value] = targets[k]
         plan, ws = self.vjp_plan, self.vjp_ws
-        assert plan is not None and ws is not None  # a scan_vjp node's loop has its vjp program
-        plan.run("forward", bound, ws)
+        assert plan is not None and ws is not None and self.vjp_run is not None  # a scan_vjp node's loop
+        self.vjp_run.run(bound)
         for k, target in targets.items():
             if k not in self.vjp_direct:
                 wp.copy(target, plan.output_array(self.grad_outputs[self._name(k)], ws).flatten())
