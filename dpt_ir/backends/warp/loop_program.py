@@ -30,7 +30,8 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.autodiff import joint_graph
-from dpt_ir.backends.warp.loop import Loop, check_loop_dtypes, piece_names, vjp_piece
+from dpt_ir.backends.warp.loop import Loop
+from dpt_ir.backends.warp.loop_pieces import check_loop_dtypes, piece_names, vjp_piece
 from dpt_ir.backends.warp.loop_tape import LoopTapePass, PassLock, tape_graph
 from dpt_ir.backends.warp.plan import WP_DTYPES
 from dpt_ir.contracts import check_inputs
@@ -157,7 +158,8 @@ def saved_text(loops: list[dict[str, Any]]) -> str:
             f"  holds {r['slots']} stored carries = {r['bytes_held']} bytes "
             f"(the first is the initial carry itself); with the step buffers (the current carry, the next "
             f"one and the cotangent, sharing three) it owns {r['carry_bytes_held']} bytes of carries "
-            f"and cotangents, plus {r['workspace_bytes']} bytes of the body's own workspaces",
+            f"and cotangents, plus {r['workspace_bytes']} bytes of the body's own workspaces"
+            + (f"; it reads the {r['kept_bytes']} bytes of carries the forward kept" if "kept_bytes" in r else ""),
             f"  recomputes {r['advances']} forward steps to rebuild carries: "
             f"recompute factor {r['recompute_factor']:.3f} "
             "(forward steps rerun / length; each step's vjp also runs its step's forward once)",
