@@ -154,7 +154,8 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         "`jax.lax.scan` semantics: the step is built once, as a body graph, and tensors of the\n"
         "enclosing graph it uses become inputs of the loop node (gradients reach them). The\n"
         "reverse sweep stores every carry or runs binomial checkpointing (revolve). `dp.compile`\n"
-        "compiles the body once and launches it per step (no tape passes yet). See [loops.md](loops.md).",
+        "compiles the body once and launches it per step; loop programs run, `value_and_grad`,\n"
+        "tape passes and the interop adapters like any program. See [loops.md](loops.md).",
         ["scan", "fori_loop"],
     ),
     (

@@ -1,5 +1,9 @@
 """What the PyTorch, JAX and SciPy adapters share: the forward and the vector-Jacobian
-product of a `Program` on host (NumPy) arrays, through its public API only.
+product of a compiled program on host (NumPy) arrays, through its public API only.
+
+A compiled program is anything `CompiledProgram` describes: `dpt_ir.runtime.Program` and
+the loop program of a graph with ``dp.scan`` (`dpt_ir.backends.warp.loop_program.LoopProgram`)
+both are. The adapters accept one through `require_program`, and ask nothing else of it.
 
 Assumes: the program was compiled with ``wrt`` for `vjp`; inputs are a dict input name
 -> NumPy array or ``wp.array`` on the program's device, which the caller keeps unchanged
@@ -16,14 +20,41 @@ makes the adapters reentrant. Errors are the program's own (`ContractError`,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
-from dpt_ir.runtime import Program
 from dpt_ir.types import is_float
+
+
+@runtime_checkable
+class CompiledProgram(Protocol):
+    """What the adapters use of a compiled program (``dp.compile``'s result, with or
+    without loops): its graph, ``wrt``, loss, device and module name, ``run``,
+    ``value_and_grad`` and ``tape_pass`` (DESIGN §2 and §6 semantics)."""
+
+    graph: Graph
+    wrt: tuple[str, ...]
+    loss: str | None
+    device: str
+    module_name: str
+
+    def run(self, **inputs: Any) -> dict[str, np.ndarray]: ...
+
+    def value_and_grad(self, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]: ...
+
+    def tape_pass(self, tape: Any = None) -> Any: ...
+
+
+def require_program(program: object, where: str) -> CompiledProgram:
+    """``program`` if it is a compiled program, else a `ContractError` naming ``where``."""
+    if not isinstance(program, CompiledProgram):
+        raise ContractError(
+            f"{where}: expected a compiled program (the result of dp.compile), found {type(program).__name__}"
+        )
+    return program
 
 
 def input_names(graph: Graph) -> list[str]:
@@ -62,18 +93,18 @@ def bind_arguments(graph: Graph, args: tuple[Any, ...], kwargs: Mapping[str, Any
     return bound
 
 
-def forward(program: Program, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def forward(program: CompiledProgram, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """``program.run``: a dict output name -> fresh NumPy array."""
     return program.run(**inputs)
 
 
-def has_scalar_loss(program: Program) -> bool:
+def has_scalar_loss(program: CompiledProgram) -> bool:
     """Whether ``program.value_and_grad`` applies: a loss output that is a scalar."""
     return program.loss is not None and output_type(program.graph, program.loss).shape == ()
 
 
 def forward_and_loss_grads(
-    program: Program, inputs: Mapping[str, Any]
+    program: CompiledProgram, inputs: Mapping[str, Any]
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """One fused ``value_and_grad``: the outputs, and the loss gradients a later `vjp`
     with a cotangent on the loss alone scales instead of evaluating anything."""
@@ -81,7 +112,7 @@ def forward_and_loss_grads(
 
 
 def vjp(
-    program: Program,
+    program: CompiledProgram,
     inputs: Mapping[str, Any],
     cotangents: Mapping[str, np.ndarray | None],
     loss_grads: Mapping[str, np.ndarray] | None = None,
@@ -105,7 +136,9 @@ def vjp(
     return _tape_vjp(program, inputs, live)
 
 
-def _tape_vjp(program: Program, inputs: Mapping[str, Any], seeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _tape_vjp(
+    program: CompiledProgram, inputs: Mapping[str, Any], seeds: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     tp = program.tape_pass()
     try:
         with tp:

@@ -33,6 +33,7 @@ import numpy as np
 
 from dpt_ir.errors import ContractError
 from dpt_ir.interop import (
+    CompiledProgram,
     bind_arguments,
     differentiable_outputs,
     forward,
@@ -41,15 +42,14 @@ from dpt_ir.interop import (
     input_names,
     output_names,
     output_type,
+    require_program,
     vjp,
 )
-from dpt_ir.runtime import Program
 
 
-def function(program: Program) -> Any:
+def function(program: CompiledProgram) -> Any:
     """The program as a JAX function (see the module docstring)."""
-    if not isinstance(program, Program):
-        raise ContractError(f"dpt_ir.jax.function: expected a dp.Program, found {type(program).__name__}")
+    require_program(program, "dpt_ir.jax.function")
     graph = program.graph
     names, outs, cot_outs = input_names(graph), output_names(graph), differentiable_outputs(graph)
     where = f"dpt_ir.jax.function({graph.name!r})"

@@ -21,11 +21,10 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.errors import ContractError
-from dpt_ir.interop import input_names, output_type
-from dpt_ir.runtime import Program
+from dpt_ir.interop import CompiledProgram, input_names, output_type, require_program
 
 
-def objective(program: Program, **fixed_inputs: Any) -> Objective:
+def objective(program: CompiledProgram, **fixed_inputs: Any) -> Objective:
     """The program's loss over its ``wrt`` inputs, the others fixed (see the module docstring)."""
     return Objective(program, fixed_inputs)
 
@@ -33,9 +32,8 @@ def objective(program: Program, **fixed_inputs: Any) -> Objective:
 class Objective:
     """``fun(x) -> (value, gradient)`` over the flat float64 vector of ``program.wrt``."""
 
-    def __init__(self, program: Program, fixed_inputs: dict[str, Any]) -> None:
-        if not isinstance(program, Program):
-            raise ContractError(f"dpt_ir.scipy.objective: expected a dp.Program, found {type(program).__name__}")
+    def __init__(self, program: CompiledProgram, fixed_inputs: dict[str, Any]) -> None:
+        require_program(program, "dpt_ir.scipy.objective")
         graph = program.graph
         if not program.wrt:
             raise ContractError(f"dpt_ir.scipy.objective: program {graph.name!r} was compiled without wrt")

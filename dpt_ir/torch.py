@@ -53,6 +53,7 @@ from torch.autograd.function import once_differentiable
 
 from dpt_ir.errors import ContractError
 from dpt_ir.interop import (
+    CompiledProgram,
     bind_arguments,
     differentiable_outputs,
     forward,
@@ -61,9 +62,9 @@ from dpt_ir.interop import (
     input_names,
     output_names,
     output_type,
+    require_program,
     vjp,
 )
-from dpt_ir.runtime import Program
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -76,12 +77,11 @@ _FUNCTIONS: dict[str, TorchFunction] = {}  # op name -> its function: torch.libr
 _REGISTERING = threading.Lock()  # two threads wrapping one program must not register its ops twice
 
 
-def function(program: Program) -> TorchFunction:
+def function(program: CompiledProgram) -> TorchFunction:
     """The program as a callable on ``torch.Tensor``s (see the module docstring).
 
     Calling it twice for the same program returns the same function (one registration)."""
-    if not isinstance(program, Program):
-        raise ContractError(f"dpt_ir.torch.function: expected a dp.Program, found {type(program).__name__}")
+    require_program(program, "dpt_ir.torch.function")
     base = re.sub(r"\W", "_", f"{program.module_name}_{program.device}")
     with _REGISTERING:
         name, k = base, 1
@@ -97,7 +97,7 @@ def function(program: Program) -> TorchFunction:
 class TorchFunction:
     """A program registered as ``dpt_ir::<name>`` (forward) and ``dpt_ir::<name>_vjp``."""
 
-    def __init__(self, program: Program, name: str) -> None:
+    def __init__(self, program: CompiledProgram, name: str) -> None:
         self.program = program
         self.name = name
         self.inputs = input_names(program.graph)

@@ -8,8 +8,9 @@ through every step):
 
 From a known initial field and the field observed at the end (made here with a known
 ``k_true``), L-BFGS-B (``scipy.optimize``) recovers ``k`` by minimising the misfit
-``0.5 * sum((u_T(k) - obs)^2)`` plus a small smoothness penalty, using the compiled
-program's ``value_and_grad``. The misfit is printed at every iteration.
+``0.5 * sum((u_T(k) - obs)^2)`` plus a small smoothness penalty, through
+``dpt_ir.scipy.objective`` of the compiled loop program (its ``value_and_grad``). The
+misfit is printed at every iteration.
 
 Run: ``python examples/heat_inverse.py`` (1,000 steps on 128 x 128);
 ``python examples/heat_inverse.py --steps 20 --size 16 --iterations 5`` is the small run
@@ -26,6 +27,7 @@ import numpy as np
 from scipy import optimize
 
 import dpt_ir as dp
+import dpt_ir.scipy as dps
 
 LAPLACIAN = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
 SMOOTHNESS = 1e-3
@@ -81,9 +83,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     k0 = np.full((n, n), 0.7)
     history: list[float] = []
 
-    def fun(x: np.ndarray) -> tuple[float, np.ndarray]:
-        outs, grads = program.value_and_grad(k=x.reshape(n, n), u0=u0, obs=observed)
-        return float(outs["loss"]), grads["k"].reshape(-1)
+    fun = dps.objective(program, u0=u0, obs=observed)  # value and gradient over the flat k
 
     def report(x: np.ndarray) -> None:
         misfit = float(program.run(k=x.reshape(n, n), u0=u0, obs=observed)["misfit"])
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     start = time.perf_counter()
     result = optimize.minimize(
         fun,
-        k0.ravel(),
+        fun.x0(k=k0),
         jac=True,
         method="L-BFGS-B",
         bounds=[K_BOUNDS] * (n * n),

@@ -86,11 +86,35 @@ def test_repeated_runs_and_checkpoint_policies_are_bit_identical(compiled: dict[
         assert all(np.array_equal(grads[n], compiled["grads"][n]) for n in WRT), policy
 
 
+def test_replayed_launches_take_each_call_s_own_inputs(compiled: dict[str, Any]) -> None:
+    """The recorded step launches are re-pointed at every call's arrays, never a stale one."""
+    program, other = compiled["program"], {k: v * np.float32(0.5) for k, v in inputs().items()}
+    values, grads = program.value_and_grad(**other)
+    expected = dp.interpret_grad(compiled["graph"], WRT, seed={"loss": 1.0}, **other)
+    np.testing.assert_allclose(values["field"], dp.interpret(compiled["graph"], **other)["field"], rtol=1e-5, atol=1e-6)
+    for name in WRT:
+        np.testing.assert_allclose(grads[name], expected[name], rtol=1e-4, atol=1e-5)
+    again = program.value_and_grad(**inputs())[1]
+    assert all(np.array_equal(again[n], compiled["grads"][n]) for n in WRT)
+
+
 def test_checkpoint_plan_is_reported() -> None:
     program = dp.compile(heat(checkpoint=2), wrt=WRT, loss="loss")
     (vjp,) = [r for r in program.report["loops"] if r["op"] == "scan_vjp"]
     assert vjp["slots"] == 2 and vjp["bytes_held"] == 2 * 8 * 6 * 4
     assert vjp["recompute_factor"] == pytest.approx(vjp["advances"] / STEPS) and vjp["advances"] > STEPS - 1
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_checkpointed_reverse_holds_at_most_k_plus_2_carries(compiled: dict[str, Any], slots: int) -> None:
+    program = dp.compile(heat(checkpoint=slots), wrt=WRT, loss="loss")
+    grads = program.value_and_grad(**inputs())[1]
+    assert all(np.array_equal(grads[n], compiled["grads"][n]) for n in WRT), slots
+    (vjp,) = [r for r in program.report["loops"] if r["op"] == "scan_vjp"]
+    carry = 8 * 6 * 4
+    # The carry and cotangent arrays the loop allocates (slot 0 is the caller's initial carry).
+    assert vjp["carry_bytes"] == carry and vjp["carry_bytes_held"] == (slots + 2) * carry, vjp
+    assert vjp["workspace_bytes"] > 0
 
 
 def test_compile_does_not_depend_on_length(compiled: dict[str, Any]) -> None:

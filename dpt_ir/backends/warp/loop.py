@@ -5,32 +5,35 @@ input in the carries' dtype (`check_loop_dtypes`), and its body (and, for ``scan
 body-vjp) pieces compiled as forward-only programs (`dpt_ir.backends.warp.loop_program`).
 
 Guarantees:
-- ``scan`` launches the body's kernels ``length`` times: carries ping-pong between the
-  output buffers of two workspaces of the body's plan (no per-step copy), ``xs`` are read
-  as per-step views of the stacked arrays; the outputs a kernel writes and no other
+- ``scan`` launches the body's kernels ``length`` times in one workspace of the body's
+  plan: carries alternate between two carry-sized arrays (no per-step copy), ``xs`` are
+  read as per-step views of the stacked arrays; the outputs a kernel writes and no other
   output shares (`direct_outputs`) are bound to their destinations, so each ``y`` is
   written straight into the packed result at its step's offset, the final carries too,
   and kept carries into their own arrays; other outputs are copied there;
 - ``scan_vjp`` replays the node's checkpoint schedule (`dpt_ir.revolve`, the same data
-  the interpreter replays), storing carries in ``slots`` preallocated arrays and running
-  the vjp program at each ``reverse`` action; when the schedule stores every carry and
-  the forward scan ran in the same evaluation (`keep`/``source``), it reads the carries
-  the forward kept instead. Closed-over gradients are summed in reverse step order inside
-  the vjp kernel (`vjp_piece`): deterministic, bit-identical for every policy;
+  the interpreter replays). It allocates ``slots + 2`` carry-sized arrays: slot 0 is the
+  initial carry itself (the schedule stores ``c_0`` there once and never overwrites it),
+  ``slots - 1`` stored carries, and three step buffers shared by the current carry, the
+  next one and the carry's cotangent (`_free`). It runs the vjp program at each
+  ``reverse`` action; when the schedule stores every carry and the forward scan ran in the
+  same evaluation (`keep`/``source``), it reads the carries the forward kept instead.
+  Closed-over gradients are summed in reverse step order inside the vjp kernel
+  (`vjp_piece`): deterministic, bit-identical for every policy;
 - the body's status words are checked after each node (`NumericalError` naming the loop).
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
 import warp as wp
 
+from dpt_ir.backends.warp.loop_launch import Replay
+from dpt_ir.backends.warp.loop_pieces import ACC_PREFIX, direct_outputs, piece_names
 from dpt_ir.backends.warp.plan import WP_DTYPES
-from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph, Node, Output
+from dpt_ir.graph import Node
 from dpt_ir.ops.loop import ScanAttrs, body_vjp, checkpoint_plan, grad_layout, result_types
 from dpt_ir.types import TensorType, is_float
 
@@ -41,58 +44,6 @@ def _offsets(types: list[TensorType]) -> list[int]:
         out.append(at)
         at += t.size
     return out
-
-
-def piece_names(a: ScanAttrs) -> tuple[str, str]:
-    """The names of a loop's body and body-vjp pieces (one per distinct body)."""
-    digest = hashlib.sha256(a.body.model_dump_json().encode()).hexdigest()[:12]
-    return f"body_{digest}", f"body_vjp_{digest}"
-
-
-ACC_PREFIX = "acc."  # the vjp piece's input holding a closure's gradient summed over later steps
-
-
-def vjp_piece(a: ScanAttrs) -> Graph:
-    """The vjp program's graph: the body's joint graph reduced to its gradient outputs,
-    where each float closed-over input's gradient is ``acc.<input> + this step's part``
-    (the running sum over the steps already reversed, fused into the vjp kernel: the same
-    additions in the same order as summing afterwards, without a launch per step)."""
-    from dpt_ir.builder import GraphBuilder
-
-    joint = body_vjp(a.body)
-    grads = joint.meta["gradients"]
-    b, handles = GraphBuilder.from_graph(joint)
-    closures = a.body.inputs[a.carries + a.xs + (1 if a.index else 0) :]
-    outputs = {o.name: o.value for o in joint.outputs if o.name in set(grads.values())}
-    for inp in closures:
-        if is_float(inp.type.dtype):
-            acc = b.add_input(ACC_PREFIX + inp.name, inp.type)
-            total = b.emit("add", [acc, handles[outputs[grads[inp.name]]]], meta={"phase": "backward"})
-            outputs[grads[inp.name]] = total.name
-    b.set_outputs([Output(name=k, value=v) for k, v in outputs.items()])
-    return b.build().replace(name=f"{a.body.name}.vjp", meta={})
-
-
-def direct_outputs(plan: Any, names: list[str]) -> dict[int, str]:
-    """Outputs ``names`` of ``plan`` (by position) that a kernel writes and that no other
-    output shares: a loop binds them to their destination (a kept carry, a packed
-    result), so the kernel writes there and nothing is copied. The others are copied
-    from the workspace."""
-    values = list(plan.outputs.values())
-    written = {p for launch in plan.launches for p in launch.params}
-    chosen = [plan.outputs[name] for name in names]
-    return {k: v for k, v in enumerate(chosen) if v in plan.graph.node_map and v in written and values.count(v) == 1}
-
-
-def check_loop_dtypes(node: Node, in_types: tuple[TensorType, ...]) -> None:
-    """Compiled loops pack every float input's gradient in the carries' dtype."""
-    dtype = in_types[0].dtype
-    for k, t in enumerate(in_types):
-        if is_float(t.dtype) and t.dtype != dtype:
-            raise ContractError(
-                f"compile: node {node.name!r}: loop input {k} has dtype {t.dtype}; compiled loops expect every "
-                f"float input in the carries' dtype {dtype}"
-            )
 
 
 class Loop:
@@ -123,52 +74,103 @@ class Loop:
         self.grad_offsets = {k: off for k, off, _ in layout}
         self.grads = wp.zeros(sum(size for _, _, size in layout), dtype=WP_DTYPES[dtype], device=self.device)
         self.iota = wp.array(np.arange(a.length, dtype=np.int32), dtype=wp.int32, device=self.device)
-        plan = checkpoint_plan(a, self.in_types)
-        self.schedule = plan
-        self.slots: list[list[wp.array]] = []  # a scan_vjp's stored carries, allocated at its first run
+        self.schedule = checkpoint_plan(a, self.in_types)
+        self.slots: list[list[wp.array]] = []  # a scan_vjp's stored carries 1.. (slot 0 is c_0 itself)
         # A scan whose reverse stores every carry keeps them as it runs (see `keep`); that
         # reverse (``source``) then reads them instead of rerunning the forward.
         self.trajectory: list[list[wp.array]] = []
         self.source: Loop | None = None
-        closures = range(a.carries + a.xs, len(self.in_types))
-        # The closures' gradient sums start at zero; then each reverse step's vjp reads the
-        # sum so far (``acc.<input>``) and writes the new one (ping-pong in its workspaces).
-        self.zeros = {
-            k: wp.zeros(self.in_types[k].size, dtype=WP_DTYPES[dtype], device=self.device)
-            for k in closures
-            if is_float(self.in_types[k].dtype)
-        }
-        self.sums: dict[int, wp.array] = {}
         self.fwd_plan = self.body.plans["run"]
         self.direct = direct_outputs(self.fwd_plan, self.body_outputs)
-        self.fwd_ws = [self.fwd_plan.checkout(), self.fwd_plan.checkout()]
+        self.fwd_ws = self.fwd_plan.checkout()
+        self.fwd_run = Replay(self.fwd_plan, self.fwd_ws)
         self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
-        self.vjp_ws = [self.vjp_plan.checkout(), self.vjp_plan.checkout()] if self.vjp_plan is not None else []
-        # The xs' gradients the vjp kernel writes straight into the packed gradient.
-        self.vjp_direct: dict[int, str] = {}
+        self.vjp_ws = self.vjp_plan.checkout() if self.vjp_plan is not None else None
+        self.vjp_run = Replay(self.vjp_plan, self.vjp_ws) if self.vjp_plan is not None else None
+        self.vjp_direct: dict[int, str] = {}  # loop input k -> the vjp output value of its gradient
         if self.vjp_plan is not None:
-            xs = [k for k in range(a.carries, a.carries + a.xs) if k in self.grad_offsets]
-            found = direct_outputs(self.vjp_plan, [self.grad_outputs[self._name(k)] for k in xs])
-            self.vjp_direct = {xs[j]: v for j, v in found.items()}
+            wanted = [k for k in range(len(self.in_types)) if k in self.grad_offsets]
+            found = direct_outputs(self.vjp_plan, [self.grad_outputs[self._name(k)] for k in wanted])
+            self.vjp_direct = {wanted[j]: v for j, v in found.items()}
+        self.pool = self._pool()
+        # A closure's gradient sum ping-pongs between the vjp's output and one array of
+        # ours: each reverse step reads the sum so far (``acc.<input>``) and writes the new one.
+        self.sum_pool = {k: [self._vjp_out(k), self._zeros(k)] for k in self._closures()}
+        self.zeros = {k: self._zeros(k) for k in self._closures()}
+
+    # -- buffers --
+    def _zeros(self, k: int) -> wp.array:
+        return wp.zeros(self.in_types[k].size, dtype=self.packed.dtype, device=self.device)
 
     def _carries(self) -> list[wp.array]:
-        return [
-            wp.zeros(self.in_types[k].size, dtype=self.packed.dtype, device=self.device)
-            for k in range(self.attrs.carries)
-        ]
+        return [self._zeros(k) for k in range(self.attrs.carries)]
+
+    def _closures(self) -> list[int]:
+        a = self.attrs
+        if self.vjp is None:
+            return []
+        return [k for k in range(a.carries + a.xs, len(self.in_types)) if is_float(self.in_types[k].dtype)]
+
+    def _vjp_out(self, k: int) -> wp.array:
+        """The vjp workspace's array of loop input ``k``'s gradient when its kernel writes it
+        (`direct_outputs`), else a new one."""
+        assert self.vjp_plan is not None and self.vjp_ws is not None
+        if k in self.vjp_direct:
+            return self.vjp_plan.output_array(self.grad_outputs[self._name(k)], self.vjp_ws).flatten()
+        return self._zeros(k)
+
+    def _pool(self) -> list[list[wp.array]]:
+        """The carry-sized buffers the steps write, per carry: a ``scan`` alternates its carry
+        between two (the body's output in its one workspace, and one of ours); a
+        ``scan_vjp`` shares three between the current carry, the next one and the carry's
+        cotangent (at most two are live when a step writes the third)."""
+        out = []
+        for k in range(self.attrs.carries):
+            own = self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten() if k in self.direct else None
+            arrays = [own if own is not None else self._zeros(k), self._zeros(k)]
+            if self.vjp is not None:
+                arrays.append(self._vjp_out(k))
+            out.append(arrays)
+        return [list(p) for p in zip(*out, strict=True)] if out else []
+
+    def prepare(self) -> None:
+        """Allocate the stored carries of a checkpointed reverse (after `source` is known)."""
+        if self.vjp is not None and self.source is None and not self.slots:
+            self.slots = [self._carries() for _ in range(self.schedule.slots - 1)]
 
     def keep(self) -> None:
         """Store every step's carry during the forward (for a store-every-carry reverse)."""
         self.trajectory = [self._carries() for _ in range(self.attrs.length - 1)]
 
+    def carry_bytes_held(self) -> int:
+        """Bytes of the carry-sized arrays this loop owns for carries and their cotangents
+        (stored carries, kept trajectory, the step buffers), body temporaries excluded."""
+        arrays = [x for group in (*self.slots, *self.trajectory, *self.pool) for x in group]
+        return sum(x.capacity for x in {x.ptr: x for x in arrays}.values())
+
+    def workspace_bytes(self) -> int:
+        """Bytes of the body's and vjp's workspaces outside `pool`: the body's own
+        temporaries, ys, the closures' gradient sums."""
+        pooled = {x.ptr for group in self.pool for x in group}
+        arrays = {}
+        for ws in (self.fwd_ws, self.vjp_ws):
+            if ws is not None:
+                for x in (*ws.buffers.values(), *ws.shaped.values()):
+                    arrays.setdefault(x.ptr, x)
+        extra = [x for group in self.sum_pool.values() for x in group[1:]]
+        return sum(x.capacity for p, x in arrays.items() if p not in pooled) + sum(x.capacity for x in extra)
+
     def held(self) -> dict[str, Any]:
         """What the reverse sweep holds and recomputes (`dpt_ir.revolve.CheckpointPlan` fields)."""
         p = self.schedule
+        sizes = {"carry_bytes": p.carry_bytes, "carry_bytes_held": self.carry_bytes_held(),
+                 "workspace_bytes": self.workspace_bytes()}  # fmt: skip
         if self.source is None:
             return {"policy": p.policy, "slots": p.slots, "bytes_held": p.bytes_held, "advances": p.advances,
-                    "recompute_factor": p.recompute_factor}  # fmt: skip
+                    "recompute_factor": p.recompute_factor, **sizes}  # fmt: skip
+        sizes["kept_bytes"] = sum(x.capacity for group in self.source.trajectory for x in group)  # the forward's
         return {"policy": f"{p.policy}, kept by the forward", "slots": p.length, "bytes_held": p.bytes_held,
-                "advances": 0, "recompute_factor": 0.0}  # fmt: skip
+                "advances": 0, "recompute_factor": 0.0, **sizes}  # fmt: skip
 
     # -- one step --
     def _feed(self, carry: list[wp.array], arrays: list[wp.array], i: int) -> dict[str, wp.array]:
@@ -185,19 +187,30 @@ class Loop:
             bound[self.names[at + k - a.carries - a.xs]] = arrays[k]
         return bound
 
-    def _advance(self, carry: list[wp.array], arrays: list[wp.array], i: int, toggle: int) -> list[wp.array]:
-        ws = self.fwd_ws[toggle]
-        self.fwd_plan.run("forward", self._feed(carry, arrays, i), ws)
-        return [self.fwd_plan.output_array(self.body_outputs[k], ws).flatten() for k in range(self.attrs.carries)]
+    def _step(
+        self, carry: list[wp.array], arrays: list[wp.array], i: int, into: list[wp.array], ys: dict[str, wp.array]
+    ) -> None:
+        """Run step ``i`` of the forward body from ``carry``, its new carries written into
+        ``into`` (bound when the kernel writes them, else copied), the outputs ``ys``
+        (value -> array) bound where given."""
+        a = self.attrs
+        bound = {**self._feed(carry, arrays, i), **ys}
+        for k, value in self.direct.items():
+            if k < a.carries:
+                bound[value] = into[k]
+        self.fwd_run.run(bound)
+        for k in range(a.carries):
+            if k not in self.direct:
+                wp.copy(into[k], self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten())
 
-    def _check(self, program: Any, spaces: list[Any]) -> None:
-        for ws in spaces:
+    def _check(self, program: Any, ws: Any) -> None:
+        if ws is not None:
             program.checkpoint(f"loop {self.node.name!r}", ws)
 
     @staticmethod
-    def _begin(spaces: list[Any]) -> None:
+    def _begin(*spaces: Any) -> None:
         for ws in spaces:
-            if ws.status is not None:
+            if ws is not None and ws.status is not None:
                 ws.status.zero_()
 
     # -- the node --
@@ -205,72 +218,68 @@ class Loop:
         """The packed results of ``scan`` on its input arrays (flat)."""
         a = self.attrs
         self._begin(self.fwd_ws)
-        carry = arrays[: a.carries]
+        self.fwd_run.begin()
+        carry, at = list(arrays[: a.carries]), 1  # at: the pool buffer holding the carry
         final = [
             self.packed[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size]
             for k in range(a.carries)
         ]
         for i in range(a.length):
-            ws = self.fwd_ws[i % 2]
-            into = final if i + 1 == a.length else self.trajectory[i] if self.trajectory else None
-            bound = self._feed(carry, arrays, i)
-            for k, value in self.direct.items():
-                if k < a.carries and into is not None:
-                    bound[value] = into[k]
-                elif k >= a.carries:
+            if i + 1 == a.length:
+                into = final
+            elif self.trajectory:
+                into = self.trajectory[i]
+            else:
+                at ^= 1
+                into = self.pool[at]
+            ys = {}
+            for k, value in self.direct.items():  # each y straight into its row of the packed result
+                if k >= a.carries:
                     row = self.results[k].size // a.length
                     start = self.result_offsets[k] + i * row
-                    bound[value] = self.packed[start : start + row]
-            self.fwd_plan.run("forward", bound, ws)
-            carry = [self._result(k, ws, bound) for k in range(a.carries)]
-            for k in range(a.carries):
-                if into is not None and carry[k] is not into[k]:  # not written in place: copy
-                    wp.copy(into[k], carry[k])
-                    carry[k] = into[k]
+                    ys[value] = self.packed[start : start + row]
+            self._step(carry, arrays, i, into, ys)
             for k in range(a.carries, len(self.results)):
                 if k not in self.direct:
                     row = self.results[k].size // a.length
-                    y = self._result(k, ws, bound)
+                    y = self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten()
                     wp.copy(self.packed, y, dest_offset=self.result_offsets[k] + i * row, count=row)
+            carry = into
         self._check(self.body, self.fwd_ws)
         return self.packed
-
-    def _result(self, k: int, ws: Any, bound: dict[str, wp.array]) -> wp.array:
-        """Body output ``k`` of the step just run: where it was bound, else in ``ws``."""
-        value = self.direct.get(k)
-        if value is not None and value in bound:
-            return bound[value]
-        return self.fwd_plan.output_array(self.body_outputs[k], ws).flatten()
 
     def reverse(self, arrays: list[wp.array]) -> wp.array:
         """The packed gradients of ``scan_vjp`` (inputs: the scan's, then its cotangent)."""
         a = self.attrs
         gy = arrays[-1]
         forward = arrays[:-1]
-        self._begin(self.fwd_ws + self.vjp_ws)
-        self.sums = dict(self.zeros)  # read only: the vjp writes each new sum into its workspace
+        self._begin(self.fwd_ws, self.vjp_ws)
+        self.fwd_run.begin()
+        if self.vjp_run is not None:
+            self.vjp_run.begin()
+        self.sums = dict(self.zeros)  # read only: each step writes the new sum into `sum_pool`
         g_carry = [gy[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size] for k in range(a.carries)]
+        g_at: int | None = None  # the pool buffer holding the carries' cotangent (None: a view of gy)
         if self.source is not None:  # the forward kept every carry: c_i for step i
             kept = [list(forward[: a.carries]), *self.source.trajectory]
             for i in range(a.length - 1, -1, -1):
-                g_carry = self._reverse_step(kept[i], forward, gy, g_carry, i, i % 2)
+                g_carry, g_at = self._reverse_step(kept[i], None, forward, g_carry, g_at, gy, i)
             return self._finish(g_carry)
-        if not self.slots:
-            self.slots = [self._carries() for _ in range(self.schedule.slots)]
-        carry, toggle, vtoggle = list(forward[: a.carries]), 0, 0
+        initial = list(forward[: a.carries])  # slot 0 always holds c_0: the input itself, never copied
+        carry, c_at = initial, None
         for act in self.schedule.actions:
-            if act.kind == "store":
+            if act.kind == "store" and act.slot > 0:
                 for k in range(a.carries):
-                    wp.copy(self.slots[act.slot][k], carry[k])
+                    wp.copy(self.slots[act.slot - 1][k], carry[k])
             elif act.kind == "restore":
-                carry = list(self.slots[act.slot])
+                carry, c_at = (initial if act.slot == 0 else list(self.slots[act.slot - 1])), None
             elif act.kind == "advance":
                 for i in range(act.at, act.at + act.count):
-                    carry = self._advance(carry, forward, i, toggle)
-                    toggle ^= 1
-            else:
-                g_carry = self._reverse_step(carry, forward, gy, g_carry, act.at, vtoggle)
-                vtoggle ^= 1
+                    c_at = _free(c_at, g_at)
+                    self._step(carry, forward, i, self.pool[c_at], {})
+                    carry = self.pool[c_at]
+            elif act.kind == "reverse":
+                g_carry, g_at = self._reverse_step(carry, c_at, forward, g_carry, g_at, gy, act.at)
         return self._finish(g_carry)
 
     def _finish(self, g_carry: list[wp.array]) -> wp.array:
@@ -286,9 +295,19 @@ class Loop:
         return self.grads
 
     def _reverse_step(
-        self, carry: list[wp.array], forward: list[wp.array], gy: wp.array, g_carry: list[wp.array], i: int, vt: int
-    ) -> list[wp.array]:
+        self,
+        carry: list[wp.array],
+        c_at: int | None,
+        forward: list[wp.array],
+        g_carry: list[wp.array],
+        g_at: int | None,
+        gy: wp.array,
+        i: int,
+    ) -> tuple[list[wp.array], int]:
+        """Step ``i``'s vjp on ``carry`` (in pool buffer ``c_at``) and the cotangent
+        ``g_carry`` (in ``g_at``); the new cotangent goes to the third pool buffer."""
         a = self.attrs
+        out = _free(c_at, g_at)
         bound = self._feed(carry, forward, i)
         for k, total in self.sums.items():
             bound[ACC_PREFIX + self._name(k)] = total
@@ -299,27 +318,33 @@ class Loop:
                 row = self.results[k].size // a.length
                 start = self.result_offsets[k] + i * row
                 bound[self.ct_names[name]] = gy[start : start + row]
-        for k, value in self.vjp_direct.items():
-            row = self.in_types[k].size // a.length
-            start = self.grad_offsets[k] + i * row
-            bound[value] = self.grads[start : start + row]
-        ws, plan = self.vjp_ws[vt], self.vjp_plan
-        assert plan is not None  # a scan_vjp node's loop has its vjp program
-        plan.run("forward", bound, ws)
-
-        def grad(k: int) -> wp.array:
-            return plan.output_array(self.grad_outputs[self._name(k)], ws).flatten()
-
+        targets = {k: self.pool[out][k] for k in range(a.carries)}
+        for k, pair in self.sum_pool.items():
+            targets[k] = pair[1] if self.sums[k] is pair[0] else pair[0]
         for j in range(a.xs):
             k = a.carries + j
-            if k in self.grad_offsets and k not in self.vjp_direct:
+            if k in self.grad_offsets:
                 row = self.in_types[k].size // a.length
-                wp.copy(self.grads, grad(k), dest_offset=self.grad_offsets[k] + i * row, count=row)
+                start = self.grad_offsets[k] + i * row
+                targets[k] = self.grads[start : start + row]
+        for k, value in self.vjp_direct.items():
+            bound[value] = targets[k]
+        plan, ws = self.vjp_plan, self.vjp_ws
+        assert plan is not None and ws is not None and self.vjp_run is not None  # a scan_vjp node's loop
+        self.vjp_run.run(bound)
+        for k, target in targets.items():
+            if k not in self.vjp_direct:
+                wp.copy(target, plan.output_array(self.grad_outputs[self._name(k)], ws).flatten())
         for k in self.sums:
-            self.sums[k] = grad(k)
-        return [grad(k) for k in range(a.carries)]
+            self.sums[k] = targets[k]
+        return [targets[k] for k in range(a.carries)], out
 
     def _name(self, k: int) -> str:
         """The body input standing for loop input ``k`` (the step index sits before the closures)."""
         a = self.attrs
         return self.names[k] if k < a.carries + a.xs else self.names[k + (1 if a.index else 0)]
+
+
+def _free(*taken: int | None) -> int:
+    """A pool buffer (0, 1, 2) that holds neither the current carry nor its cotangent."""
+    return next(k for k in range(3) if k not in taken)

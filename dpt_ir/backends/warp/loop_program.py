@@ -30,7 +30,9 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.autodiff import joint_graph
-from dpt_ir.backends.warp.loop import Loop, check_loop_dtypes, piece_names, vjp_piece
+from dpt_ir.backends.warp.loop import Loop
+from dpt_ir.backends.warp.loop_pieces import check_loop_dtypes, piece_names, vjp_piece
+from dpt_ir.backends.warp.loop_tape import LoopTapePass, PassLock, tape_graph
 from dpt_ir.backends.warp.plan import WP_DTYPES
 from dpt_ir.contracts import check_inputs
 from dpt_ir.errors import ContractError
@@ -42,16 +44,21 @@ class Segments:
     """A graph cut at its loop nodes: forward-only programs of the ordinary nodes between
     them, and a `Loop` per loop node, run in order on flat arrays keyed by value name."""
 
-    def __init__(self, graph: Graph, prefix: str) -> None:
-        """Cut ``graph``; its segments' pieces are named ``<prefix>.seg<k>``. Nothing is
-        compiled until `bind`."""
+    def __init__(self, graph: Graph, prefix: str, cut: int | None = None) -> None:
+        """Cut ``graph``; its segments' pieces are named ``<prefix>.seg<k>``. With ``cut``,
+        the graph is also cut before node position ``cut``, and `split` is the first stage
+        after it. Nothing is compiled until `bind`."""
         self.graph = graph
         self.prefix = prefix
         self.layout: list[tuple[str, Graph | Node]] = []
         self.stages: list[tuple[str, Any, Graph | Node]] = []
+        self.split = 0
         reads_after = _later_reads(graph)
         pending: list[Node] = []
         for k, node in enumerate(graph.nodes):
+            if k == cut:
+                self._flush(pending, reads_after[k])
+                self.split, pending = len(self.layout), []
             if node.opdef.kind != "loop":
                 pending.append(node)
                 continue
@@ -112,14 +119,18 @@ class Segments:
             if forward is not None and loop.schedule.slots == loop.schedule.length:
                 forward.keep()  # store-every-carry: the forward keeps them, the reverse reruns nothing
                 loop.source = forward
+            loop.prepare()
             if node.op == "scan":
                 scans[node.inputs] = loop
             self.stages.append(("loop", loop, node))
 
-    def run(self, env: dict[str, wp.array], held: list[tuple[Any, Any]]) -> None:
-        """Evaluate every stage, adding each value later stages read to ``env``; the
-        segment workspaces used are appended to ``held`` (the caller checks them in)."""
-        for kind, runner, what in self.stages:
+    def run(
+        self, env: dict[str, wp.array], held: list[tuple[Any, Any]], start: int = 0, stop: int | None = None
+    ) -> None:
+        """Evaluate stages ``start:stop`` (every stage by default), adding each value later
+        stages read to ``env``; the segment workspaces used are appended to ``held`` (the
+        caller checks them in)."""
+        for kind, runner, what in self.stages[start:stop]:
             if kind == "segment":
                 plan = runner.plans["run"]
                 ws = plan.checkout()
@@ -145,7 +156,10 @@ def saved_text(loops: list[dict[str, Any]]) -> str:
         lines += [
             f"{r['node']}: {r['length']} steps, policy: {r['policy']}",
             f"  holds {r['slots']} stored carries = {r['bytes_held']} bytes "
-            f"(plus the current carry and its cotangent, each in two ping-pong buffers)",
+            f"(the first is the initial carry itself); with the step buffers (the current carry, the next "
+            f"one and the cotangent, sharing three) it owns {r['carry_bytes_held']} bytes of carries "
+            f"and cotangents, plus {r['workspace_bytes']} bytes of the body's own workspaces"
+            + (f"; it reads the {r['kept_bytes']} bytes of carries the forward kept" if "kept_bytes" in r else ""),
             f"  recomputes {r['advances']} forward steps to rebuild carries: "
             f"recompute factor {r['recompute_factor']:.3f} "
             "(forward steps rerun / length; each step's vjp also runs its step's forward once)",
@@ -166,8 +180,8 @@ def _later_reads(graph: Graph) -> list[set[str]]:
 
 
 class LoopProgram:
-    """A compiled graph with loops: `run` and `value_and_grad` as `dpt_ir.runtime.Program`'s.
-    Tape passes are not offered (yet): ``tape_pass`` raises ContractError."""
+    """A compiled graph with loops: `run`, `value_and_grad` and `tape_pass` as
+    `dpt_ir.runtime.Program`'s (a `dpt_ir.interop.CompiledProgram`)."""
 
     def __init__(
         self,
@@ -193,7 +207,11 @@ class LoopProgram:
         for cut in cuts:
             cut.bind(programs, self.device)
         self._lock = threading.Lock()
+        self._base = base
+        self._tape: Segments | None = None  # compiled at the first tape_pass
+        self._tape_lock = PassLock()  # held by the open tape pass, from forward to close
         modules = sorted({p.module_name for p in programs.values()})
+        self.module_name = "+".join(modules)
         # Generated kernels (Warp kernel definitions) in the program's module.
         self.kernel_count = len({k.function for p in programs.values() for k in p.plans["run"].kernels})
         self.report = {
@@ -226,11 +244,15 @@ class LoopProgram:
                     )
         return out
 
-    def _evaluate(self, segments: Segments, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        env = {
+    def device_arrays(self, values: dict[str, Any]) -> dict[str, wp.array]:
+        """Flat Warp arrays on the program's device of checked inputs (host arrays)."""
+        return {
             k: wp.array(np.ascontiguousarray(v).reshape(-1), dtype=WP_DTYPES[v.dtype.name], device=self.device)
             for k, v in values.items()
         }
+
+    def _evaluate(self, segments: Segments, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env = self.device_arrays(values)
         held: list[tuple[Any, Any]] = []
         try:
             segments.run(env, held)
@@ -263,8 +285,28 @@ class LoopProgram:
         outs = {o.name: results[o.name] for o in self.graph.outputs}
         return outs, {w: results[grads[w]] for w in self.wrt}
 
-    def tape_pass(self, tape: Any = None) -> Any:
-        raise ContractError(
-            f"program {self.graph.name!r} holds a loop: tape passes of loop programs are not supported yet; "
-            "use run or value_and_grad"
-        )
+    def tape_pass(self, tape: Any = None) -> LoopTapePass:
+        """A new forward + backward pass (`dpt_ir.backends.warp.loop_tape.LoopTapePass`):
+        forward with the inputs, then ``backward(seed=...)`` with a scalar or array seed per
+        output, then ``close``. Its pieces (the joint graph of every float output, cut
+        between forward and backward) compile at the first call. One pass is open at a
+        time (a pass in another thread waits for it); ``tape=`` (joining a caller's ``wp.Tape``)
+        is not offered for loop programs."""
+        if not self.wrt:
+            raise ContractError(f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile")
+        if tape is not None:
+            raise ContractError(
+                f"program {self.graph.name!r} holds a loop: its tape pass cannot join a caller's wp.Tape "
+                "(tape=...); run program.tape_pass() on its own and seed backward(seed=...) with the cotangents "
+                "of its outputs"
+            )
+        with self._lock:
+            if self._tape is None:
+                from dpt_ir.compiler import compile_pieces
+
+                joint, cut = tape_graph(self.graph, self.wrt)
+                segments = Segments(joint, "tape", cut)
+                programs = compile_pieces(f"{self.graph.name}.tape", segments.pieces(), self.device, self._base, None)
+                segments.bind(programs, self.device)
+                self._tape = segments
+        return LoopTapePass(self, self._tape, self._tape_lock)
