@@ -20,7 +20,8 @@ from typing import Any
 
 import warp as wp
 
-from dpt_ir.backends.warp.codegen import STATUS, STATUS_BASE
+from dpt_ir.backends.warp.codegen import STATUS
+from dpt_ir.backends.warp.plan import SCALARS, scalar_argument
 
 
 class Replay:
@@ -56,8 +57,8 @@ class Replay:
             args: list[Any] = []
             named: list[tuple[str, int]] = []
             for index, p in enumerate(launch.params):
-                if p == STATUS_BASE:
-                    args.append(launch.status_base)
+                if p in SCALARS:  # a C++ kernel's first task is 0: the replay runs every task on this thread
+                    args.append(scalar_argument(p, launch))
                 elif p == STATUS:
                     args.append(self.ws.status)
                 else:

@@ -28,6 +28,7 @@ from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
 
+SCALARS = (STATUS_BASE, TASK0)  # the scalar parameters a launch binds (`scalar_argument`)
 WP_DTYPES = {
     "float32": wp.float32,
     "float64": wp.float64,
@@ -180,7 +181,7 @@ class ExecutionPlan:
         for launch in self.launches_of(phase):
             if launch.dim == 0:
                 continue
-            args = [_scalar(p, launch) if p in (STATUS_BASE, TASK0) else _resolve(p, bound, ws) for p in launch.params]
+            args = [scalar_argument(p, launch) if p in SCALARS else _resolve(p, bound, ws) for p in launch.params]
             if self.threads > 1 and launch.dim > 1 and TASK0 in launch.params:
                 tasks.run_split(launch.kernel, launch.dim, args, launch.params.index(TASK0), self.threads)
             else:
@@ -228,7 +229,7 @@ class ExecutionPlan:
         return value.reshape((t.size,)) if value.ndim != 1 or value.shape[0] != t.size else value
 
 
-def _scalar(param: str, launch: Launch) -> int:
+def scalar_argument(param: str, launch: Launch) -> int:
     """A launch's scalar argument: its first status slot, or its first task (0: a launch
     on one thread runs every task)."""
     return launch.status_base if param == STATUS_BASE else 0
