@@ -12,22 +12,26 @@ because the ranges only decide which thread runs a task, never what a task compu
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import warp as wp
 
-_pools: dict[int, ThreadPoolExecutor] = {}
+_pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
 _lock = threading.Lock()
 
 
 def pool(workers: int) -> ThreadPoolExecutor:
-    """The process's pool of ``workers`` threads (created once, kept for the process)."""
+    """The process's pool of ``workers`` threads (created once, kept for the process).
+    Keyed by process id too: a forked child (data-parallel ranks) inherits the parent's
+    executor objects but none of their threads, so work submitted to them would never run."""
+    key = (os.getpid(), workers)
     with _lock:
-        if workers not in _pools:
-            _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpt_ir_cpu")
-        return _pools[workers]
+        if key not in _pools:
+            _pools[key] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpt_ir_cpu")
+        return _pools[key]
 
 
 def ranges(dim: int, threads: int) -> list[tuple[int, int]]:
