@@ -32,8 +32,8 @@ import pydantic
 import warp as wp
 
 from dpt_ir.autodiff import check_wrt, default_loss
-from dpt_ir.backends.warp import codegen
-from dpt_ir.backends.warp.codegen import KernelSource, StatusSlot
+from dpt_ir.backends.warp import codegen, launches
+from dpt_ir.backends.warp.launches import KernelSource, StatusSlot
 from dpt_ir.backends.warp.module import (
     CacheRecord,
     cache_root,
@@ -227,7 +227,7 @@ def _build(
         cache = "disk"
         saved = json.loads(record.payload)
         graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
-        kernels = codegen.kernels_from_record(saved["kernels"])
+        kernels = launches.kernels_from_record(saved["kernels"])
         slots = [StatusSlot(**s) for s in saved["slots"]]
     else:
         cache = "miss"
@@ -259,7 +259,7 @@ def _build(
         payload = json.dumps(
             {
                 "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
-                "kernels": codegen.kernels_record(kernels),
+                "kernels": launches.kernels_record(kernels),
                 "slots": [dataclasses.asdict(s) for s in slots],
             }
         )
@@ -314,7 +314,7 @@ def compile_pieces(
             cache = "disk"
             saved = json.loads(record.payload)
             graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
-            kernels = codegen.kernels_from_record(saved["kernels"])
+            kernels = launches.kernels_from_record(saved["kernels"])
             slots = [StatusSlot(**s) for s in saved["slots"]]
         else:
             from dpt_ir.passes.manager import run_pipeline
@@ -334,7 +334,7 @@ def compile_pieces(
             payload = json.dumps(
                 {
                     "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
-                    "kernels": codegen.kernels_record(kernels),
+                    "kernels": launches.kernels_record(kernels),
                     "slots": [dataclasses.asdict(s) for s in slots],
                 }
             )

@@ -22,7 +22,7 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.autodiff import seed_arrays
-from dpt_ir.backends.warp.codegen import StatusSlot
+from dpt_ir.backends.warp.launches import StatusSlot
 from dpt_ir.backends.warp.plan import ExecutionPlan, Workspace
 from dpt_ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.graph import Graph

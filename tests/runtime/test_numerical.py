@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.backends.warp.codegen import STATUS, param_name
+from dpt_ir.backends.warp.launches import STATUS, param_name
 
 from .conftest import WRT, assert_close, assert_program_works, make_inputs, to_warp
 

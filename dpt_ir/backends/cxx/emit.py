@@ -37,7 +37,7 @@ class ElementWriter:
         return f"a{self.params.index(value)}"
 
     def flag(self, node: str, op: str, kind: str, bad: str, detail: str = "") -> str:
-        from dpt_ir.backends.warp.codegen import StatusSlot
+        from dpt_ir.backends.warp.launches import StatusSlot
 
         self.slots.append(StatusSlot(self.kernel, node, op, kind, detail, origin_of(self.graph, node)))
         return f"fl[{len(self.slots) - 1 - self.slot_base}] |= (int)({bad});"

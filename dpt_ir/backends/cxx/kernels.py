@@ -90,7 +90,7 @@ class Unit:
         return f"@wp.kernel\ndef {name}({sig}):\n    n_{fn}({', '.join([*call, 'wp.tid() + a__task0'])})\n"
 
     def launch_params(self, checks: bool) -> list[str]:
-        from dpt_ir.backends.warp.codegen import STATUS, STATUS_BASE
+        from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE
 
         return [*self.params, *([STATUS, STATUS_BASE] if checks else []), TASK0]
 
@@ -115,7 +115,8 @@ def group_kernels(
 ) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
     """The launches of ``group`` on the C++ path and the native definitions they need
     (stub name -> C++ and stub text); None when the group is not covered."""
-    from dpt_ir.backends.warp.codegen import KernelSource, partial_count
+    from dpt_ir.backends.warp.launches import KernelSource
+    from dpt_ir.backends.warp.reductions import partial_count
 
     nest = cover(graph, group)
     if nest is None:
@@ -183,7 +184,7 @@ def _final_kernel(
     partials: dict[str, tuple[str, int]],
 ) -> tuple[Any, dict[str, tuple[str, str]]]:
     """One thread per output: the partials folded in order, finalized, checked, stored."""
-    from dpt_ir.backends.warp.codegen import KernelSource
+    from dpt_ir.backends.warp.launches import KernelSource
 
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)

@@ -1,16 +1,16 @@
 """Warp source for the fusion groups of a scheduled graph.
 
-One kernel per pointwise group (a thread per element of its iteration space) and one or
-two per reduction group: ``<k>`` where thread ``(o, p)`` folds chunk ``p`` of output
-``o``'s reduced elements in row-major order, and, when there is more than one partial
-per output, ``<k>_final`` which combines the partials of each output in order. Results
-therefore never depend on thread scheduling: no atomics touch floating-point data. A
-scatter group (``add_at``) gets the kernels of `dpt_ir.backends.warp.scatter`: an ordered
-gather over a destination-sorted table of its positions. Gathers (``take``) read at
-positions loaded in the kernel (`KernelWriter.position`), clamped in bounds.
+One kernel per pointwise group (a thread per element of its iteration space, `KernelWriter`
+and `pointwise_kernel`); a reduction group gets the ordered partial kernels of
+`dpt_ir.backends.warp.reductions`, a scatter group (``add_at``) those of
+`dpt_ir.backends.warp.scatter` (an ordered gather over a destination-sorted table of its
+positions), and a group the C++ path covers its C++ element function and drivers
+(`dpt_ir.backends.cxx`). No atomics touch floating-point data, so results never depend
+on thread scheduling. Gathers (``take``) read at positions loaded in the kernel
+(`KernelWriter.position`), clamped in bounds.
 
 Every expression comes from the op table (`OpDef.warp`, ``warp_index``,
-``warp_reduce``, ``warp_domain``); nothing here depends on an op's name.
+``warp_reduce``, ``warp_domain``, ``cxx``); nothing here depends on an op's name.
 
 Kernel text never carries a value's name (parameters are positional, accumulators
 numbered, status flags relative to a per-launch base), so structurally identical fusion
@@ -20,111 +20,28 @@ module grows with the number of distinct groups, not of groups (`_share`).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dpt_ir.backends.cxx import kernels as cxx_kernels
+from dpt_ir.backends.warp.launches import (
+    STATUS,
+    STATUS_BASE,
+    WP_TYPES,
+    KernelSource,
+    StatusSlot,
+    constant_array,
+    param_name,
+)
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, origin_of
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.registry import WarpSite
 from dpt_ir.passes.util import same_index_members
-
-WP_TYPES = {
-    "float32": "wp.float32",
-    "float64": "wp.float64",
-    "int32": "wp.int32",
-    "uint8": "wp.uint8",
-    "bool": "wp.bool",
-}
-STATUS = "$status"
-STATUS_BASE = "$status_base"  # scalar kernel argument: the launch's first slot in the status word
-
-
-@dataclass(frozen=True)
-class StatusSlot:
-    """One flag of the status word: which kernel and node raise it, and why."""
-
-    kernel: str
-    node: str
-    op: str
-    kind: str  # "domain" or "nonfinite"
-    detail: str = ""  # the op's own explanation (e.g. a guard's message)
-    origin: str = ""  # the user-level function the node comes from (`dpt_ir.graph.origin_of`)
-
-
-@dataclass
-class KernelSource:
-    """One launch of a generated kernel: the launch's name (unique, ``<pipeline>_<group>``
-    or ``..._final``), the ``@wp.kernel`` it launches (``function``, shared by every launch
-    whose kernel text is identical; `generate`), that kernel's source, the buffers this
-    launch binds to its parameters in order (value names, `STATUS`, `STATUS_BASE`,
-    ``$partial:<value>:<acc>`` scratch buffers, ``$weights:<node>`` constants), its launch
-    size and its first slot in the status word."""
-
-    name: str
-    text: str
-    params: list[str]
-    dim: int
-    group: str
-    partials: dict[str, tuple[str, int]] = field(default_factory=dict)  # param -> (wp type, size)
-    constants: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # param -> (wp type, values)
-    function: str = ""  # the @wp.kernel launched: the launch's own name, until `_share` points it at an equal one
-    status_base: int = 0
-    path: str = "warp"  # "cxx": a C++ element function and drivers (dpt_ir.backends.cxx); "warp": Warp-Python
-
-
-_CONSTANT_DTYPES = {"wp.int32": np.int32, "wp.float32": np.float32, "wp.float64": np.float64}
-
-
-def constant_array(wp_type: str, values: Any) -> np.ndarray:
-    """A launch constant (stencil weights, index tables, sparse rows) as a flat NumPy array
-    of its Warp type: built once, bound as a ``wp.array`` without a per-element copy."""
-    return np.ascontiguousarray(np.asarray(values).reshape(-1), dtype=_CONSTANT_DTYPES[wp_type])
-
-
-def kernels_record(kernels: list[KernelSource]) -> dict[str, Any]:
-    """``kernels`` as JSON-shaped data for the disk cache. Constants are stored once per
-    distinct content (the three pipelines of a program bind the same sparse maps and
-    weights), as base64 of their little-endian bytes: one string, not a list of numbers,
-    since a projector's map has millions of entries."""
-    table: dict[str, list[str]] = {}
-    launches = []
-    for k in kernels:
-        record = {f.name: getattr(k, f.name) for f in fields(k)}
-        refs = {}
-        for p, (t, v) in k.constants.items():
-            raw = v.astype(v.dtype.newbyteorder("<"), copy=False).tobytes()
-            digest = hashlib.sha256(t.encode() + raw).hexdigest()
-            table.setdefault(digest, [t, base64.b64encode(raw).decode("ascii")])
-            refs[p] = digest
-        record["constants"] = refs
-        launches.append(record)
-    return {"constants": table, "launches": launches}
-
-
-def kernels_from_record(data: dict[str, Any]) -> list[KernelSource]:
-    """The inverse of `kernels_record`; launches that bound equal constants share one array."""
-    arrays = {}
-    for digest, (t, text) in data["constants"].items():
-        raw = np.frombuffer(base64.b64decode(text), dtype=np.dtype(_CONSTANT_DTYPES[t]).newbyteorder("<"))
-        arrays[digest] = (t, raw.astype(_CONSTANT_DTYPES[t]))
-    out = []
-    for record in data["launches"]:
-        constants = {p: arrays[digest] for p, digest in record["constants"].items()}
-        partials = {p: (t, int(n)) for p, (t, n) in record["partials"].items()}
-        out.append(KernelSource(**{**record, "constants": constants, "partials": partials}))
-    return out
-
-
-def param_name(value: str) -> str:
-    return "a_" + re.sub(r"[^A-Za-z0-9_]", "_", value)
 
 
 class KernelWriter:
@@ -603,162 +520,6 @@ def _finish(
     return KernelSource(name, text, list(params), dim, group["id"], dict(partials), constants, name, w.slot_base)
 
 
-def partial_count(group: dict[str, Any], n_out: int, count: int, device: str) -> int:
-    """How many partials each output of a reduction is split into. The CPU backend runs
-    one thread, so one partial (no combine kernel); CUDA needs enough threads in flight."""
-    if device == "cpu" or count < 8192:
-        return 1
-    want = max(1, 65536 // max(n_out, 1))
-    return max(1, min(want, count // 4096))
-
-
-def reduction_kernels(
-    graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool, device: str
-) -> tuple[list[KernelSource], list[str]]:
-    space, axes = tuple(group["space"]), tuple(group["axes"])
-    kept = tuple(d for k, d in enumerate(space) if k not in axes)
-    red = tuple(d for k, d in enumerate(space) if k in axes)
-    n_out, count = math.prod(kept), math.prod(red)
-    parts = partial_count(group, n_out, count, device)
-    chunk = -(-count // parts) if count else 0
-    roots = [v for v in group["roots"] if graph.node_map[v].opdef.kind == "reduction"]
-    epilogue = group.get("epilogue", [])
-    pointwise_roots = [v for v in group["outputs"] if v not in roots and v not in epilogue]
-    w = KernelWriter(graph, group, name, slots, checks)
-    w.emit("tid = wp.tid()")
-    w.emit(f"o = tid // {parts}" if parts > 1 else "o = tid")
-    if parts > 1:
-        w.emit(f"p = tid - o * {parts}")
-    kept_index = iter(_bind_index(w, tuple(idx.delinearize("o", kept))))
-    templates = {}
-    for root in roots:
-        node = graph.node_map[root]
-        in_t = WP_TYPES[graph.types[node.inputs[0]].dtype]
-        t = node.opdef.warp_reduce(in_t, WP_TYPES[node.type.dtype])  # type: ignore[misc]
-        templates[root] = t
-        for acc, _, init in t.accumulators:
-            w.emit(f"{_acc(w, root, acc)} = {init}")
-    begin = "p * " + str(chunk) if parts > 1 else "0"
-    end = f"wp.min({begin} + {chunk}, {count})" if parts > 1 else str(count)
-    w.begin_probes()
-    w.emit(f"for r in range({begin}, {end}):")
-    w.indent += 1
-    outside = dict(w.memo)  # values computed inside the loop are not visible after it
-    kept_vals = list(kept_index)
-    red_index = list(_bind_index(w, tuple(idx.delinearize("r", red))))
-    full = tuple(red_index.pop(0) if k in axes else kept_vals.pop(0) for k in range(len(space)))
-    if axes == tuple(range(len(space) - len(axes), len(space))):
-        w.flat[(full, space)] = idx.add(idx.mul("o", count), "r")
-    _warm(w, graph, group, [graph.node_map[r].inputs[0] for r in roots] + pointwise_roots, full, space)
-    for root in roots:
-        x = w.value_at(graph.node_map[root].inputs[0], full)
-        _emit_template(w, templates[root].update, root, {"x": x, "r": "r"})
-    for root in pointwise_roots:
-        v = w.value_at(root, full)
-        w.check_finite(root, v)
-        offset = w.flat.get((full, space)) or idx.linearize(full, space)
-        w.emit(f"{w.param(root)}[{offset}] = {v}")
-    w.indent -= 1
-    w.end_probes()
-    w.memo = outside
-    partials: dict[str, tuple[str, int]] = {}
-    for root in roots:
-        t = templates[root]
-        if parts == 1:
-            _write_result(w, root, t, count, group["outputs"])
-        else:
-            for acc, acc_t, _ in t.accumulators:
-                p = f"$partial:{root}:{acc}"
-                partials[p] = (acc_t, n_out * parts)
-                w.param(p)
-                w.emit(f"{param_name(p)}[tid] = {_acc(w, root, acc)}")
-    if parts == 1:
-        _epilogue(w, graph, epilogue, group["outputs"])
-    kernels = [_finish(w, graph, group, name, n_out * parts, partials)]
-    if parts > 1:
-        kernels.append(
-            _combine_kernel(graph, group, name + "_final", roots, templates, parts, n_out, count, slots, checks)
-        )
-    return kernels, w.helpers
-
-
-def _acc(w: KernelWriter, root: str, acc: str) -> str:
-    return f"acc{w.local(root)}_{acc}"
-
-
-def _other(w: KernelWriter, root: str, acc: str) -> str:
-    return f"other{w.local(root)}_{acc}"
-
-
-def _emit_template(w: KernelWriter, template: str, root: str, values: dict[str, str]) -> None:
-    subst = {
-        **values,
-        **{f"acc_{a}": _acc(w, root, a) for a in "msi"},
-        **{f"other_{a}": _other(w, root, a) for a in "msi"},
-    }
-    for line in template.format(**subst).split("\n"):
-        w.emit(line)
-
-
-def _write_result(w: KernelWriter, root: str, t: Any, count: int, outputs: list[str]) -> None:
-    """Finalise reduction ``root`` for output ``o``; write it if other kernels read it.
-    Epilogue nodes then read the finished value (`KernelWriter.finished`)."""
-    subst = {f"acc_{a}": _acc(w, root, a) for a in "msi"}
-    var = w.fresh()
-    w.emit(f"{var} = {t.finalize.format(count=count, **subst)}")
-    w.check_finite(root, var)
-    if root in outputs:
-        w.emit(f"{w.param(root)}[o] = {var}")
-    w.finished[root] = var
-
-
-def _out_index(w: KernelWriter, shape: tuple[int, ...]) -> tuple[str, ...]:
-    return tuple(w.let(e) for e in idx.delinearize("o", shape)) if shape else ()
-
-
-def _epilogue(w: KernelWriter, graph: Graph, epilogue: list[str], outputs: list[str]) -> None:
-    """Pointwise roots computed from the finished reductions, at output ``o``."""
-    for root in epilogue:
-        index = _out_index(w, graph.types[root].shape)
-        v = w.value_at(root, index)
-        if root in outputs:
-            w.check_finite(root, v)
-            w.emit(f"{w.param(root)}[o] = {v}")
-
-
-def _combine_kernel(
-    graph: Graph,
-    group: dict[str, Any],
-    name: str,
-    roots: list[str],
-    templates: dict[str, Any],
-    parts: int,
-    n_out: int,
-    count: int,
-    slots: list[StatusSlot],
-    checks: bool,
-) -> KernelSource:
-    w = KernelWriter(graph, group, name, slots, checks)
-    w.emit("o = wp.tid()")
-    partials: dict[str, tuple[str, int]] = {}
-    for root in roots:
-        t = templates[root]
-        for acc, acc_t, _ in t.accumulators:
-            p = f"$partial:{root}:{acc}"
-            partials[p] = (acc_t, n_out * parts)
-            w.param(p)
-            w.emit(f"{_acc(w, root, acc)} = {param_name(p)}[o * {parts}]")
-        w.emit(f"for q in range(1, {parts}):")
-        w.indent += 1
-        for acc, _, _ in t.accumulators:
-            w.emit(f"{_other(w, root, acc)} = {param_name(f'$partial:{root}:{acc}')}[o * {parts} + q]")
-        _emit_template(w, t.combine, root, {})
-        w.indent -= 1
-        _write_result(w, root, t, count, group["outputs"])
-    _epilogue(w, graph, group.get("epilogue", []), group["outputs"])
-    return _finish(w, graph, group, name, n_out, partials)
-
-
 @dataclass
 class ModuleSource:
     """All launches of one program and the text of the module that defines their kernels
@@ -814,6 +575,8 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
                 ks, more = native
                 natives.update(more)
             elif group["kind"] == "reduction":
+                from dpt_ir.backends.warp.reductions import reduction_kernels  # builds on this module
+
                 ks, hs = reduction_kernels(graph, group, name, slots, checks, device)
                 helpers += [h for h in hs if h not in helpers]
             elif group["kind"] == "scatter":

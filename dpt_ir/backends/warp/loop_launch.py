@@ -20,7 +20,7 @@ from typing import Any
 
 import warp as wp
 
-from dpt_ir.backends.warp.codegen import STATUS
+from dpt_ir.backends.warp.launches import STATUS
 from dpt_ir.backends.warp.plan import SCALARS, scalar_argument
 
 

@@ -23,7 +23,7 @@ import warp as wp
 
 from dpt_ir.backends.cxx import tasks
 from dpt_ir.backends.cxx.kernels import TASK0
-from dpt_ir.backends.warp.codegen import STATUS, STATUS_BASE, KernelSource
+from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE, KernelSource
 from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph

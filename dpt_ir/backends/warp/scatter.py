@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir.backends.warp.codegen import WP_TYPES, KernelSource, KernelWriter, StatusSlot, _finish
+from dpt_ir.backends.warp.codegen import KernelWriter, _finish
+from dpt_ir.backends.warp.launches import WP_TYPES, KernelSource, StatusSlot
 from dpt_ir.errors import ContractError, NumericalError
 from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
