@@ -248,6 +248,7 @@ register_op(
         infer=_infer_take,
         reference=_take_ref,
         warp_gather=_take_site,
+        data_dependent_reads=True,
         derivative=Derivative(formulas={0: _take_grad}, saved_inputs=(1,), nondifferentiable=(1,)),
         doc="gather along an axis at int32 positions (np.take; along: np.take_along_axis)",
     )

@@ -330,6 +330,9 @@ class OpDef:
     # output shape): one per `warp_index` source (a fold's boundary images; a tap loop is
     # one copy). Fusion bounds the product of nested copies (generated code size).
     code_copies: Callable[[Any, tuple[int, ...]], int] | None = None
+    # Reads input 0 at data-dependent positions (take): fusion cannot assume each source
+    # element is read once; on average it is read (output elements / source elements) times.
+    data_dependent_reads: bool = False
     warp_reduce: Callable[[str, str], ReduceTemplate] | None = None
     # Constant sparse linear maps (interpolation, projection, a recursive filter's matrix):
     # the destination-sorted CSR of the node, from its attributes; kernels loop over a row.

@@ -103,16 +103,31 @@ def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str
     return memo[value]
 
 
+def _gather_reuse(graph: Graph, node: Node) -> int:
+    """How many times, on average, a node reading its source at data-dependent positions
+    (`OpDef.data_dependent_reads`: a gather) reads each source element: its output
+    elements over the source's (a bicubic warp's footprint gathers each sample 16 times);
+    1 for every other node."""
+    if not node.opdef.data_dependent_reads or not node.inputs:
+        return 1
+    source = graph.types[node.inputs[0]].size
+    return max(1, -(-node.type.size // max(source, 1)))
+
+
 def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[dict[str, Any]]:
     """Decide, for each node that reads its input several times per element (a stencil's
-    taps, a fold's images), whether what it reads is recomputed inline at every read
-    (cheap) or materialised (its cost times the reads exceeds ``budget``)."""
+    taps, a fold's images, a gather's average reuse of its source), whether what it reads
+    is recomputed inline at every read (cheap) or materialised (its cost times the reads
+    exceeds ``budget``)."""
     notes = []
     for node in graph.nodes:
-        reads = _reads(node)
-        if reads == 1:
+        base, gathered = _reads(node), _gather_reuse(graph, node)
+        if base == 1 and gathered == 1:
             continue
-        for value in node.inputs:
+        for k, value in enumerate(node.inputs):
+            reads = max(base, gathered) if k == 0 else base
+            if reads == 1:
+                continue
             # Single-read views (pad, slices) are index arithmetic: decide for what they read.
             while (
                 value in graph.node_map
