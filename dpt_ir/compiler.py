@@ -225,10 +225,7 @@ def _build(
         warn_once(key, f"cache entry {entry}: {problem}; recompiling and replacing it")
     if record is not None and text is not None and out_dir is None:
         cache = "disk"
-        saved = json.loads(record.payload)
-        graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
-        kernels = launches.kernels_from_record(saved["kernels"])
-        slots = [StatusSlot(**s) for s in saved["slots"]]
+        graphs, kernels, slots = _unpack(record)
     else:
         cache = "miss"
         from dpt_ir.passes.manager import run_pipeline
@@ -255,17 +252,7 @@ def _build(
         from dpt_ir.backends.warp import static_kernels
 
         load(static_kernels, dev, "static_kernels", None, purge=False)
-    if record is None or cache == "miss":
-        payload = json.dumps(
-            {
-                "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
-                "kernels": launches.kernels_record(kernels),
-                "slots": [dataclasses.asdict(s) for s in slots],
-            }
-        )
-        record = new_record(key, payload, text)
-    if record.warp_files != warp_sums:
-        write_entry(entry, CacheRecord.model_validate({**record.model_dump(), "warp_files": warp_sums}))
+    _store(entry, key, None if cache == "miss" else record, (graphs, kernels, slots), text, warp_sums)
     status_size = max(len(slots), 1) if base["checks"] else 0
     plans = {}
     for name, g in graphs.items():
@@ -277,6 +264,35 @@ def _build(
     if out_dir is not None:
         _dump(out_dir, results, plans, text, module_name, report)
     return program
+
+
+Built = tuple[dict[str, Graph], list[KernelSource], list[StatusSlot]]  # scheduled plans, launches, status slots
+
+
+def _unpack(record: CacheRecord) -> Built:
+    """The plans, launches and status slots a cache record holds."""
+    saved = json.loads(record.payload)
+    graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
+    return graphs, launches.kernels_from_record(saved["kernels"]), [StatusSlot(**s) for s in saved["slots"]]
+
+
+def _store(
+    entry: Path, key: str, record: CacheRecord | None, built: Built, text: str, warp_sums: dict[str, str]
+) -> None:
+    """Write the cache entry of a fresh build (``record`` None), or of a loaded record whose
+    Warp files changed (they were rebuilt): the payload is serialised only for a new build."""
+    if record is None:
+        graphs, kernels, slots = built
+        payload = json.dumps(
+            {
+                "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
+                "kernels": launches.kernels_record(kernels),
+                "slots": [dataclasses.asdict(s) for s in slots],
+            }
+        )
+        record = new_record(key, payload, text)
+    if record.warp_files != warp_sums:
+        write_entry(entry, CacheRecord.model_validate({**record.model_dump(), "warp_files": warp_sums}))
 
 
 _PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
@@ -312,10 +328,7 @@ def compile_pieces(
         results: dict[str, PipelineResult] = {}
         if record is not None and text is not None and out_dir is None:
             cache = "disk"
-            saved = json.loads(record.payload)
-            graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
-            kernels = launches.kernels_from_record(saved["kernels"])
-            slots = [StatusSlot(**s) for s in saved["slots"]]
+            graphs, kernels, slots = _unpack(record)
         else:
             from dpt_ir.passes.manager import run_pipeline
 
@@ -330,17 +343,7 @@ def compile_pieces(
             kernels, slots, text = source.kernels, source.slots, source.text
         module = import_source(text, entry, module_name)
         warp_sums = load(module, dev, key, record.warp_files if record is not None else None, purge=problem is not None)
-        if record is None or cache == "miss":
-            payload = json.dumps(
-                {
-                    "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
-                    "kernels": launches.kernels_record(kernels),
-                    "slots": [dataclasses.asdict(s) for s in slots],
-                }
-            )
-            record = new_record(key, payload, text)
-        if record.warp_files != warp_sums:
-            write_entry(entry, CacheRecord.model_validate({**record.model_dump(), "warp_files": warp_sums}))
+        _store(entry, key, None if cache == "miss" else record, (graphs, kernels, slots), text, warp_sums)
         status_size = max(len(slots), 1) if base["checks"] else 0
         programs = {}
         for name, g in graphs.items():

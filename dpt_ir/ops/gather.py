@@ -186,26 +186,17 @@ def _add_at_ref(attrs: GatherAttrs, base: np.ndarray, indices: np.ndarray, value
 
 def _add_at_layout(attrs: GatherAttrs, shape: tuple[int, ...], indices: tuple[int, ...]) -> ScatterLayout:
     axis = attrs.axis
+    common = {"base": 0, "indices": 1, "values": 2, "axis": axis, "size": shape[axis], "mode": attrs.mode}
     if attrs.along:
         return ScatterLayout(
-            base=0,
-            indices=1,
-            values=2,
-            axis=axis,
-            size=shape[axis],
-            mode=attrs.mode,
+            **common,
             rows=math.prod(shape),
             key=lambda j, p: idx.linearize(j[:axis] + (p,) + j[axis + 1 :], shape),
             row=lambda dest: idx.linearize(dest, shape),
             source_at=lambda dest, j: j,
         )
     return ScatterLayout(
-        base=0,
-        indices=1,
-        values=2,
-        axis=axis,
-        size=shape[axis],
-        mode=attrs.mode,
+        **common,
         rows=shape[axis],
         key=lambda j, p: p,
         row=lambda dest: dest[axis],

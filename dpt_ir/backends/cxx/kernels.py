@@ -45,22 +45,19 @@ class Unit:
     def __init__(self, graph: Graph, params: list[str], written: set[str], partials: dict[str, tuple[str, int]]):
         self.graph, self.params, self.written, self.partials = graph, params, written, partials
 
+    def _pointer(self, p: str) -> str:
+        """The C++ pointer type of parameter ``p`` (const unless the launch writes it)."""
+        const = "" if p in self.written else "const "
+        return f"{const}{_ctype(self.graph, p, self.partials)}*"
+
     def sig(self) -> str:
-        parts = []
-        for k, p in enumerate(self.params):
-            const = "" if p in self.written else "const "
-            parts.append(f"{const}{_ctype(self.graph, p, self.partials)}* a{k}")
-        return ", ".join(parts)
+        return ", ".join(f"{self._pointer(p)} a{k}" for k, p in enumerate(self.params))
 
     def args(self) -> str:
         return ", ".join(f"a{k}" for k in range(len(self.params)))
 
     def casts(self) -> str:
-        out = []
-        for k, p in enumerate(self.params):
-            const = "" if p in self.written else "const "
-            out.append(f"({const}{_ctype(self.graph, p, self.partials)}*)a{k}.data")
-        return ", ".join(out)
+        return ", ".join(f"({self._pointer(p)})a{k}.data" for k, p in enumerate(self.params))
 
     def stub(self, fn: str, cpu: str, cuda: str, checks: bool) -> str:
         status = "(int*)st.data, sb" if checks else "(int*)0, 0"

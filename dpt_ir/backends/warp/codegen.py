@@ -123,6 +123,27 @@ class KernelWriter:
         self.probes = []
         self._probe_at = (len(self.lines), self.indent)
 
+    def begin_elements(self, size: int, device: str) -> int:
+        """Open the loop over a launch's elements, ``tid``: one element per thread on CUDA;
+        on the CPU (one thread runs the whole launch) one thread loops over every element,
+        which saves Warp's per-element call overhead, with non-finite checks folded into
+        probes. Returns the elements per thread, for `end_elements` and the launch size."""
+        per_thread = size if device == "cpu" and size > 1 else 1
+        if per_thread == 1:
+            self.emit("tid = wp.tid()")
+            return 1
+        self.emit("t = wp.tid()")
+        self.begin_probes()
+        self.emit(f"for tid in range(t * {per_thread}, wp.min(t * {per_thread} + {per_thread}, {size})):")
+        self.indent += 1
+        return per_thread
+
+    def end_elements(self, per_thread: int) -> None:
+        """Close what `begin_elements` opened."""
+        if per_thread > 1:
+            self.indent -= 1
+            self.end_probes()
+
     def end_probes(self) -> None:
         at, indent = self._probe_at
         self.lines[at:at] = ["    " * indent + f"{p} = {t}(0.0)" for p, _, t in self.probes]
@@ -449,14 +470,7 @@ def pointwise_kernel(
     w = KernelWriter(graph, group, name, slots, checks)
     space = tuple(group["space"])
     size = math.prod(space)
-    per_thread = size if device == "cpu" and size > 1 else 1
-    if per_thread > 1:
-        w.emit("t = wp.tid()")
-        w.begin_probes()
-        w.emit(f"for tid in range(t * {per_thread}, wp.min(t * {per_thread} + {per_thread}, {size})):")
-        w.indent += 1
-    else:
-        w.emit("tid = wp.tid()")
+    per_thread = w.begin_elements(size, device)
     index = tuple(idx.delinearize("tid", space)) if space else ()
     index = _bind_index(w, index)
     w.flat[(index, space)] = "tid"
@@ -465,9 +479,7 @@ def pointwise_kernel(
         v = w.value_at(root, index)
         w.check_finite(root, v)
         w.emit(f"{w.param(root)}[tid] = {v}")
-    if per_thread > 1:
-        w.indent -= 1
-        w.end_probes()
+    w.end_elements(per_thread)
     return [_finish(w, graph, group, name, -(-size // per_thread), {})], w.helpers
 
 

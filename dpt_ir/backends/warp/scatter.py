@@ -205,14 +205,7 @@ def _sum_kernel(
     w = KernelWriter(graph, group, name, slots, checks)
     w.constants.update(csr)
     rows, cols = w.param(f"{ROWS}:{root}"), w.param(f"{COLS}:{root}")
-    per_thread = size if device == "cpu" and size > 1 else 1
-    if per_thread > 1:
-        w.emit("t = wp.tid()")
-        w.begin_probes()
-        w.emit(f"for tid in range(t * {per_thread}, wp.min(t * {per_thread} + {per_thread}, {size})):")
-        w.indent += 1
-    else:
-        w.emit("tid = wp.tid()")
+    per_thread = w.begin_elements(size, device)
     dest = tuple(w.let(e) for e in idx.delinearize("tid", shape)) if shape else ()
     w.flat[(dest, shape)] = "tid"
     acc = w.fresh("s")
@@ -232,7 +225,5 @@ def _sum_kernel(
     w.emit(f"{result} = {out_t}({acc})")
     w.check_finite(root, result)
     w.emit(f"{w.param(root)}[tid] = {result}")
-    if per_thread > 1:
-        w.indent -= 1
-        w.end_probes()
+    w.end_elements(per_thread)
     return _finish(w, graph, group, name, -(-size // per_thread), partials), w.helpers
