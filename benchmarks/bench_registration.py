@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import scipy.ndimage as ndi
@@ -39,6 +41,12 @@ import torch
 import torch.nn.functional as tf
 
 import dpt_ir as dp
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the repository root holds the benchmarks package
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.rounds import measure  # noqa: E402
 
 Step = Callable[[], tuple[float, np.ndarray]]
 
@@ -116,21 +124,6 @@ def check(name: str, got: tuple[float, np.ndarray], ref: tuple[float, np.ndarray
     if loss_rel > 1e-5 or grad_rel > 1e-4:
         raise SystemExit(f"{name}: loss rel. error {loss_rel:.2e}, gradient rel. L2 error {grad_rel:.2e}")
     return f"{name}: loss rel. error {loss_rel:.1e}, gradient rel. L2 error {grad_rel:.1e}, max abs {diff.max():.1e}"
-
-
-def measure(steps: dict[str, Step], reps: int) -> dict[str, dict[str, list[float]]]:
-    """CPU (``thread_time``) and wall seconds of each step over ``reps`` rotating rounds."""
-    for fn in steps.values():
-        fn()
-    names = list(steps)
-    times: dict[str, dict[str, list[float]]] = {k: {"cpu": [], "wall": []} for k in names}
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            cpu, wall = time.thread_time(), time.perf_counter()
-            steps[name]()
-            times[name]["wall"].append(time.perf_counter() - wall)
-            times[name]["cpu"].append(time.thread_time() - cpu)
-    return times
 
 
 def main() -> None:

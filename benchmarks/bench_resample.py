@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,20 +33,11 @@ import dpt_ir as dp
 from dpt_ir.backends.warp.module import cache_root
 from dpt_ir.radon_ref import radon_map
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: the repository root holds the benchmarks package
+    sys.path.insert(0, str(ROOT))
 
-def measure(steps: dict[str, Callable[[], object]], reps: int) -> dict[str, dict[str, list[float]]]:
-    """CPU (``thread_time``) and wall seconds of each step over ``reps`` rotating rounds."""
-    for fn in steps.values():
-        fn()
-    names = list(steps)
-    times: dict[str, dict[str, list[float]]] = {k: {"cpu": [], "wall": []} for k in names}
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            cpu, wall = time.thread_time(), time.perf_counter()
-            steps[name]()
-            times[name]["wall"].append(time.perf_counter() - wall)
-            times[name]["cpu"].append(time.thread_time() - cpu)
-    return times
+from benchmarks.rounds import measure  # noqa: E402
 
 
 def _tree_bytes(root: Path) -> int:
