@@ -130,6 +130,14 @@ def _begin(ws: Workspace) -> None:
         ws.status.zero_()
 
 
+def require_state(graph: str, state: str, allowed: tuple[str, ...], action: str) -> None:
+    """A tape pass's lifecycle check: ``action`` is allowed only in the ``allowed`` states."""
+    if state not in allowed:
+        raise LifecycleError(
+            f"tape pass of {graph!r}: cannot {action} in state {state!r} (expected {' or '.join(allowed)})"
+        )
+
+
 class TapePass:
     """One forward and one backward, FirstOrderPass-style.
 
@@ -156,11 +164,7 @@ class TapePass:
         self._inputs: dict[str, Any] = {}
 
     def _require(self, allowed: tuple[str, ...], action: str) -> None:
-        if self.state not in allowed:
-            raise LifecycleError(
-                f"tape pass of {self.program.graph.name!r}: cannot {action} in state {self.state!r} "
-                f"(expected {' or '.join(allowed)})"
-            )
+        require_state(self.program.graph.name, self.state, allowed, action)
 
     def __enter__(self) -> TapePass:
         self._require(("new",), "start recording")

@@ -32,6 +32,7 @@ from dpt_ir.autodiff import joint_graph, seed_arrays
 from dpt_ir.contracts import check_inputs
 from dpt_ir.errors import ContractError, LifecycleError
 from dpt_ir.graph import Graph
+from dpt_ir.runtime import require_state
 from dpt_ir.types import is_float
 
 
@@ -86,11 +87,7 @@ class LoopTapePass:
         self._locked = False
 
     def _require(self, allowed: tuple[str, ...], action: str) -> None:
-        if self.state not in allowed:
-            raise LifecycleError(
-                f"tape pass of {self.program.graph.name!r}: cannot {action} in state {self.state!r} "
-                f"(expected {' or '.join(allowed)})"
-            )
+        require_state(self.program.graph.name, self.state, allowed, action)
 
     def __enter__(self) -> LoopTapePass:
         self._require(("new",), "start recording")
