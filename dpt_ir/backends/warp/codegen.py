@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -535,11 +535,14 @@ def _finish(
 @dataclass
 class ModuleSource:
     """All launches of one program and the text of the module that defines their kernels
-    (one ``@wp.kernel`` per distinct kernel text)."""
+    (one ``@wp.kernel`` per distinct kernel text); ``natives``: the C++ path's definitions,
+    stub name -> (C++ text, Warp stub), as `dpt_ir.backends.cxx.kernels.group_kernels` gives
+    them (read by `dpt_ir.export`, which writes them out as CUDA)."""
 
     kernels: list[KernelSource]
     slots: list[StatusSlot]
     text: str
+    natives: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def functions(self) -> dict[str, list[str]]:
         """Each distinct ``@wp.kernel`` -> the launches that use it, in launch order."""
@@ -620,7 +623,7 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
             *("\n".join([*users[name], k.text]) + "\n" for name, k in distinct.items()),
         ]
     )
-    return ModuleSource(kernels, slots, text)
+    return ModuleSource(kernels, slots, text, natives)
 
 
 def _module_options(natives: dict[str, tuple[str, str]]) -> list[str]:

@@ -1,0 +1,144 @@
+"""A plan's buffer table and launch list, as `dpt_ir.backends.warp.plan.ExecutionPlan` binds them.
+
+Assumes: a scheduled graph (``meta["schedule"]``, ``meta["groups"]``, ``meta["gradients"]``,
+``meta["cotangents"]``) and its C++ launches (`dpt_ir.export.cuda.cuda_plans`). Guarantees:
+the table mirrors a `Workspace`: one buffer per schedule buffer (values with disjoint live
+ranges share it), graph inputs and cotangent inputs bound by name, reduction partials by
+their parameter name, the status word as ``$status``, and an output that is an input after
+the passes as ``$copy:<input>`` (filled from the input before each checkpoint, as
+`ExecutionPlan.run` does). Roles: output / gradient for the plan's results, saved for a
+buffer a forward group writes and a backward group reads, workspace for the others.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dpt_ir.backends.warp.launches import STATUS, KernelSource
+from dpt_ir.export.bundle import BufferSpec, Checkpoint, LaunchSpec, PlanSpec, Result
+from dpt_ir.export.cuda import Unit, pointer_params
+from dpt_ir.graph import Graph
+
+BLOCK = 256  # CUDA threads per block of every launch
+CHECKPOINTS = {
+    "run": [Checkpoint(name="forward", phases=["forward"])],
+    "value_and_grad": [Checkpoint(name="value_and_grad", phases=["forward", "backward"])],
+    "tape": [Checkpoint(name="forward", phases=["forward"]), Checkpoint(name="backward", phases=["backward"])],
+}
+_ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "uint32": 4, "uint8": 1, "bool": 1}
+
+
+def _phase_of_values(graph: Graph) -> tuple[dict[str, str], dict[str, set[str]]]:
+    """Value -> the phase of the group producing it; value -> phases of groups reading it."""
+    made: dict[str, str] = {}
+    read: dict[str, set[str]] = {}
+    for g in graph.meta["groups"]:
+        for n in g["nodes"]:
+            made[n] = g["phase"]
+        for v in g["inputs"]:
+            read.setdefault(v, set()).add(g["phase"])
+    return made, read
+
+
+def _value_buffers(graph: Graph, results: dict[str, str]) -> tuple[list[BufferSpec], dict[str, str]]:
+    """Schedule buffers and the value -> buffer name map."""
+    made, read = _phase_of_values(graph)
+    specs, where = [], {}
+    for buf in graph.meta["schedule"]["buffers"]:
+        values = buf["values"]
+        if buf["output"]:
+            (value,) = values
+            role = results[value]
+            shape = list(graph.types[value].shape)
+        else:
+            saved = any(made.get(v) == "forward" and "backward" in read.get(v, ()) for v in values)
+            role, shape = ("saved" if saved else "workspace"), [buf["size"]]
+        specs.append(BufferSpec(name=buf["id"], role=role, dtype=buf["dtype"], shape=shape, size=max(buf["size"], 1)))
+        where.update({v: buf["id"] for v in values})
+    return specs, where
+
+
+def plan_spec(
+    name: str, graph: Graph, kernels: list[KernelSource], units: dict[str, Unit], status: int, expect_flags: bool
+) -> PlanSpec:
+    """The `PlanSpec` of plan ``name``: ``status`` elements in the status word (0: no checks);
+    ``expect_flags``: the program raised a NumericalError on the bundle's inputs."""
+    gradients = {graph.output_value(g): w for w, g in graph.meta.get("gradients", {}).items()}
+    cotangents: dict[str, str] = graph.meta.get("cotangents", {})
+    results = {o.value: ("gradient" if o.value in gradients else "output") for o in graph.outputs}
+    buffers, where = _value_buffers(graph, results)
+    specs: list[BufferSpec] = []
+    for i in graph.inputs:
+        role = "cotangent" if i.name in cotangents.values() else "input"
+        specs.append(_spec(i.name, role, i.type.dtype, i.type.shape))
+    specs += buffers
+    for o in graph.outputs:
+        if o.value in graph.input_map and o.value not in where:
+            t = graph.types[o.value]
+            where[o.value] = f"$copy:{o.value}"
+            specs.append(_spec(where[o.value], results[o.value], t.dtype, t.shape, copy_of=o.value))
+    partials: dict[str, tuple[str, int]] = {}
+    for k in kernels:
+        partials.update(k.partials)
+    specs += [
+        BufferSpec(name=p, role="partial", dtype=t.split(".")[1], shape=[n], size=n)  # type: ignore[arg-type]
+        for p, (t, n) in partials.items()
+    ]
+    if status:
+        specs.append(BufferSpec(name=STATUS, role="status", dtype="int32", shape=[status], size=status))
+    phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
+    ops = {g["id"]: sorted({graph.node_map[n].op for n in g["nodes"]}) for g in graph.meta["groups"]}
+    launches = [
+        LaunchSpec(
+            name=k.name,
+            kernel=units[k.name].name,
+            group=k.group,
+            ops=ops[k.group],
+            phase=phases[k.group],
+            dim=k.dim,
+            grid=-(-k.dim // BLOCK),
+            block=BLOCK,
+            args=[_bound(p, graph, where) for p in pointer_params(k)],
+            status_base=k.status_base,
+        )
+        for k in kernels
+    ]
+    out = [
+        Result(
+            key=f"{results[v]}/{_result_name(graph, v, gradients)}", buffer=where[v], shape=list(graph.types[v].shape)
+        )
+        for v in results
+    ]
+    moved = sum(_bytes(b) for b in specs if b.role in ("input", "cotangent", "output", "gradient", "saved"))
+    return PlanSpec(
+        name=name,  # type: ignore[arg-type]
+        buffers=specs,
+        launches=launches,
+        checkpoints=CHECKPOINTS[name],
+        results=out,
+        cotangents=dict(cotangents),
+        bytes_moved=moved,
+        expect_flags=expect_flags,
+    )
+
+
+def _result_name(graph: Graph, value: str, gradients: dict[str, str]) -> str:
+    if value in gradients:
+        return gradients[value]
+    return next(o.name for o in graph.outputs if o.value == value)
+
+
+def _bound(param: str, graph: Graph, where: dict[str, str]) -> str:
+    if param in graph.input_map or param.startswith("$partial:"):
+        return param
+    return where[param]
+
+
+def _spec(name: str, role: str, dtype: str, shape: Any, copy_of: str | None = None) -> BufferSpec:
+    size = max(math.prod(shape), 1)
+    return BufferSpec(name=name, role=role, dtype=dtype, shape=list(shape), size=size, copy_of=copy_of)  # type: ignore[arg-type]
+
+
+def _bytes(b: BufferSpec) -> int:
+    return b.size * _ITEMSIZE[b.dtype]

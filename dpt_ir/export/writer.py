@@ -1,0 +1,140 @@
+"""`export_cuda`: a program's plans as a bundle a GPU machine runs without warp-lang.
+
+Assumes: a compiled `dp.Program` (any device). Guarantees: ``DIR`` receives ``kernels.cu``,
+``plan.json`` (a `Bundle`) and ``ref.npz`` together, or, on any error (a plan with a
+Warp-Python launch, missing inputs), nothing: the files are written only once everything
+is built. The CUDA plans are generated as `dp.compile` would for a GPU, with the program's
+``checks``, ``fuse`` and ``recompute`` and the CUDA defaults of the budgets.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import dpt_ir as dp
+from dpt_ir.errors import ContractError
+from dpt_ir.export.bundle import BUNDLE_VERSION, Bundle, StatusSpec, Tolerance
+from dpt_ir.export.cuda import PREFIX, cuda_plans, kernels_cu
+from dpt_ir.export.reference import cotangents, input_specs, raises, store, tape_call
+from dpt_ir.export.tables import plan_spec
+from dpt_ir.version import __version__
+
+TOLERANCE = Tolerance(rtol=2e-4, atol_rel=2e-5)  # tests/backend/harness.py MODERATE_TOLERANCES, float32
+FILES = ("kernels.cu", "plan.json", "ref.npz")
+
+
+def _pipelines(program: Any, plans: list[str]) -> dict[str, Any]:
+    from dpt_ir.compiler import CUDA_HALO_BUDGET, CUDA_RECOMPUTE_BUDGET
+    from dpt_ir.passes.options import CompileOptions
+
+    opts = program.report["options"]
+    base = {k: opts[k] for k in ("checks", "fuse", "recompute")}
+    base.update(halo_budget=CUDA_HALO_BUDGET, recompute_budget=CUDA_RECOMPUTE_BUDGET)
+    wrt, loss = tuple(program.wrt), program.loss
+    every = {
+        "run": lambda: CompileOptions(**base),
+        "value_and_grad": lambda: CompileOptions(wrt=wrt, seeds=(loss,), seed_values={loss: 1.0}, loss=loss, **base),
+        "tape": lambda: CompileOptions(wrt=wrt, **base),
+    }
+    return {name: every[name]() for name in plans}
+
+
+def _chosen(program: Any, plans: list[str] | None) -> list[str]:
+    have = [name for name in PREFIX if name in program.plans]
+    if plans is None:
+        return have
+    unknown = [p for p in plans if p not in have]
+    if unknown or not plans:
+        raise ContractError(f"export of {program.graph.name!r}: plans {unknown or plans} not among {have}")
+    return [p for p in have if p in plans]
+
+
+def export_cuda(
+    program: Any,
+    out_dir: str | os.PathLike[str],
+    plans: list[str] | None = None,
+    inputs: dict[str, np.ndarray] | None = None,
+    seed: int | None = None,
+    ranges: dict[str, tuple[float, float]] | None = None,
+) -> Path:
+    """Write the bundle of ``program`` to ``out_dir`` (created); returns its path.
+
+    ``plans``: which of the program's plans (default every one: ``run``, ``value_and_grad``,
+    ``tape``); a plan with a launch off the C++ path raises ContractError naming it.
+    ``inputs``: arrays shipped in ``ref.npz``; or ``seed``: inputs drawn on the device
+    (float32 uniform in ``ranges[name]``, default [0.5, 2)), only checksums shipped.
+    """
+    graph = program.graph
+    names = _chosen(program, plans)
+    build = cuda_plans(graph, _pipelines(program, names), program.checks)
+    specs, arrays = input_specs(graph, inputs, seed, ranges or {})
+    status = max(len(build.slots), 1) if program.checks else 0
+    ref: dict[str, np.ndarray] = {}
+    for spec in specs:
+        if spec.seed is None:
+            ref[f"input/{spec.name}"] = arrays[spec.name]
+        else:
+            ref[f"input/{spec.name}@sum"] = np.float64(arrays[spec.name].sum(dtype=np.float64))
+    plan_specs = []
+    for name in names:
+        pg = build.graphs[name]
+        outs, grads, call = _reference(program, name, pg, arrays, ref, seed or 0)
+        for key, value in [*_keyed("output", outs), *_keyed("gradient", grads)]:
+            store(ref, f"{name}/{key}", value)
+        plan_specs.append(plan_spec(name, pg, build.kernels[name], build.units, status, raises(call)))
+    bundle = Bundle(
+        version=BUNDLE_VERSION,
+        graph=graph.name,
+        dpt_ir=__version__,
+        checks=program.checks,
+        inputs=specs,
+        status_size=status,
+        status=[_slot(k, s) for k, s in enumerate(build.slots)],
+        plans=plan_specs,
+        tolerance=TOLERANCE,
+    )
+    units = [build.units[k.name] for n in names for k in build.kernels[n]]
+    buf = io.BytesIO()
+    np.savez(buf, **ref)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "kernels.cu").write_text(kernels_cu(graph.name, units), encoding="utf-8")
+    (out / "plan.json").write_text(bundle.model_dump_json(indent=1), encoding="utf-8")
+    (out / "ref.npz").write_bytes(buf.getvalue())
+    return out
+
+
+def _reference(
+    program: Any, name: str, pg: Any, arrays: dict[str, np.ndarray], ref: dict[str, np.ndarray], seed: int
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], Any]:
+    """The interpreter's outputs and gradients of plan ``name``, and the program call that
+    tells whether the plan raises a NumericalError on these inputs."""
+    graph = program.graph
+    outs = dp.interpret(graph, **arrays)
+    if name == "run":
+        return outs, {}, lambda: program.run(**arrays)
+    if name == "value_and_grad":
+        grads = dp.interpret_grad(graph, list(program.wrt), seed={program.loss: 1.0}, **arrays)
+        return outs, grads, lambda: program.value_and_grad(**arrays)
+    seeds = cotangents(graph, pg, seed + 1000)
+    for out, value in seeds.items():
+        ref[f"tape/cotangent/{out}"] = value  # uploaded whole: never sampled
+    grads = dp.interpret_grad(graph, list(program.wrt), seed=seeds, **arrays)
+    return outs, grads, tape_call(program, arrays, seeds)
+
+
+def _keyed(kind: str, values: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+    return [(f"{kind}/{k}", v) for k, v in values.items()]
+
+
+def _slot(index: int, slot: Any) -> StatusSpec:
+    from dpt_ir.runtime import _describe
+
+    return StatusSpec(
+        index=index, kernel=slot.kernel, node=slot.node, op=slot.op, kind=slot.kind, message=_describe(slot)
+    )
