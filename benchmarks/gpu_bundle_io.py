@@ -1,0 +1,113 @@
+"""Reading a CUDA bundle for ``benchmarks/gpu_check.py``, with NumPy alone: ``plan.json``
+validated against ``ref.npz`` and ``kernels.cu``, and the bundle's inputs (shipped, or drawn
+from their seeds as ``dpt_ir.export.reference.draw`` draws them).
+
+Guarantees: any problem raises `BundleError` with one line naming the file and the field
+(a missing file, a plan of another version, a field missing, a buffer table that does not
+match the launches, the results or ``ref.npz``); nothing here imports dpt_ir or warp.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+VERSION = 1
+FILES = ("plan.json", "ref.npz", "kernels.cu")
+DTYPES = {"float32", "float64", "int32", "uint32", "uint8", "bool"}
+ROLES = {"input", "cotangent", "output", "gradient", "saved", "workspace", "partial", "status"}
+NEED = {
+    "bundle": ("format", "version", "graph", "inputs", "status_size", "status", "plans", "tolerance"),
+    "plan": ("name", "buffers", "launches", "checkpoints", "results", "bytes_moved", "expect_flags"),
+    "buffer": ("name", "role", "dtype", "shape", "size"),
+    "launch": ("name", "kernel", "phase", "dim", "grid", "block", "args", "status_base"),
+}
+
+
+class BundleError(Exception):
+    """A bundle that cannot be run: the message names the file and the field."""
+
+
+def _fields(obj: Any, kind: str, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise BundleError(f"{where}: expected an object, found {type(obj).__name__}")
+    for f in NEED[kind]:
+        if f not in obj:
+            raise BundleError(f"{where}: field {f!r} is missing")
+
+
+def load(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], str]:
+    """plan.json, ref.npz and kernels.cu of ``folder``, validated against each other."""
+    for name in FILES:
+        if not (folder / name).is_file():
+            raise BundleError(f"{folder / name}: file is missing")
+    path = folder / "plan.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path}: not JSON ({exc})") from None
+    _fields(doc, "bundle", str(path))
+    if doc["format"] != "dpt_ir.cuda_bundle" or doc["version"] != VERSION:
+        raise BundleError(
+            f"{path}: field 'version' is {doc['version']!r} (format {doc['format']!r}), expected {VERSION}"
+        )
+    try:
+        with np.load(folder / "ref.npz", allow_pickle=False) as npz:
+            ref = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise BundleError(f"{folder / 'ref.npz'}: not an .npz archive ({exc})") from None
+    for k, plan in enumerate(doc["plans"]):
+        _check_plan(plan, f"{path}: plans[{k}]", ref, folder)
+    return doc, ref, (folder / "kernels.cu").read_text(encoding="utf-8")
+
+
+def _check_plan(plan: dict[str, Any], where: str, ref: dict[str, np.ndarray], folder: Path) -> None:
+    _fields(plan, "plan", where)
+    table = {}
+    for k, b in enumerate(plan["buffers"]):
+        _fields(b, "buffer", f"{where}.buffers[{k}]")
+        if b["role"] not in ROLES or b["dtype"] not in DTYPES or int(np.prod(b["shape"])) not in (b["size"], 0):
+            raise BundleError(f"{where}.buffers[{k}] ({b['name']!r}): role/dtype/shape/size {b} are inconsistent")
+        table[b["name"]] = b
+    for k, launch in enumerate(plan["launches"]):
+        _fields(launch, "launch", f"{where}.launches[{k}]")
+        missing = [a for a in launch["args"] if a not in table]
+        if missing:
+            raise BundleError(f"{where}.launches[{k}].args: {missing} not in the buffer table")
+    for k, r in enumerate(plan["results"]):
+        b = table.get(r["buffer"])
+        key = f"{plan['name']}/{r['key']}"
+        if b is None:
+            raise BundleError(f"{where}.results[{k}].buffer: {r['buffer']!r} not in the buffer table")
+        if not plan["expect_flags"] and key not in ref:
+            raise BundleError(f"{folder / 'ref.npz'}: field {key!r} is missing (plan.json {where}.results[{k}])")
+        if key in ref and key + "@at" not in ref and list(ref[key].shape) != list(r["shape"]):
+            raise BundleError(
+                f"{folder / 'ref.npz'}: field {key!r} has shape {list(ref[key].shape)}, "
+                f"plan.json {where}.results[{k}] says {r['shape']}"
+            )
+
+
+def inputs_of(doc: dict[str, Any], ref: dict[str, np.ndarray], where: Path) -> dict[str, np.ndarray]:
+    """Each input shipped in ref.npz, or drawn from its seed (checked against its sum)."""
+    out = {}
+    for spec in doc["inputs"]:
+        name = spec["name"]
+        if spec.get("seed") is None:
+            out[name] = ref[f"input/{name}"]
+            continue
+        size = int(np.prod(spec["shape"], dtype=np.int64))
+        u = np.random.default_rng(spec["seed"]).random(size, dtype=np.float32)
+        arr = (u * np.float32(spec["high"] - spec["low"]) + np.float32(spec["low"])).astype(spec["dtype"])
+        want = float(ref[f"input/{name}@sum"])
+        if arr.sum(dtype=np.float64) != want:
+            raise BundleError(
+                f"{where / 'ref.npz'}: field 'input/{name}@sum' is {want}, this NumPy draws "
+                f"{arr.sum(dtype=np.float64)} from seed {spec['seed']}"
+            )
+        out[name] = arr.reshape(spec["shape"])
+    return out
