@@ -84,11 +84,11 @@ def _check_plan(plan: dict[str, Any], where: str, ref: dict[str, np.ndarray], fo
         if b is None:
             raise BundleError(f"{where}.results[{k}].buffer: {r['buffer']!r} not in the buffer table")
         if not plan["expect_flags"] and key not in ref:
-            raise BundleError(f"{folder / 'ref.npz'}: field {key!r} is missing (plan.json {where}.results[{k}])")
+            raise BundleError(f"{folder / 'ref.npz'}: field {key!r} is missing ({where}.results[{k}])")
         if key in ref and key + "@at" not in ref and list(ref[key].shape) != list(r["shape"]):
             raise BundleError(
                 f"{folder / 'ref.npz'}: field {key!r} has shape {list(ref[key].shape)}, "
-                f"plan.json {where}.results[{k}] says {r['shape']}"
+                f"{where}.results[{k}] says {r['shape']}"
             )
 
 

@@ -3,7 +3,8 @@
 a pass of the default pipeline), ``dpt-ir compile`` (compile and summarise), ``dpt-ir run``
 (evaluate on inputs from an ``.npz``, optionally with gradients), ``dpt-ir cache
 info|clear`` (the on-disk compile cache), ``dpt-ir bench`` (the benchmark scripts of the
-repository) and ``dpt-ir --version``.
+repository), ``dpt-ir export-cuda`` (a CUDA bundle for ``benchmarks/gpu_check.py``,
+`dpt_ir.export.cli`) and ``dpt-ir --version``.
 
 Contract: `main` returns the exit status instead of raising. A `ContractError` (a bad
 graph, a file that cannot be read or is not a graph document) prints one line
@@ -486,6 +487,10 @@ def build_parser() -> argparse.ArgumentParser:
         "busy ones (docs/benchmarks.md)",
     )
     bench.set_defaults(func=cmd_bench)
+
+    from dpt_ir.export.cli import add_parser as add_export_cuda
+
+    add_export_cuda(sub, [debug])
     return parser
 
 

@@ -45,7 +45,7 @@ def input_specs(
         if inputs is not None:
             if i.name not in inputs:
                 raise ContractError(f"export of {graph.name!r}: input {i.name!r} is missing from the inputs given")
-            arrays[i.name] = np.ascontiguousarray(np.asarray(inputs[i.name]).astype(t.dtype, copy=False))
+            arrays[i.name] = np.array(inputs[i.name], dtype=t.dtype, order="C")  # ascontiguousarray makes 0-d 1-d
             specs.append(InputSpec(name=i.name, dtype=t.dtype, shape=list(t.shape)))  # type: ignore[arg-type]
             continue
         if not is_float(t.dtype):

@@ -1,0 +1,80 @@
+"""Bundles exported once per session for the export tests (small sizes, CPU programs).
+
+- the benchmark cases whose plans are all C++ today (beer and chain16: ``run`` and
+  ``value_and_grad``, the sums split into ordered partials as on CUDA; softmax_xent and
+  normalisation: ``run``), inputs drawn from seeds;
+- ``logsum``: a sum with partials and a row reduction, and the same program on inputs
+  holding a negative (log's domain flag and the sum's non-finite flag are raised);
+- ``ew``: an elementwise program with a vector output: ``run`` and ``tape`` (cotangents);
+- the op sampler (`tests.export.sampler`): one case of every op the C++ path covers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dpt_ir as dp
+from benchmarks.cases import CASES
+
+ROOT = Path(__file__).resolve().parents[2]
+GPU_CHECK = ROOT / "benchmarks" / "gpu_check.py"
+SHAPE = (64, 256)  # 16384 elements: a whole-array sum is split into 4 partials on CUDA
+CASE_PLANS = {"beer": ["run", "value_and_grad"], "chain16": ["run", "value_and_grad"]}
+CASE_PLANS.update({"softmax_xent": ["run"], "normalisation": ["run"]})
+
+
+def gpu_check(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/gpu_check.py ARGS`` in a process of its own, as on a GPU machine."""
+    return subprocess.run([sys.executable, str(GPU_CHECK), *args], capture_output=True, text=True, check=False)
+
+
+def logsum_graph() -> dp.Graph:
+    b = dp.GraphBuilder("logsum")
+    x = b.input("x", SHAPE, "float32")
+    w = b.input("w", SHAPE, "float32", requires_grad=False)
+    b.output("loss", dp.sum(w * dp.log(x)))
+    b.output("rowsum", dp.sum(dp.square(x), axis=1))
+    return b.build()
+
+
+def ew_graph() -> dp.Graph:
+    b = dp.GraphBuilder("ew")
+    x = b.input("x", (8, 100), "float32")
+    b.output("y", dp.expm1(dp.tanh(x) * 0.5) + dp.sqrt(x))
+    return b.build()
+
+
+@pytest.fixture(scope="session")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Bundle name -> folder."""
+    root = tmp_path_factory.mktemp("bundles")
+    out: dict[str, Path] = {}
+    for name, plans in CASE_PLANS.items():
+        case = CASES[name]
+        wrt = [case.wrt] if "value_and_grad" in plans else None
+        program = dp.compile(case.build(SHAPE), wrt=wrt, device="cpu")
+        out[name] = program.export_cuda(root / name, plans=plans, seed=7)
+    logsum = dp.compile(logsum_graph(), wrt=["x"], loss="loss", device="cpu")
+    out["logsum"] = logsum.export_cuda(root / "logsum", plans=["run", "value_and_grad"], seed=1)
+    x = np.random.default_rng(0).uniform(0.5, 2.0, SHAPE).astype(np.float32)
+    x[3, 7] = -1.0
+    neg = {"x": x, "w": np.ones(SHAPE, np.float32)}
+    out["logsum_neg"] = logsum.export_cuda(root / "logsum_neg", plans=["run", "value_and_grad"], inputs=neg)
+    ew = dp.compile(ew_graph(), wrt=["x"], device="cpu")
+    out["ew"] = ew.export_cuda(root / "ew", seed=2)
+    from tests.export.sampler import sampler
+
+    graph, inputs, _ = sampler()
+    out["sampler"] = dp.compile(graph, device="cpu").export_cuda(root / "sampler", inputs=inputs)
+    return out
+
+
+@pytest.fixture(scope="session")
+def dry_run(bundles: dict[str, Path]) -> subprocess.CompletedProcess[str]:
+    """One ``gpu_check.py --dry`` over every bundle."""
+    return gpu_check("--dry", "--rounds", "1", *map(str, bundles.values()))

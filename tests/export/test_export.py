@@ -1,0 +1,177 @@
+"""Export of CUDA bundles and their replay by ``benchmarks/gpu_check.py --dry`` (no GPU).
+
+The oracle is the NumPy interpreter (``ref.npz``); the replay runs the CPU drivers and
+the CUDA drivers compiled as host C++, so the CUDA partition into ordered partials and
+their combine are checked on the CPU. ``kernels.cu`` is compiled for sm_90 with the
+NVRTC that Warp ships (no nvcc, no GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import warp as wp
+
+import dpt_ir as dp
+from benchmarks import graphs
+from dpt_ir.export.bundle import Bundle
+from dpt_ir.export.cuda import cuda_plans
+from dpt_ir.passes.options import CompileOptions
+
+from .conftest import CASE_PLANS, GPU_CHECK, ROOT, SHAPE, gpu_check
+
+
+def _lines(run: subprocess.CompletedProcess[str], bundle: str) -> list[str]:
+    return [line for line in run.stdout.splitlines() if line.split()[1:2] == [bundle]]
+
+
+def test_every_plan_matches_ref_on_cpu_and_cuda_drivers(bundles: dict[str, Path], dry_run) -> None:
+    assert dry_run.returncode == 0, dry_run.stdout + dry_run.stderr
+    names = {"sampler": "op_sampler"}
+    for key, folder in bundles.items():
+        doc = Bundle.model_validate_json((folder / "plan.json").read_text())
+        lines = _lines(dry_run, names.get(key, doc.graph))
+        per_bundle = len(doc.plans) * 2 * (2 if key.startswith("logsum") else 1)  # two logsum bundles share a name
+        assert len(lines) == per_bundle, (key, lines)
+        assert all(line.startswith("ok ") for line in lines), lines
+        assert {re.search(r"\[(.*?)\]", line).group(1) for line in lines} == {"CPU drivers", "cuda drivers on the CPU"}
+
+
+def test_bundles_hold_the_plans_asked_for(bundles: dict[str, Path]) -> None:
+    for name, plans in CASE_PLANS.items():
+        doc = Bundle.model_validate_json((bundles[name] / "plan.json").read_text())
+        assert [p.name for p in doc.plans] == plans
+    ew = Bundle.model_validate_json((bundles["ew"] / "plan.json").read_text())
+    tape = next(p for p in ew.plans if p.name == "tape")
+    assert {b.role for b in tape.buffers} >= {"input", "cotangent", "output", "gradient", "status"}
+    assert [c.name for c in tape.checkpoints] == ["forward", "backward"]
+
+
+def test_cuda_partition_splits_sums_into_partials(bundles: dict[str, Path]) -> None:
+    doc = Bundle.model_validate_json((bundles["beer"] / "plan.json").read_text())
+    vg = next(p for p in doc.plans if p.name == "value_and_grad")
+    partials = [b for b in vg.buffers if b.role == "partial"]
+    assert partials and partials[0].size == 4 and partials[0].dtype == "float64"  # 16384 / 4096 per partial
+    assert [launch.dim for launch in vg.launches] == [4, 1]  # the ordered combine runs after the partials
+
+
+def test_status_word_is_read_and_reported(dry_run) -> None:
+    raised = [line for line in dry_run.stdout.splitlines() if "status word raised" in line]
+    assert len(raised) == 4, dry_run.stdout  # run and value_and_grad, CPU and CUDA drivers
+    for line in raised:
+        assert line.startswith("ok ") and "out-of-domain input at node 'log_0' (op log" in line, line
+        assert "non-finite value at node 'sum_2'" in line, line
+
+
+def test_a_wrong_reference_fails(bundles: dict[str, Path], tmp_path: Path) -> None:
+    import numpy as np
+
+    bad = tmp_path / "ew"
+    bad.mkdir()
+    for f in ("kernels.cu", "plan.json"):
+        (bad / f).write_bytes((bundles["ew"] / f).read_bytes())
+    with np.load(bundles["ew"] / "ref.npz") as npz:
+        ref = {k: npz[k] for k in npz.files}
+    ref["run/output/y"] = ref["run/output/y"] * np.float32(1.001)
+    np.savez(bad / "ref.npz", **ref)
+    run = gpu_check("--dry", "--rounds", "1", str(bad))
+    assert run.returncode == 1, run.stdout
+    assert "FAIL ew run [CPU drivers]" in run.stdout and "output/y:" in run.stdout
+
+
+def _broken(bundles: dict[str, Path], tmp_path: Path, edit) -> subprocess.CompletedProcess[str]:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in ("kernels.cu", "plan.json", "ref.npz"):
+        (bad / f).write_bytes((bundles["ew"] / f).read_bytes())
+    edit(bad)
+    return gpu_check("--dry", str(bad))
+
+
+def _edit_plan(folder: Path, change) -> None:
+    doc = json.loads((folder / "plan.json").read_text())
+    change(doc)
+    (folder / "plan.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda d: (d / "ref.npz").unlink(), "ref.npz: file is missing"),
+        (lambda d: _edit_plan(d, lambda p: p.update(version=2)), "plan.json: field 'version' is 2"),
+        (lambda d: _edit_plan(d, lambda p: p.pop("plans")), "plan.json: field 'plans' is missing"),
+        (
+            lambda d: _edit_plan(d, lambda p: p["plans"][0]["buffers"].pop(0)),
+            "plan.json: plans[0].launches[0].args: ['x'] not in the buffer table",
+        ),
+        (
+            lambda d: _edit_plan(d, lambda p: p["plans"][0]["results"][0].update(shape=[800])),
+            "ref.npz: field 'run/output/y' has shape [8, 100], ",
+        ),
+    ],
+    ids=["missing-file", "other-version", "missing-field", "buffer-table", "ref-shape"],
+)
+def test_bad_bundle_is_one_error_line(bundles: dict[str, Path], tmp_path: Path, edit, expected: str) -> None:
+    run = _broken(bundles, tmp_path, edit)
+    assert run.returncode == 2 and run.stdout == "", run.stdout + run.stderr
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"error: {tmp_path / 'bad'}/") and expected in line, line
+    if "ref.npz: field" in expected:
+        assert line.endswith("plan.json: plans[0].results[0] says [800]"), line
+
+
+def test_runner_imports_neither_dpt_ir_nor_warp(bundles: dict[str, Path]) -> None:
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['gpu_check', '--dry', '--rounds', '1', {str(bundles['ew'])!r}]\n"
+        "try:\n"
+        f"    runpy.run_path({str(GPU_CHECK)!r}, run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('dpt_ir', 'warp', 'pydantic'))\n"
+        "assert not bad, bad\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_kernels_cu_compiles_for_sm90_with_nvrtc(bundles: dict[str, Path], tmp_path: Path) -> None:
+    from warp._src import build
+
+    wp.init()
+    for name, folder in bundles.items():
+        cubin = tmp_path / f"{name}.cubin"
+        build.build_cuda(str(folder / "kernels.cu"), 90, str(cubin), pch_dir=None, use_precompiled_headers=False)
+        assert cubin.read_bytes()[:4] == b"\x7fELF", name
+
+
+def test_a_warp_python_launch_is_refused_by_name() -> None:
+    program = dp.compile(graphs.beer(SHAPE), wrt=["x"], device="cpu")
+    with pytest.raises(
+        dp.ContractError, match=r"plan 'tape', launch 'tp_b\d+' \(group b\d+, pointwise, ops \[.*'broadcast_to'"
+    ):
+        program.export_cuda("/nonexistent/never-written", seed=0)
+    from benchmarks.cases import CASES
+
+    imaging = CASES["imaging"].build((32, 32))
+    with pytest.raises(dp.ContractError, match=r"plan 'run', launch 'run_f\d+' .* is a Warp-Python kernel"):
+        cuda_plans(imaging, {"run": CompileOptions()}, True)
+
+
+def test_cli_export_cuda(tmp_path: Path) -> None:
+    from dpt_ir.cli import main
+
+    doc = tmp_path / "beer.json"
+    doc.write_text(graphs.beer(SHAPE).model_dump_json())
+    out = tmp_path / "bundle"
+    args = [str(doc), "--wrt", "x", "--out", str(out), "--seed", "3", "--plans", "run,value_and_grad"]
+    assert main(["export-cuda", *args, "--range", "x=0.5:1.5"]) == 0
+    doc_out = Bundle.model_validate_json((out / "plan.json").read_text())
+    assert [p.name for p in doc_out.plans] == ["run", "value_and_grad"]
+    assert (doc_out.inputs[0].low, doc_out.inputs[0].high) == (0.5, 1.5)
+    assert main(["export-cuda", str(doc), "--out", str(out)]) == 2  # neither --inputs nor --seed
