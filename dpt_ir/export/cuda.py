@@ -28,6 +28,7 @@ from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE, KernelSource, StatusSlot
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
+from dpt_ir.passes.options import CompileOptions
 
 PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
 _CALL = re.compile(r"\bn_(dpk_[0-9a-f]{16})\(")
@@ -53,11 +54,11 @@ class CudaBuild:
     units: dict[str, Unit]  # launch name -> unit
 
 
-def cuda_plans(graph: Graph, pipelines: dict[str, object], checks: bool) -> CudaBuild:
-    """Scheduled graphs and C++ launches of ``pipelines`` (plan name -> CompileOptions)."""
+def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool) -> CudaBuild:
+    """Scheduled graphs and C++ launches of ``pipelines`` (plan name -> options)."""
     from dpt_ir.passes.manager import run_pipeline
 
-    graphs = {name: run_pipeline(graph, opts).graph for name, opts in pipelines.items()}  # type: ignore[arg-type]
+    graphs = {name: run_pipeline(graph, opts).graph for name, opts in pipelines.items()}
     source = codegen.generate({PREFIX[k]: g for k, g in graphs.items()}, graph.name, "CUDA export", checks, "cuda")
     kernels = {name: [k for k in source.kernels if k.name.startswith(PREFIX[name] + "_")] for name in graphs}
     units = {}

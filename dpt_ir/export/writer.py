@@ -69,6 +69,13 @@ def export_cuda(
     ``inputs``: arrays shipped in ``ref.npz``; or ``seed``: inputs drawn on the device
     (float32 uniform in ``ranges[name]``, default [0.5, 2)), only checksums shipped.
     """
+    from dpt_ir.runtime import Program
+
+    if not isinstance(program, Program):
+        raise ContractError(
+            f"export_cuda: expected a dp.Program, found {type(program).__name__} (programs with loops launch "
+            "their bodies per step from Python and cannot be exported)"
+        )
     graph = program.graph
     names = _chosen(program, plans)
     build = cuda_plans(graph, _pipelines(program, names), program.checks)

@@ -48,7 +48,9 @@ def test_bundles_hold_the_plans_asked_for(bundles: dict[str, Path]) -> None:
         assert [p.name for p in doc.plans] == plans
     ew = Bundle.model_validate_json((bundles["ew"] / "plan.json").read_text())
     tape = next(p for p in ew.plans if p.name == "tape")
-    assert {b.role for b in tape.buffers} >= {"input", "cotangent", "output", "gradient", "status"}
+    assert {b.role for b in tape.buffers} >= {"input", "cotangent", "output", "gradient"}
+    assert "status" not in {b.role for b in tape.buffers} and ew.status_size == 0  # compiled without checks
+    assert [b.copy_of for b in tape.buffers if b.copy_of] == ["x"]
     assert [c.name for c in tape.checkpoints] == ["forward", "backward"]
 
 
@@ -161,6 +163,13 @@ def test_a_warp_python_launch_is_refused_by_name() -> None:
     imaging = CASES["imaging"].build((32, 32))
     with pytest.raises(dp.ContractError, match=r"plan 'run', launch 'run_f\d+' .* is a Warp-Python kernel"):
         cuda_plans(imaging, {"run": CompileOptions()}, True)
+
+
+def test_only_a_program_exports() -> None:
+    from dpt_ir.export import export_cuda
+
+    with pytest.raises(dp.ContractError, match="expected a dp.Program, found object"):
+        export_cuda(object(), "/nonexistent/never-written", seed=0)
 
 
 def test_cli_export_cuda(tmp_path: Path) -> None:
