@@ -96,10 +96,17 @@ class Gpu:
         args = (*arrays, st, np.int32(launch["status_base"]), np.int32(launch["dim"]))
         fn((max(launch["grid"], 1),), (launch["block"],), args)
 
-    def peak(self) -> float:
-        """HBM bandwidth in bytes/s from the device attributes (DDR: two transfers a clock)."""
-        props = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)
-        return 2.0 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8
+    def peak(self) -> float | None:
+        """HBM bandwidth in bytes/s from the device attributes (DDR: two transfers a clock);
+        None where the runtime no longer reports the memory clock (CUDA 13 dropped it from
+        the device properties; the attribute query is tried next)."""
+        rt, dev = self.cp.cuda.runtime, self.cp.cuda.Device().id
+        props = rt.getDeviceProperties(dev)
+        try:
+            clock, width = props.get("memoryClockRate") or rt.deviceGetAttribute(36, dev), props["memoryBusWidth"]
+        except Exception:  # CUDARuntimeError, KeyError: not reported
+            return None
+        return 2.0 * clock * 1e3 * width / 8 if clock and width else None
 
 
 def run_plan(be: Any, plan: dict[str, Any], data: dict[str, np.ndarray]) -> tuple[dict[str, Any], list[int], Any]:
@@ -240,7 +247,8 @@ def check_bundle(folder: Path, args: argparse.Namespace, tmp: Path) -> int:
             failures += bool(bad)
             seconds = median_seconds(be, again, args.rounds)
             rate = plan["bytes_moved"] / seconds
-            peak = f", {rate / be.peak():.0%} of HBM" if isinstance(be, Gpu) else ""
+            hbm = be.peak() if isinstance(be, Gpu) else None
+            peak = f", {rate / hbm:.0%} of HBM ({hbm / 1e9:.0f} GB/s)" if hbm else ""
             print(
                 f"{'FAIL' if bad else 'ok  '} {what}: {len(plan['launches'])} launches, {seconds * 1e3:.3f} ms, "
                 f"{rate / 1e9:.1f} GB/s{peak}{''.join('; ' + b for b in bad)}"

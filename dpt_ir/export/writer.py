@@ -25,7 +25,6 @@ from dpt_ir.export.tables import plan_spec
 from dpt_ir.version import __version__
 
 TOLERANCE = Tolerance(rtol=2e-4, atol_rel=2e-5)  # tests/backend/harness.py MODERATE_TOLERANCES, float32
-FILES = ("kernels.cu", "plan.json", "ref.npz")
 
 
 def _pipelines(program: Any, plans: list[str]) -> dict[str, Any]:
