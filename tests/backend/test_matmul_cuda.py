@@ -101,3 +101,7 @@ def test_tile_kernels_equal_the_interpreter_on_the_cpu() -> None:
         tol = 1e-12 if dtype == "float64" else 1e-6
         np.testing.assert_allclose(got, expected[name], rtol=tol, atol=tol, err_msg=name)
         assert not buffers[STATUS].numpy().any(), name
+        # A non-finite result raises the node's flag in the launch's slot of the status word.
+        buffers[node.inputs[0]].fill_(float("inf"))
+        wp.launch(getattr(module, launch.function), dim=launch.dim // BLOCK_DIM, inputs=args, device="cpu")
+        assert buffers[STATUS].numpy()[launch.status_base] == 1, name

@@ -126,9 +126,11 @@ def _tile(size: int, largest: int) -> int:
 
 
 def _load(w: KernelWriter, array: str, base: str, item: int, dtype: str, plain: bool, dims: tuple[Any, ...]) -> str:
-    """Emit the load of one operand tile of shape ``(rows, cols)`` at ``(r0, c0)`` from a
-    2-D view of the operand's matrix at flat offset ``base``: in its own layout when
-    ``plain``, else as a tile of its transpose, then transposed (a view)."""
+    """Emit the load of one operand tile and return its name: ``dims`` is (tile rows, tile
+    columns, first row, first column, matrix rows, matrix columns) as the product reads the
+    operand, from a 2-D view of the operand's matrix at flat offset ``base`` (``item`` bytes
+    per element); in its own layout when ``plain``, else as a tile of its stored transpose,
+    then transposed (a view); float32 tiles are converted to float64."""
     rows, cols, r0, c0, view_rows, view_cols = dims
     view = w.fresh("view")
     shape = (view_rows, view_cols) if plain else (view_cols, view_rows)
@@ -173,7 +175,7 @@ def cuda_kernel(graph: Graph, group: dict[str, Any], name: str, slots: list[Stat
     w.emit(f"wp.tile_matmul({ta}, {tb}, acc)")
     w.indent -= 1
     if checks:
-        _flag_nonfinite(w, root, tm, tn, ct)
+        _flag_nonfinite(w, root, (tm, tn), ct, out_t)
     result = "acc" if out_t == "wp.float64" else f"wp.tile_astype(acc, dtype={out_t})"
     w.emit(
         f"out = wp.array(ptr={c}.ptr + wp.uint64(bt * {ct.m * ct.n}) * wp.uint64({item}), "
@@ -184,13 +186,15 @@ def cuda_kernel(graph: Graph, group: dict[str, Any], name: str, slots: list[Stat
     return _finish_tasks(w, graph, group, name, blocks * BLOCK_DIM, tasks=False)
 
 
-def _flag_nonfinite(w: KernelWriter, root: str, tm: int, tn: int, ct: Contraction) -> None:
-    """Each thread of the block tests its share of the tile's stored elements (shared memory)."""
+def _flag_nonfinite(w: KernelWriter, root: str, tile: tuple[int, int], ct: Contraction, out_t: str) -> None:
+    """Each thread of the block tests its share of the tile's elements that will be stored
+    (the accumulator is in shared memory), rounded to the output's type as they are stored."""
+    tm, tn = tile
     w.emit("lane = wp.tid() % wp.block_dim()")
     w.emit("bad = wp.int32(0)")
     w.emit(f"for e in range(lane, {tm * tn}, wp.block_dim()):")
     w.emit(f"    if i0 + e // {tn} < {ct.m} and j0 + e % {tn} < {ct.n}:")
-    w.emit(f"        if not wp.isfinite(acc[e // {tn}, e % {tn}]):")
+    w.emit(f"        if not wp.isfinite({out_t}(acc[e // {tn}, e % {tn}])):")
     w.emit("            bad = 1")
     w.flag(root, w.graph.node_map[root].opdef.name, "nonfinite", "bad != 0")
 
