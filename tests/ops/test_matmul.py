@@ -132,6 +132,9 @@ def test_each_product_is_one_contraction_kernel(
         assert len(groups) == products, plan
         assert all(len(g["nodes"]) == 1 and run.node_map[g["nodes"][0]].op == "matmul" for g in groups), plan
         assert not any(n.op == "transpose" for n in run.nodes), plan
+    # The gradients' computed operand (the cotangent) is written first, and fusion.txt says why.
+    reasons = [b["reason"] for b in program.plans["value_and_grad"].graph.meta["boundaries"]]
+    assert any("an operand of the contraction" in r for r in reasons), reasons
 
 
 def test_bit_identical_runs_and_thread_counts(
