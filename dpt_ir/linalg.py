@@ -53,7 +53,8 @@ def matmul(a: Any, b: Any) -> Tensor:
     vec_a, vec_b = a.ndim == 1, b.ndim == 1
     broadcast_shapes(a.shape[:-2] if not vec_a else (), b.shape[:-2] if not vec_b else (), where=shapes)
     if is_float(a.dtype):
-        return a.builder.emit("matmul", [a, b])
+        # The innermost builder: inside a loop body an operand may be a tensor of the graph around it.
+        return F._builder_of([a, b], where).emit("matmul", [a, b])
     return _integer_matmul(a, b)
 
 

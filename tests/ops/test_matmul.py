@@ -178,3 +178,23 @@ def test_numpy_operand_is_refused() -> None:
         np.ones((2, 3)) @ t
     with pytest.raises(dp.ContractError, match="bool"):
         dp.matmul(g.input("m", (2, 3), "bool"), g.input("n", (3, 2), "bool"))
+
+
+def test_inside_a_loop_body_with_a_captured_matrix() -> None:
+    """``w @ h`` in a ``dp.scan`` step, ``w`` a tensor of the enclosing graph (the body
+    captures it): compiled values and gradients equal the interpreter's."""
+    g = dp.GraphBuilder("rnn")
+    h0, w, xs = g.input("h0", (4,), "float64"), g.input("w", (4, 4), "float64"), g.input("xs", (5, 4), "float64")
+
+    def step(h: dp.Tensor, x: dp.Tensor) -> tuple[dp.Tensor, dp.Tensor]:
+        new = dp.tanh(w @ h + x)
+        return new, new
+
+    _, ys = dp.scan(step, h0, xs)
+    g.output("loss", dp.sum(ys * ys))
+    graph = g.build()
+    feed = {"h0": RNG.standard_normal(4), "w": 0.5 * RNG.standard_normal((4, 4)), "xs": RNG.standard_normal((5, 4))}
+    out, grads = dp.compile(graph, wrt=["w", "h0"], device="cpu").value_and_grad(**feed)
+    np.testing.assert_allclose(out["loss"], dp.interpret(graph, **feed)["loss"], rtol=1e-12)
+    for name, want in dp.interpret_grad(graph, ["w", "h0"], **feed).items():
+        np.testing.assert_allclose(grads[name], want, rtol=1e-12, err_msg=name)
