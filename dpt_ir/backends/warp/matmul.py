@@ -8,12 +8,15 @@ Guarantees: every output element ``C[b, i, j] = sum_p A[b, i, p] * B[b, p, j]`` 
 one thread in a fixed order, float32 products in float64 and rounded once, float64 in
 float64: no atomics, so results are bit-identical run to run and for any CPU thread count.
 
-- CPU (`cpu_kernel`): one task per output row, or per block of `ROW_BLOCK` columns of a
-  row; the inner loop runs over the contiguous axis: over the columns of a row of ``B``
-  (``acc[j] += A[i, p] * B[p, j]`` into a row of float64 accumulators) when ``B``'s rows are
-  contiguous, else (``B`` transposed, a column vector) over ``p`` (a dot product of two
-  contiguous rows). Both add the products in the order p = 0, 1, ..., k - 1. The task is
-  ``wp.tid() + a__task0``, so the plan may split a launch over threads (`tasks.run_split`).
+- CPU (`cpu_kernel`): one task per block of `ROW_BLOCK` columns of an output row, one
+  float64 accumulator (a register) per column; the loop runs over ``p``, and each step
+  adds ``A[i, p] * B[p, j]`` to every column of the block: the block reads ``ROW_BLOCK``
+  contiguous elements of a row of ``B`` (or, ``B`` transposed, walks ``ROW_BLOCK``
+  contiguous rows of its storage), and the independent accumulators keep the adds from
+  waiting on each other. A single column (``b`` a vector) is a dot product of two
+  contiguous vectors. Either way each element adds its products in the order p = 0, 1,
+  ..., k - 1. The task is ``wp.tid() + a__task0``, so the plan may split a launch over
+  threads (`tasks.run_split`).
 - CUDA (`cuda_kernel`): one thread block per ``TILE_M x TILE_N`` output tile (Warp's
   default launch block of `BLOCK_DIM` threads; the plan's ``wp.launch`` passes none): it walks
   ``k`` in tiles of ``TILE_K``, loads an operand tile from a 2-D view of each operand's
@@ -36,7 +39,7 @@ from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.registry import Contraction
 
-ROW_BLOCK = 64  # CPU: float64 accumulators per task (one block of a row's columns)
+ROW_BLOCK = 8  # CPU: columns per task, one float64 accumulator (register) each; 16 measured no faster
 BLOCK_DIM = 256  # Warp's CUDA launch default, the block a tile kernel is compiled for
 TILE_M, TILE_N, TILE_K = 32, 32, 16  # largest CUDA tile sizes (smaller for small operands)
 ITEM_BYTES = {"float32": 4, "float64": 8}
@@ -80,7 +83,7 @@ def cpu_kernel(graph: Graph, group: dict[str, Any], name: str, slots: list[Statu
     out_t = WP_TYPES[node.type.dtype]
     w = KernelWriter(graph, group, name, slots, checks)
     a, b, c = w.param(node.inputs[0]), w.param(node.inputs[1]), w.param(root)
-    rows = ct.b_col == 1 and ct.n > 1  # B's rows are contiguous: the inner loop runs over j
+    rows = ct.n > 1  # blocks of a row's columns; a column vector b: one dot product per row
     blocks = -(-ct.n // ROW_BLOCK) if rows else 1
     w.emit(f"t = wp.tid() + {param_name(TASK0)}")
     w.emit(f"bi = t // {blocks}")
@@ -91,33 +94,57 @@ def cpu_kernel(graph: Graph, group: dict[str, Any], name: str, slots: list[Statu
     w.emit(f"co = bi * {ct.n}")
     w.begin_probes()
     if rows:
-        w.emit(f"j0 = (t % {blocks}) * {ROW_BLOCK}")
-        w.emit(f"jn = wp.min({ROW_BLOCK}, {ct.n} - j0)")
-        w.emit(f"acc = wp.zeros(shape=({ROW_BLOCK},), dtype=wp.float64)")
-        w.emit(f"for p in range({ct.k}):")
-        w.emit(f"    av = wp.float64({a}[ar + p * {ct.a_col}])")
-        w.emit(f"    bo = {bb} + p * {ct.b_row} + j0")
-        w.emit("    for q in range(jn):")
-        w.emit(f"        acc[q] = acc[q] + av * wp.float64({b}[bo + q])")
-        w.emit("for q in range(jn):")
-        w.emit(f"    v = {out_t}(acc[q])")
-        w.indent += 1
-        w.check_finite(root, "v")
-        w.emit(f"{c}[co + j0 + q] = v")
+        _row_block(w, ct, (a, b, c), bb, blocks, out_t, root)
     else:
-        w.emit(f"for j in range({ct.n}):")
-        w.emit("    s = wp.float64(0.0)")
-        w.emit(f"    bo = {bb} + j * {ct.b_col}")
-        w.emit(f"    for p in range({ct.k}):")
-        w.emit(f"        s = s + wp.float64({a}[ar + p * {ct.a_col}]) * wp.float64({b}[bo + p * {ct.b_row}])")
-        w.emit(f"    v = {out_t}(s)")
-        w.indent += 1
-        w.check_finite(root, "v")
-        w.emit(f"{c}[co + j] = v")
-    w.indent -= 1
+        _dot_row(w, ct, (a, b, c), bb, out_t, root)
     w.end_probes()
     tasks = math.prod(ct.batch) * ct.m * blocks
     return _finish_tasks(w, graph, group, name, tasks)
+
+
+def _row_block(
+    w: KernelWriter, ct: Contraction, arrays: tuple[str, str, str], bb: str, blocks: int, out_t: str, root: str
+) -> None:
+    """``ROW_BLOCK`` columns of row ``i``: one float64 accumulator per column (registers),
+    each adding ``A[i, p] * B[p, j]`` for p = 0, 1, ..., k - 1. Columns past the row's end
+    (a last, partial block) read the row's last column and are not stored."""
+    a, b, c = arrays
+    partial = ct.n % ROW_BLOCK != 0
+    w.emit(f"j0 = (t % {blocks}) * {ROW_BLOCK}")
+    w.emit(f"last = {ct.n} - 1 - j0")
+    for q in range(ROW_BLOCK):
+        w.emit(f"s{q} = wp.float64(0.0)")
+    w.emit(f"for p in range({ct.k}):")
+    w.emit(f"    av = wp.float64({a}[ar + p * {ct.a_col}])")
+    w.emit(f"    bo = {bb} + p * {ct.b_row} + j0 * {ct.b_col}")
+    for q in range(ROW_BLOCK):
+        lane = f"wp.min({q}, last)" if partial and q else f"{q}"
+        w.emit(f"    s{q} = s{q} + av * wp.float64({b}[bo + {lane} * {ct.b_col}])")
+    for q in range(ROW_BLOCK):
+        if partial and q:
+            w.emit(f"if {q} <= last:")
+            w.indent += 1
+        w.emit(f"v{q} = {out_t}(s{q})")
+        w.check_finite(root, f"v{q}")
+        w.emit(f"{c}[co + j0 + {q}] = v{q}")
+        if partial and q:
+            w.indent -= 1
+
+
+def _dot_row(w: KernelWriter, ct: Contraction, arrays: tuple[str, str, str], bb: str, out_t: str, root: str) -> None:
+    """Row ``i`` of a product with a single column (a column vector ``b``): a dot product
+    of two contiguous vectors, p = 0, 1, ..., k - 1."""
+    a, b, c = arrays
+    w.emit(f"for j in range({ct.n}):")
+    w.indent += 1
+    w.emit("s = wp.float64(0.0)")
+    w.emit(f"bo = {bb} + j * {ct.b_col}")
+    w.emit(f"for p in range({ct.k}):")
+    w.emit(f"    s = s + wp.float64({a}[ar + p * {ct.a_col}]) * wp.float64({b}[bo + p * {ct.b_row}])")
+    w.emit(f"v = {out_t}(s)")
+    w.check_finite(root, "v")
+    w.emit(f"{c}[co + j] = v")
+    w.indent -= 1
 
 
 def _tile(size: int, largest: int) -> int:
