@@ -216,11 +216,13 @@ class ScatterLayout:
 
 @dataclass(frozen=True)
 class Contraction:
-    """How a batched matrix product (kind ``contraction``) reads its two row-major operands:
-    output element ``(*batch, i, j)`` (the axes ``i``/``j`` absent where ``m``/``n`` came from
-    a vector) is ``sum(a[a_at(batch, i, p)] * b[b_at(batch, p, j)] for p in range(k))``, where
-    an operand's flat offset is ``dot(batch, *_batch) + i * a_row + p * a_col`` (``b``: ``p *
-    b_row + j * b_col``); a broadcast batch axis has stride 0. Strides are in elements."""
+    """How a batched matrix product (kind ``contraction``) reads its two row-major operands.
+
+    Output element ``(batch, i, j)``, at flat offset ``(flat(batch) * m + i) * n + j`` (a
+    vector operand leaves ``m`` or ``n`` at 1 and its axis out of the output's shape), is
+    ``sum(a[dot(batch, a_batch) + i * a_row + p * a_col] * b[dot(batch, b_batch) + p * b_row
+    + j * b_col] for p in range(k))``. Strides are in elements; a broadcast batch axis has
+    stride 0."""
 
     batch: tuple[int, ...]
     m: int
