@@ -106,7 +106,7 @@ def test_gradients_match_finite_differences_and_transposes() -> None:
 
 @pytest.fixture(scope="module")
 def compiled() -> tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program]:
-    """Every shape in float64 and float32, one program."""
+    """Every shape in float64 and `FLOAT32_SHAPES` in float32, one program."""
     graph, feed = _graph("float64", "float32")
     wrt = [f"{d}_{x}{k}" for d in ("float64", "float32") for k in _shapes(d) for x in "ab"]
     return graph, feed, wrt, dp.compile(graph, wrt=wrt, loss="loss", device="cpu")
@@ -140,7 +140,7 @@ def test_each_product_is_one_contraction_kernel(
         groups = [g for g in run.meta["groups"] if g["kind"] == "contraction"]
         assert len(groups) == products, plan
         assert all(len(g["nodes"]) == 1 and run.node_map[g["nodes"][0]].op == "matmul" for g in groups), plan
-        assert not any(n.op == "transpose" for n in run.nodes), plan
+        assert not any(node.op == "transpose" for node in run.nodes), plan
     # The gradients' computed operand (the cotangent) is written first, and fusion.txt says why.
     reasons = [b["reason"] for b in program.plans["value_and_grad"].graph.meta["boundaries"]]
     assert any("an operand of the contraction" in r for r in reasons), reasons
@@ -153,8 +153,8 @@ def test_bit_identical_runs_and_thread_counts(
     assert program.plans["value_and_grad"].threads > 1 or (os.cpu_count() or 1) == 1  # default: every core
     first = program.value_and_grad(**feed)
     again = program.value_and_grad(**feed)
-    threaded = dp.compile(graph, wrt=wrt, loss="loss", device="cpu", threads=1).value_and_grad(**feed)
-    for other in (again, threaded):
+    one_thread = dp.compile(graph, wrt=wrt, loss="loss", device="cpu", threads=1).value_and_grad(**feed)
+    for other in (again, one_thread):
         for got, want in zip(other, first, strict=True):
             for name, value in want.items():
                 assert np.array_equal(got[name], value), name
