@@ -1,16 +1,14 @@
-"""`matmul` and the ``@`` operator, with NumPy's semantics, as a composite of the op table.
+"""`matmul` and the ``@`` operator, with NumPy's semantics.
 
 Assumes: operands are numeric dp tensors of rank >= 1 (bool is refused: NumPy's boolean
 matmul is a logical reduction, not a sum).
-Guarantees: ``matmul(a, b)`` is ``sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)``
-after NumPy's promotions: 1-D operands become a row (``a``) or column (``b``) and that
-axis is removed from the result; batch axes broadcast. It emits broadcast, multiply and
-sum nodes only, so fusion computes each output element's products in registers inside
-one reduction kernel (no ``m x k x n`` temporary is written), float32 products sum in
-float64 in a fixed order (deterministic), and the derivative table already holds the
-gradients: each is again one fused reduction kernel (``gy @ b.T`` and ``a.T @ gy``).
-Mismatched shapes are a ContractError naming both shapes. This is coverage, not BLAS
-speed: every output element reads a whole row and column.
+Guarantees: after NumPy's promotions (1-D operands become a row (``a``) or column (``b``)
+and that axis is removed from the result; batch axes broadcast), float operands give one
+``matmul`` node (`dpt_ir.ops.linalg`): its own kernel, tiled on CUDA and a fixed-order
+loop on the CPU, float32 summed in float64, its gradients matmul nodes with transpose
+flags. Integer operands, which the tile kernels do not take, expand into broadcast,
+multiply and sum nodes (one fused reduction kernel). Mismatched shapes are a
+ContractError naming both shapes. This is coverage, not BLAS speed.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from typing import Any
 from dpt_ir import functions as F
 from dpt_ir.builder import Tensor, op_site, records_origin
 from dpt_ir.errors import ContractError
-from dpt_ir.types import broadcast_shapes
+from dpt_ir.types import broadcast_shapes, is_float
 
 
 def _check(a: Tensor, b: Tensor, where: str) -> None:
@@ -41,7 +39,7 @@ def _check(a: Tensor, b: Tensor, where: str) -> None:
 def matmul(a: Any, b: Any) -> Tensor:
     """The matrix product ``a @ b`` (``np.matmul``): 2-D, batched over broadcast leading
     axes, and 1-D vectors (promoted to a matrix, the added axis removed from the result).
-    Its gradients are matrix products too; all of them fuse into one kernel each."""
+    Float operands give a ``matmul`` node, whose gradients are matrix products too."""
     where = "op 'matmul'"
     for x in (a, b):
         if not isinstance(x, Tensor):
@@ -53,11 +51,21 @@ def matmul(a: Any, b: Any) -> Tensor:
     _check(a, b, where)
     shapes = f"{where}: the batch axes (all but the last two) of {list(a.shape)} and {list(b.shape)}"
     vec_a, vec_b = a.ndim == 1, b.ndim == 1
+    broadcast_shapes(a.shape[:-2] if not vec_a else (), b.shape[:-2] if not vec_b else (), where=shapes)
+    if is_float(a.dtype):
+        # The innermost builder: inside a loop body an operand may be a tensor of the graph around it.
+        return F._builder_of([a, b], where).emit("matmul", [a, b])
+    return _integer_matmul(a, b)
+
+
+def _integer_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``sum(a[..., :, :, None] * b[..., None, :, :], axis=-2)`` with vectors promoted and
+    their axes removed again: the products stay in registers of one reduction kernel."""
+    vec_a, vec_b = a.ndim == 1, b.ndim == 1
     if vec_a:
         a = F.reshape(a, (1, a.shape[0]))
     if vec_b:
         b = F.reshape(b, (b.shape[0], 1))
-    broadcast_shapes(a.shape[:-2], b.shape[:-2], where=shapes)
     # (..., m, k, 1) * (..., 1, k, n), summed over k: the multiply broadcasts.
     out = F.sum(F.expand_dims(a, a.ndim) * F.expand_dims(b, b.ndim - 2), axis=-2)
     drop = ([out.ndim - 2] if vec_a else []) + ([out.ndim - 1] if vec_b else [])

@@ -23,7 +23,7 @@ import math
 import operator
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -934,6 +934,38 @@ def gather_cases() -> list[OpCase]:
     ]
 
 
+# -- matrix product -----------------------------------------------------------------------
+def _matmul_t(ta: bool, tb: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """np.matmul of the operands, either one's last two axes swapped (in float64, rounded)."""
+
+    def expect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        x = np.swapaxes(a, -1, -2) if ta else a
+        y = np.swapaxes(b, -1, -2) if tb else b
+        return np.matmul(x.astype(np.float64), y.astype(np.float64)).astype(a.dtype)
+
+    return expect
+
+
+def matmul_cases() -> list[OpCase]:
+    """matmul: 2-D, batched with broadcasting, vectors on either side, and the transpose
+    flags its gradients use."""
+    u = uniform()
+    return [
+        case("matmul", "2d", [Arg((3, 4), u), Arg((4, 5), u)], dp.matmul, np.matmul),
+        case("matmul", "batch_broadcast", [Arg((2, 1, 3, 2), u), Arg((3, 2, 2), u)], dp.matmul, np.matmul),
+        case("matmul", "vector_matrix", [Arg((3,), u), Arg((2, 3, 2), u)], dp.matmul, np.matmul),
+        case("matmul", "matrix_vector", [Arg((2, 3), u), Arg((3,), u)], dp.matmul, np.matmul),
+        case("matmul", "vector_vector", [Arg((4,), u), Arg((4,), u)], dp.matmul, np.matmul),
+        case(
+            "matmul",
+            "transposed",
+            [Arg((2, 4, 3), u), Arg((5, 4), u)],
+            _emit("matmul", transpose_a=True, transpose_b=True),
+            _matmul_t(True, True),
+        ),
+    ]
+
+
 # -- resampling ---------------------------------------------------------------------------
 RESAMPLE_COORDS = np.array([[-0.7, 0.4, 2.6, 3.9], [1.2, 4.5, -1.3, 2.2]])
 
@@ -1069,6 +1101,7 @@ def all_cases() -> tuple[OpCase, ...]:
         + reduction_cases()
         + stencil_cases()
         + gather_cases()
+        + matmul_cases()
         + resample_cases()
         + loop_cases()
     )
@@ -1497,8 +1530,20 @@ def _respecial(c: OpCase, ref: Callable[..., np.ndarray] | None) -> OpCase:
     )
 
 
+def matmul_special_cases() -> list[OpCase]:
+    """The matmul cases without transpose flags (torch.matmul takes none), their float
+    inputs filled with special values; the gradient's oracle is PyTorch's autograd of
+    torch.matmul (the op is bilinear, not linear)."""
+    out = []
+    for c in matmul_cases():
+        attrs = next(n.attrs for n in c.build("float64").nodes if n.op == "matmul")
+        if not any(attrs.values()):
+            out.append(replace(_respecial(c, _matmul_t(False, False)), grad_oracle="torch:matmul"))
+    return out
+
+
 SPECIAL_CASES: tuple[OpCase, ...] = tuple(
-    elementwise_special_cases() + reduction_special_cases() + view_special_cases()
+    elementwise_special_cases() + reduction_special_cases() + view_special_cases() + matmul_special_cases()
 )
 
 

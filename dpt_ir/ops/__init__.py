@@ -4,6 +4,7 @@ the table complete (each `register_op` call checks its op's derivative entry).""
 from dpt_ir.ops import (  # noqa: F401  (registration)
     elementwise,
     gather,
+    linalg,
     loop,
     objective,
     reduction,

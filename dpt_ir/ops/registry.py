@@ -21,7 +21,7 @@ from dpt_ir.types import TensorType
 if TYPE_CHECKING:
     from dpt_ir.builder import Tensor
 
-OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter", "loop"]
+OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter", "contraction", "loop"]
 Cost = Literal["cheap", "expensive"]
 AttrValue = Any
 CONSTANT_OP = "constant"  # the op the IR uses for literals (Python scalars, folded values)
@@ -215,6 +215,28 @@ class ScatterLayout:
 
 
 @dataclass(frozen=True)
+class Contraction:
+    """How a batched matrix product (kind ``contraction``) reads its two row-major operands.
+
+    Output element ``(batch, i, j)``, at flat offset ``(flat(batch) * m + i) * n + j`` (a
+    vector operand leaves ``m`` or ``n`` at 1 and its axis out of the output's shape), is
+    ``sum(a[dot(batch, a_batch) + i * a_row + p * a_col] * b[dot(batch, b_batch) + p * b_row
+    + j * b_col] for p in range(k))``. Strides are in elements; a broadcast batch axis has
+    stride 0."""
+
+    batch: tuple[int, ...]
+    m: int
+    k: int
+    n: int
+    a_batch: tuple[int, ...]
+    a_row: int
+    a_col: int
+    b_batch: tuple[int, ...]
+    b_row: int
+    b_col: int
+
+
+@dataclass(frozen=True)
 class ReduceTemplate:
     """Warp code of a deterministic reduction, in the accumulator's fixed visiting order.
 
@@ -296,7 +318,8 @@ class OpDef:
       giving a `ReduceTemplate`;
     - ``warp_helpers``: source of the ``@wp.func`` helpers the templates call;
     - ``warp_gather``, ``scatter``, ``table``: data-dependent reads, scatters and constant
-      tables (`GatherSite`, `ScatterLayout`).
+      tables (`GatherSite`, `ScatterLayout`);
+    - ``contraction``: batched matrix products: how they read their operands (`Contraction`).
     - ``cxx``: elementwise ops: the C++ element expression, a template with the placeholders
       of ``warp`` (``{T}`` etc. are C++ types) or a function of a `CxxSite`; helpers live in
       ``dpt_ir/backends/cxx/dp_math.h``. Trig templates read ``P`` (precise lanes) and OR
@@ -341,6 +364,8 @@ class OpDef:
     warp_gather: Callable[[WarpSite], GatherSite] | None = None
     # Scatters (kind "scatter", add_at): from (attrs, output shape, indices shape).
     scatter: Callable[[Any, tuple[int, ...], tuple[int, ...]], ScatterLayout] | None = None
+    # Batched matrix products (kind "contraction", matmul): from (attrs, input shapes).
+    contraction: Callable[[Any, tuple[tuple[int, ...], ...]], Contraction] | None = None
     # Source ops whose elements are a constant table (index_array): the table from the
     # attributes; kernels read it from a constant array.
     table: Callable[[Any], np.ndarray] | None = None

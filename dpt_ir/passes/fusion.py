@@ -2,8 +2,10 @@
 
 Assumes: every node is tagged with a phase (`saved_attributes` ran).
 Guarantees: ``meta["groups"]`` lists the kernels of the program, each a dict with
-``id``, ``phase``, ``kind`` (``pointwise``, ``reduction`` or ``scatter``: one scatter
-node, never merged, with ``scatter``: how it is made deterministic and why), ``space`` (the iteration
+``id``, ``phase``, ``kind`` (``pointwise``, ``reduction``, ``scatter``: one scatter
+node, never merged, with ``scatter``: how it is made deterministic and why, or
+``contraction``: one matrix product, never merged, whose operands are written to memory
+first: its kernel loads them as tiles), ``space`` (the iteration
 space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
 ``nodes`` (topological order), ``roots`` (the values it computes for others),
 ``inputs``/``outputs`` (values read from / written to memory) and bytes moved;
@@ -218,6 +220,7 @@ def _materialised(
             reasons[node.name] = "fusion is off"
         elif any(phase_of(graph.node_map[c]) != phase_of(node) for c in graph.consumers[node.name]):
             reasons[node.name] = "read by the other phase"
+    _contraction_operands(graph, reasons)
     halo = _halo(graph, reasons, budget) if fuse else []
     if fuse:
         _bound_code_copies(graph, reasons)
@@ -238,6 +241,18 @@ def _materialised(
             break
     order = {n.name: k for k, n in enumerate(graph.nodes)}
     return sorted(reasons, key=order.__getitem__), reasons, [h for h in halo if h["value"] not in reasons]
+
+
+def _contraction_operands(graph: Graph, reasons: dict[str, str]) -> None:
+    """Materialise the operands of every contraction (matmul): its kernels load operand
+    tiles straight from memory (`dpt_ir.backends.warp.matmul`), so nothing is inlined
+    into them; each operand element is read many times, which inlining would recompute."""
+    for node in graph.nodes:
+        if node.opdef.kind != "contraction":
+            continue
+        for value in node.inputs:
+            if value in graph.node_map and value not in reasons:
+                reasons[value] = f"an operand of the contraction {node.name}: its kernel loads operand tiles"
 
 
 def _inlined_stencils(graph: Graph, reasons: dict[str, str]) -> dict[str, str]:
@@ -284,8 +299,8 @@ def _closures(graph: Graph, roots: list[str]) -> list[Group]:
         node = graph.node_map[r]
         if _is_pointwise(node):
             g = Group(f"g{k}", phase_of(node), "pointwise", node.type.shape)
-        elif node.opdef.kind == "scatter":
-            g = Group(f"g{k}", phase_of(node), "scatter", node.type.shape)
+        elif node.opdef.kind in ("scatter", "contraction"):
+            g = Group(f"g{k}", phase_of(node), node.opdef.kind, node.type.shape)
         else:
             attrs = node.opdef.parse_attrs(node.attrs, r)
             space = graph.types[node.inputs[0]].shape
