@@ -28,7 +28,9 @@ compile is cold: passes, code generation and the Warp build, at the shipped buil
   the interpreter's (``dp.interpret_grad``).
 
 Run: ``python benchmarks/compile_scaling.py [--kind chain wide heat] [--nodes 500 1000 2000 5000]
-[--passes-only]``. ``--passes-only`` skips `dp.compile` (no Warp build).
+[--passes-only] [--max-kernel-nodes N]``. ``--passes-only`` skips `dp.compile` (no Warp
+build); ``--max-kernel-nodes`` sets fusion's size bound (`fusion_steps.MAX_KERNEL_NODES`)
+in the children, to measure other values of it.
 """
 
 from __future__ import annotations
@@ -99,13 +101,17 @@ def build(kind: str, nodes: int) -> Any:
     return chain(max(1, nodes // NODES_PER_STEP)) if kind == "chain" else wide(max(2, nodes // NODES_PER_TERM))
 
 
-def child(kind: str, nodes: int, passes_only: bool) -> dict[str, Any]:
+def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None) -> dict[str, Any]:
     """Measure one cold compile in this (fresh) process."""
     import numpy as np
 
     import dpt_ir as dp
     from dpt_ir.compiler import CPU_HALO_BUDGET, CPU_RECOMPUTE_BUDGET, _pipelines
+    from dpt_ir.passes import fusion_steps
     from dpt_ir.passes.manager import run_pipeline
+
+    if max_kernel_nodes is not None:
+        fusion_steps.MAX_KERNEL_NODES = max_kernel_nodes
 
     graph = build(kind, nodes)
     base = {
@@ -115,7 +121,7 @@ def child(kind: str, nodes: int, passes_only: bool) -> dict[str, Any]:
         "halo_budget": CPU_HALO_BUDGET,
         "recompute_budget": CPU_RECOMPUTE_BUDGET,
     }
-    res: dict[str, Any] = {"kind": kind, "nodes": len(graph.nodes)}
+    res: dict[str, Any] = {"kind": kind, "nodes": len(graph.nodes), "max_kernel_nodes": fusion_steps.MAX_KERNEL_NODES}
     t, cpu = time.perf_counter(), time.process_time()
     per_pass: dict[str, float] = {}
     for options in _pipelines(graph, ("x",), "loss", base).values():
@@ -149,7 +155,7 @@ def stencil_kernels(program: Any) -> int:
     return sum(1 for ps in params.values() if any(p.startswith("$weights:") for p in ps))
 
 
-def measure(kind: str, nodes: int, passes_only: bool) -> dict[str, Any]:
+def measure(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None = None) -> dict[str, Any]:
     """Run `child` in a new process with empty caches; its JSON line."""
     with tempfile.TemporaryDirectory(prefix="dpt_ir_scaling_") as tmp:
         env = {
@@ -159,6 +165,7 @@ def measure(kind: str, nodes: int, passes_only: bool) -> dict[str, Any]:
             "PYTHONPATH": str(ROOT),
         }
         args = [sys.executable, __file__, "--child", kind, str(nodes)] + (["--passes-only"] if passes_only else [])
+        args += [] if max_kernel_nodes is None else ["--max-kernel-nodes", str(max_kernel_nodes)]
         out = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
         if out.returncode != 0:
             return {"kind": kind, "nodes": nodes, "error": out.stderr.strip().splitlines()[-1:]}
@@ -195,14 +202,15 @@ def main() -> None:
     parser.add_argument("--nodes", nargs="+", type=int, default=[500, 1000, 2000, 5000])
     parser.add_argument("--passes-only", action="store_true", help="time the passes only (no Warp build)")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
+    parser.add_argument("--max-kernel-nodes", type=int, help="fusion's size bound in the children (default: shipped)")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], int(args.child[1]), args.passes_only)))
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.passes_only, args.max_kernel_nodes)))
         return
     rows = []
     for kind in args.kind:
         for n in args.nodes:
-            rows.append(measure(kind, n, args.passes_only))
+            rows.append(measure(kind, n, args.passes_only, args.max_kernel_nodes))
             print(json.dumps(rows[-1]), flush=True)
     print(table(rows))
     if args.json:

@@ -10,7 +10,9 @@ space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
 ``meta["boundaries"]`` says why each materialised value was not fused into its
 readers. Nested inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
 (ops declare their copies with ``code_copies``), and a kernel inlines a bounded number of
-nodes (`MAX_KERNEL_NODES` per value). Every node belongs to at least one
+nodes (`fusion_steps.MAX_KERNEL_NODES` per value, every strand a cut cone carries on cut
+with it); a repeated step (`fusion_steps.step_cuts`) is one kernel, the same for every
+step, merged with no other. Every node belongs to at least one
 group; a cheap elementwise or shape node read by several groups is recomputed in each
 (at most ``max_inline_consumers``) rather than written and read back, unless its inline
 code holds a stencil: recomputing that in several kernels widens the halo each of them
