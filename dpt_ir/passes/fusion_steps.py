@@ -25,6 +25,7 @@ repeated step gives one kernel only if every step is cut at the same place:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 
 from dpt_ir.graph import Graph, Node
 from dpt_ir.passes.fusion_traits import is_free, is_pointwise, multi_read, reads
@@ -33,8 +34,9 @@ from dpt_ir.passes.fusion_traits import is_free, is_pointwise, multi_read, reads
 MAX_KERNEL_NODES = 256
 # A multi-read operator occurring this often is a time step: three steps and their adjoints.
 STEP_REPEATS = 6
-# A value read on after a kernel cut is cut with it when a node of its op and type follows it
-# within this many reads (a carried state; `_recurs`), looking at this many nodes at most.
+# A value read on after a kernel cut is cut with it when nodes of its op and type precede and
+# follow it within this many reads (a carried state; `_recurs`), looking at this many nodes
+# at most each way.
 STRAND_HOPS = 4
 STRAND_VISITS = 64
 
@@ -182,16 +184,24 @@ def live_outs(graph: Graph, names: list[str], mask: int, reasons: dict[str, str]
 
 
 def _recurs(graph: Graph, value: str) -> bool:
-    """Does a node with ``value``'s op and type follow it within `STRAND_HOPS` pointwise reads
-    (a breadth-first walk of at most `STRAND_VISITS` nodes): is it a state the next step
-    carries on, as ``y`` in ``y = sin(y) * 0.9 + c``?"""
+    """Is ``value`` a state that steps carry on, as ``y`` in ``y = sin(y) * 0.9 + c``: does a
+    node with its op and type both precede it and follow it within `STRAND_HOPS` pointwise
+    reads (breadth-first walks of at most `STRAND_VISITS` nodes each way)?"""
     node = graph.node_map[value]
-    frontier, seen = [value], {value}
+    return _meets_alike(graph, node, lambda n: graph.consumers[n]) and _meets_alike(
+        graph, node, lambda n: graph.node_map[n].inputs if n in graph.node_map else ()
+    )
+
+
+def _meets_alike(graph: Graph, node: Node, step: Callable[[str], Sequence[str]]) -> bool:
+    """Does a walk from ``node`` along ``step`` (readers or inputs) meet another node of its
+    op and type within `STRAND_HOPS` hops, through pointwise nodes?"""
+    frontier, seen = [node.name], {node.name}
     for _ in range(STRAND_HOPS):
         nxt = []
         for name in frontier:
-            for c in graph.consumers[name]:
-                if c in seen or len(seen) >= STRAND_VISITS:
+            for c in step(name):
+                if c in seen or len(seen) >= STRAND_VISITS or c not in graph.node_map:
                     continue
                 seen.add(c)
                 other = graph.node_map[c]
