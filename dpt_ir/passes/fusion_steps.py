@@ -2,9 +2,11 @@
 
 Assumes: the graph of the fusion pass (nodes in topological order, phases tagged) and its
 ``reasons`` (value -> why it is written) as decided so far. Guarantees: each function only
-adds reasons, each naming the rule; every walk is iterative and bounded (by the nodes
-between two steps, by `STRAND_HOPS` and `STRAND_VISITS`, or one sweep over the graph), so
-the rules stay near-linear on chains of any length.
+adds reasons, each naming the rule; every walk is iterative and bounded: `step_cuts` climbs
+nodes read by one node only (each lies on one such path, so all walks together visit each
+node at most once per stencil reading it), the strand test stops after `STRAND_HOPS` hops
+and `STRAND_VISITS` nodes, the rest are single sweeps over the graph; the rules stay
+near-linear on chains of any length.
 
 Kernel sharing (`dpt_ir.backends.warp.codegen._share`) only shares identical text, so a
 repeated step gives one kernel only if every step is cut at the same place:
@@ -117,11 +119,11 @@ def _alike(graph: Graph, reasons: dict[str, str], cuts: list[str]) -> set[str]:
             ids.setdefault(("read", str(graph.types[i])), len(ids)) if i in reasons else sig[i] for i in node.inputs
         )
         sig[node.name] = ids.setdefault((step_key(node), str(node.type), parts), len(ids))
-    wanted = {sig[c]: c for c in cuts}
+    wanted, cut = {sig[c]: c for c in cuts}, set(cuts)
     alike = set()
     for node in graph.nodes:
         like = wanted.get(sig[node.name])
-        if like is None or not is_pointwise(node) or is_free(node) or node.name in cuts:
+        if like is None or not is_pointwise(node) or is_free(node) or node.name in cut:
             continue
         alike.add(node.name)  # pinned, even when written for another reason (a graph output)
         if node.name not in reasons:
