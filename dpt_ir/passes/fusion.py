@@ -12,7 +12,9 @@ space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
 ``meta["boundaries"]`` says why each materialised value was not fused into its
 readers. Nested inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
 (ops declare their copies with ``code_copies``), and a kernel inlines a bounded number of
-nodes (`MAX_KERNEL_NODES` per value). Every node belongs to at least one
+nodes (`fusion_steps.MAX_KERNEL_NODES` per value, every strand a cut cone carries on cut
+with it); a repeated step (`fusion_steps.step_cuts`) is one kernel, the same for every
+step, merged with no other. Every node belongs to at least one
 group; a cheap elementwise or shape node read by several groups is recomputed in each
 (at most ``max_inline_consumers``) rather than written and read back, unless its inline
 code holds a stencil: recomputing that in several kernels widens the halo each of them
@@ -23,61 +25,35 @@ nodes) is added.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import networkx as nx
 
 from dpt_ir.graph import Graph, Node
+from dpt_ir.passes import fusion_traits as traits
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
+from dpt_ir.passes.fusion_steps import bound_kernel_nodes, step_cuts
 from dpt_ir.passes.util import phase_of
 
 NAME = "fusion"
-POINTWISE = ("elementwise", "shape", "stencil")
 HALO_BUDGET = 48  # default work per element a multi-read node may spend recomputing what it reads
 # Most copies of one producer's code that nested inlining may emit in a kernel (a fold
 # inlined into a fold multiplies their images: 17 x 17 for a two-axis `nearest` blur of
 # radius 8 made a 400 KB kernel and a 45 s compile).
 MAX_CODE_COPIES = 64
-# Most nodes one kernel inlines before a value is written (`_bound_kernel_nodes`).
-MAX_KERNEL_NODES = 256
 
 
 def run(graph: Graph, options: Any = None) -> Graph:
     fuse = getattr(options, "fuse", True)
     limit = getattr(options, "max_inline_consumers", 4)
     budget = getattr(options, "halo_budget", None) or HALO_BUDGET
-    roots, reasons, halo = _materialised(graph, fuse, limit, budget)
-    groups = _closures(graph, roots)
+    roots, reasons, halo, steps = _materialised(graph, fuse, limit, budget)
+    groups = _closures(graph, roots, steps)
     if fuse:
         groups = merge_chains(graph, groups)
         groups = merge_siblings(graph, groups)
         groups = merge_epilogues(graph, groups)
     return _annotate(graph, groups, reasons, halo)
-
-
-def _is_pointwise(node: Node) -> bool:
-    return node.opdef.kind in POINTWISE
-
-
-def _is_view(node: Node) -> bool:
-    """Constants and single-read views of a value: recomputing them costs index arithmetic only."""
-    return _is_free(node) or (node.opdef.kind == "shape" and _reads(node) == 1)
-
-
-def _is_free(node: Node) -> bool:
-    """Source nodes (constants, iota) cost nothing to recompute anywhere."""
-    return _is_pointwise(node) and not node.inputs
-
-
-def _per_element(node: Node, count: Callable[[Any, tuple[int, ...]], int] | None) -> int:
-    """An op's per-element count trait (from its attributes and output shape), 1 if unset."""
-    return 1 if count is None else count(node.opdef.parse_attrs(node.attrs, node.name), node.type.shape)
-
-
-def _reads(node: Node) -> int:
-    """Input reads per output element: a stencil's taps, 1 for everything else."""
-    return _per_element(node, node.opdef.reads_per_element)
 
 
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:
@@ -98,9 +74,9 @@ def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str
             stack.extend(pending)
             continue
         stack.pop()
-        reads = _reads(node)
+        reads = traits.reads(node)
         # A stencil's own work is its multiply-adds.
-        own = 0 if _is_view(node) else reads if reads > 1 else node.opdef.work
+        own = 0 if traits.is_view(node) else reads if reads > 1 else node.opdef.work
         memo[name] = own + sum(memo[i] for i in node.inputs) * reads
     return memo[value]
 
@@ -123,7 +99,7 @@ def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[dict[str, 
     exceeds ``budget``)."""
     notes = []
     for node in graph.nodes:
-        base, gathered = _reads(node), _gather_reuse(graph, node)
+        base, gathered = traits.reads(node), _gather_reuse(graph, node)
         if base == 1 and gathered == 1:
             continue
         for k, value in enumerate(node.inputs):
@@ -136,7 +112,7 @@ def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[dict[str, 
                 and value not in reasons
                 and graph.node_map[value].opdef.kind == "shape"
                 and len(graph.node_map[value].inputs) == 1
-                and _reads(graph.node_map[value]) == 1
+                and traits.reads(graph.node_map[value]) == 1
             ):
                 value = graph.node_map[value].inputs[0]
             cost = _eval_cost(graph, value, reasons, {})
@@ -152,11 +128,6 @@ def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[dict[str, 
     return notes
 
 
-def _copies(node: Node) -> int:
-    """Copies of an inlined producer's code per element: a fold's images, 1 for everything else."""
-    return _per_element(node, node.opdef.code_copies)
-
-
 def _bound_code_copies(graph: Graph, reasons: dict[str, str]) -> None:
     """Materialise what a multi-copy node (a fold) reads when inlining it would emit more
     than `MAX_CODE_COPIES` copies of some producer's code. Nodes are visited in order, so
@@ -164,48 +135,24 @@ def _bound_code_copies(graph: Graph, reasons: dict[str, str]) -> None:
     below: dict[str, int] = {}  # value -> copies of the deepest code it inlines
     for node in graph.nodes:
         inner = max((below.get(i, 1) for i in node.inputs if i not in reasons), default=1)
-        copies = _copies(node)
-        if copies > 1 and copies * inner > MAX_CODE_COPIES:
+        images = traits.copies(node)
+        if images > 1 and images * inner > MAX_CODE_COPIES:
             for value in node.inputs:
                 if value in graph.node_map and value not in reasons and below.get(value, 1) > 1:
                     reasons[value] = (
-                        f"read at {copies} boundary images by {node.name}: inlining it would emit "
-                        f"{copies * below[value]} copies of its code (more than {MAX_CODE_COPIES}); "
+                        f"read at {images} boundary images by {node.name}: inlining it would emit "
+                        f"{images * below[value]} copies of its code (more than {MAX_CODE_COPIES}); "
                         "written once instead"
                     )
             inner = 1  # every input that inlined copies is now written once
-        below[node.name] = copies * inner
-
-
-def _bound_kernel_nodes(graph: Graph, reasons: dict[str, str]) -> None:
-    """Materialise a pointwise value once the code inlined into it reaches
-    `MAX_KERNEL_NODES` nodes, so a long chain is split into kernels of bounded size (the
-    C++ compiler's time grows faster than a function's length: an 833-step chain fused into
-    one 5,800-line kernel). Cones are exact (bitsets of the nodes they inline) and visited in
-    order, so every group built afterwards inlines at most ``arity * MAX_KERNEL_NODES`` nodes;
-    identical pieces of a time-stepped chain then share one kernel."""
-    bit = {n.name: 1 << k for k, n in enumerate(graph.nodes)}
-    cone: dict[str, int] = {}
-    for node in graph.nodes:
-        if not _is_pointwise(node):
-            continue
-        mask = bit[node.name]
-        for i in node.inputs:
-            if i not in reasons and i in cone:
-                mask |= cone[i]
-        cone[node.name] = mask
-        size = mask.bit_count()
-        if size >= MAX_KERNEL_NODES and node.name not in reasons and not _is_free(node):
-            reasons[node.name] = (
-                f"its inline code reached {size} nodes (the limit is {MAX_KERNEL_NODES}): written once, "
-                "so that kernels stay small enough to compile quickly"
-            )
+        below[node.name] = images * inner
 
 
 def _materialised(
     graph: Graph, fuse: bool, limit: int, budget: int
-) -> tuple[list[str], dict[str, str], list[dict[str, Any]]]:
-    """Nodes whose value is written to memory, and why each one is."""
+) -> tuple[list[str], dict[str, str], list[dict[str, Any]], set[str]]:
+    """Nodes whose value is written to memory, why each one is, the halo notes, and the
+    step values (`fusion_steps.step_cuts`) whose groups are merged with no other."""
     outputs = {o.value for o in graph.outputs}
     saved = {r["value"] for r in graph.meta.get("saved", [])}
     reasons: dict[str, str] = {}
@@ -214,20 +161,21 @@ def _materialised(
             reasons[node.name] = "a graph output"
         elif node.name in saved:
             reasons[node.name] = "saved: read by the backward phase"
-        elif not _is_pointwise(node):
+        elif not traits.is_pointwise(node):
             reasons[node.name] = f"a {node.opdef.kind} result: its readers need it complete (next kernel)"
-        elif not fuse and not _is_free(node):
+        elif not fuse and not traits.is_free(node):
             reasons[node.name] = "fusion is off"
         elif any(phase_of(graph.node_map[c]) != phase_of(node) for c in graph.consumers[node.name]):
             reasons[node.name] = "read by the other phase"
     _contraction_operands(graph, reasons)
+    steps = step_cuts(graph, reasons) if fuse else set()
     halo = _halo(graph, reasons, budget) if fuse else []
     if fuse:
         _bound_code_copies(graph, reasons)
-        _bound_kernel_nodes(graph, reasons)
+        bound_kernel_nodes(graph, reasons)
     while True:
         counts = _closure_counts(graph, set(reasons))
-        over = [n for n, k in counts.items() if k > limit and not _is_view(graph.node_map[n])]
+        over = [n for n, k in counts.items() if k > limit and not traits.is_view(graph.node_map[n])]
         for n in over:
             reasons[n] = f"read by {counts[n]} groups (more than {limit}): computed once, not recomputed in each"
         halos = _inlined_stencils(graph, reasons)
@@ -240,7 +188,8 @@ def _materialised(
         if not over and not shared:
             break
     order = {n.name: k for k, n in enumerate(graph.nodes)}
-    return sorted(reasons, key=order.__getitem__), reasons, [h for h in halo if h["value"] not in reasons]
+    notes = [h for h in halo if h["value"] not in reasons]
+    return sorted(reasons, key=order.__getitem__), reasons, notes, steps
 
 
 def _contraction_operands(graph: Graph, reasons: dict[str, str]) -> None:
@@ -261,7 +210,7 @@ def _inlined_stencils(graph: Graph, reasons: dict[str, str]) -> dict[str, str]:
     one forward sweep over what is not materialised."""
     holds: dict[str, str] = {}
     for node in graph.nodes:
-        if _reads(node) > 1 or _copies(node) > 1:
+        if traits.multi_read(node):
             holds[node.name] = node.name
             continue
         for i in node.inputs:
@@ -290,14 +239,15 @@ def _closure_counts(graph: Graph, roots: set[str]) -> dict[str, int]:
     return {n: m.bit_count() for n, m in reached.items() if m}
 
 
-def _closures(graph: Graph, roots: list[str]) -> list[Group]:
-    """One group per root: the root plus the pointwise nodes it reads, up to other roots."""
+def _closures(graph: Graph, roots: list[str], steps: set[str]) -> list[Group]:
+    """One group per root: the root plus the pointwise nodes it reads, up to other roots; a
+    step value's group is pinned (it merges with no other, so every step's kernel is one)."""
     root_set = set(roots)
     groups = []
     order = {n.name: k for k, n in enumerate(graph.nodes)}
     for k, r in enumerate(sorted(roots, key=order.__getitem__)):
         node = graph.node_map[r]
-        if _is_pointwise(node):
+        if traits.is_pointwise(node):
             g = Group(f"g{k}", phase_of(node), "pointwise", node.type.shape)
         elif node.opdef.kind in ("scatter", "contraction"):
             g = Group(f"g{k}", phase_of(node), node.opdef.kind, node.type.shape)
@@ -306,6 +256,7 @@ def _closures(graph: Graph, roots: list[str]) -> list[Group]:
             space = graph.types[node.inputs[0]].shape
             g = Group(f"g{k}", phase_of(node), "reduction", space, tuple(getattr(attrs, "axes", ())))
         g.roots.append(r)
+        g.pinned = r in steps
         stack = [r]
         while stack:
             n = stack.pop()

@@ -3,7 +3,8 @@
 Assumes: groups come from `fusion._closures` (one per materialised root) over a graph whose
 nodes are tagged with their phase.
 Guarantees: every merge keeps the group DAG acyclic and only joins groups one kernel can
-run (same phase and iteration space; reductions over the same axes): horizontal merges
+run (same phase and iteration space; reductions over the same axes), never a pinned group
+(a time step's kernel, which stays the same for every step): horizontal merges
 of groups with no path between them (`merge_siblings`), vertical merges across written
 values read elementwise at the consumer's own index (`merge_chains`), and pointwise
 epilogues of reductions (`merge_epilogues`). Path questions go to `Reachability`
@@ -34,6 +35,7 @@ class Group:
     roots: list[str] = field(default_factory=list)
     nodes: set[str] = field(default_factory=set)
     epilogue: list[str] = field(default_factory=list)  # roots computed from the finished reduction
+    pinned: bool = False  # a time step's kernel (`fusion_steps.step_cuts`): merged with no other group
 
 
 def group_dag(graph: Graph, groups: list[Group]) -> nx.DiGraph:
@@ -53,6 +55,8 @@ def _compatible(a: Group, b: Group) -> bool:
     produce pointwise values over the space it reads."""
     if a.phase != b.phase or a.space != b.space or {"scatter", "contraction"} & {a.kind, b.kind}:
         return False  # a scatter's kernels sort and sum its own positions, a contraction's load tiles: never shared
+    if a.pinned or b.pinned:
+        return False  # a step stays one step
     if a.kind == "reduction" and b.kind == "reduction":
         return a.axes == b.axes
     return True
@@ -156,7 +160,8 @@ def merge_chains(graph: Graph, groups: list[Group]) -> list[Group]:
 def _union(a: Group, b: Group) -> Group:
     kind = "reduction" if "reduction" in (a.kind, b.kind) else "pointwise"
     axes = a.axes if a.kind == "reduction" else b.axes
-    return Group(a.id, a.phase, kind, a.space, axes, a.roots + b.roots, a.nodes | b.nodes, a.epilogue + b.epilogue)
+    nodes, epilogue = a.nodes | b.nodes, a.epilogue + b.epilogue
+    return Group(a.id, a.phase, kind, a.space, axes, a.roots + b.roots, nodes, epilogue, a.pinned or b.pinned)
 
 
 def _epilogue_fits(graph: Graph, red: Group, ep: Group) -> bool:
@@ -167,7 +172,7 @@ def _epilogue_fits(graph: Graph, red: Group, ep: Group) -> bool:
     read them only there: through such views, or elementwise at its own index (no
     broadcast, no other view). It must not read what ``red`` writes at its input space.
     """
-    if red.kind != "reduction" or ep.kind != "pointwise" or ep.phase != red.phase or ep.epilogue:
+    if red.kind != "reduction" or ep.kind != "pointwise" or ep.phase != red.phase or ep.epilogue or ep.pinned:
         return False
     results = {r for r in red.roots if graph.node_map[r].opdef.kind == "reduction"}
     size = math.prod(ep.space)
@@ -251,5 +256,3 @@ def _contract(dag: nx.DiGraph, keep: str, gone: str) -> None:
         if q != keep:
             dag.add_edge(keep, q)
     dag.remove_node(gone)
-
-

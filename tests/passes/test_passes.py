@@ -12,7 +12,7 @@ import pytest
 import dpt_ir as dp
 from benchmarks.graphs import beer, normalisation, softmax_xent
 from dpt_ir.passes import canonicalize, cse, dce, manager, verify
-from dpt_ir.passes.fusion import _copies
+from dpt_ir.passes.fusion_traits import copies
 from dpt_ir.passes.manager import DEFAULT_PIPELINE, PassSpec, run_pipeline
 from dpt_ir.passes.options import CompileOptions
 from dpt_ir.passes.util import phase_of
@@ -294,10 +294,10 @@ def test_fusion_bounds_the_code_copies_of_nested_folds() -> None:
     x = g.input("x", (7, 9), F64)
     g.output("loss", dp.sum(dp.square(dp.gaussian_filter(dp.exp(-x), (2.0, 1.2), mode="nearest"))))
     graph = run_pipeline(g.build(), CompileOptions(wrt=("x",))).graph
-    copies = {n.name: _copies(n) for n in graph.nodes}
-    assert sorted(c for c in copies.values() if c > 1) == [11, 17]
+    images = {n.name: copies(n) for n in graph.nodes}
+    assert sorted(c for c in images.values() if c > 1) == [11, 17]
     for group in graph.meta["groups"]:
-        assert sum(copies[n] > 1 for n in group["nodes"]) <= 1, group  # never a fold inside a fold
+        assert sum(images[n] > 1 for n in group["nodes"]) <= 1, group  # never a fold inside a fold
     reasons = [b["reason"] for b in graph.meta["boundaries"]]
     assert any("copies of its code (more than 64)" in r for r in reasons), reasons
 
