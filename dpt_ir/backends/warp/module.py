@@ -325,5 +325,6 @@ class GeneratedModule:
                 record_build(self.entry, self.key, self.name, files)
                 self.expected = files
                 self.info.update(built=True, build_seconds=time.perf_counter() - start)
+                log.debug("module %s built for %s in %.2f s", self.name, self.device, self.info["build_seconds"])
                 self._built = module
             return self._built
