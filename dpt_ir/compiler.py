@@ -1,13 +1,18 @@
-"""`dp.compile`: run the pass pipelines, generate one Warp module, cache everything.
+"""`dp.compile`: run the pass pipelines, generate a Warp module per pipeline, cache everything.
 
-A program compiles up to three pipelines of the same graph into one module: ``run``
-(forward only), ``value_and_grad`` (the loss seeded with 1 at compile time: forward and
-backward fuse) and ``tape`` (cotangent inputs for every float output). Caches:
+A program compiles up to three pipelines of the same graph: ``run`` (forward only),
+``value_and_grad`` (the loss seeded with 1 at compile time: forward and backward fuse) and
+``tape`` (cotangent inputs for every float output). ``dp.compile`` runs the passes and
+generates every pipeline's module source (so every `ContractError` is raised before it
+returns); each module's Warp build (Warp's codegen and clang, or its cached binary) is
+deferred to the first call of its plan (`dpt_ir.backends.warp.module.GeneratedModule`;
+`Program.build_all` forces them). Loop programs' pieces (`compile_pieces`) are one module,
+built at compile. Caches:
 
 - in-process: the same graph, wrt, loss, options and device return the same `Program`
   without recompiling;
 - on disk (``DPT_IR_CACHE``, default ``~/.cache/dpt_ir``): the scheduled plans and the
-  generated module, keyed by a hash of the graph, the options and the dpt_ir and Warp
+  generated modules, keyed by a hash of the graph, the options and the dpt_ir and Warp
   versions; a new process skips the passes and Warp reuses its compiled binary. Entries
   carry checksums; a damaged one is logged once, recompiled and replaced
   (`dpt_ir.backends.warp.module`).
@@ -23,7 +28,6 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,12 +39,13 @@ from dpt_ir.autodiff import check_wrt, default_loss
 from dpt_ir.backends.warp import codegen, launches
 from dpt_ir.backends.warp.launches import KernelSource, StatusSlot
 from dpt_ir.backends.warp.module import (
+    BUILD_LOCK,
     CacheRecord,
+    GeneratedModule,
     cache_root,
     content_key,
-    import_source,
-    load,
     new_record,
+    purge_warp,
     read_entry,
     source_fingerprint,
     warn_once,
@@ -59,7 +64,7 @@ if TYPE_CHECKING:
 from dpt_ir.version import __version__
 
 _PROGRAMS: dict[str, Program] = {}
-_COMPILE_LOCK = threading.RLock()  # one compile at a time per process: caches, sys.modules, Warp's loader
+_COMPILE_LOCK = BUILD_LOCK  # one compile or module build at a time per process: caches, sys.modules, Warp's loader
 log = logging.getLogger("dpt_ir.compile")
 # Work per element a stencil may spend recomputing its producers rather than reading them
 # from memory (see CompileOptions.halo_budget): the CPU backend runs one thread and is
@@ -217,15 +222,17 @@ def _build(
     start: float,
     threads: int = 1,
 ) -> Program:
-    entry = cache_root() / key
-    module_name = f"dpt_ir_gen_{key}"
+    """The passes and code generation of every pipeline (or their disk-cache record), run
+    now; each pipeline's Warp module is built on its plan's first use (`GeneratedModule`)."""
+    entry, stem = cache_root() / key, f"dpt_ir_gen_{key}"
     results: dict[str, PipelineResult] = {}
-    record, text, problem = read_entry(entry, key, module_name)
+    record, texts, problem = read_entry(entry, key)
     if problem is not None:
         warn_once(key, f"cache entry {entry}: {problem}; recompiling and replacing it")
-    if record is not None and text is not None and out_dir is None:
+        purge_warp(stem)  # every module's binary: Warp's files of a damaged entry are not trusted either
+    if record is not None and texts is not None and out_dir is None:
         cache = "disk"
-        graphs, kernels, slots = _unpack(record)
+        built = _unpack(record, texts)
     else:
         cache = "miss"
         from dpt_ir.passes.manager import run_pipeline
@@ -233,66 +240,71 @@ def _build(
         options = _pipelines(graph, wrt, loss, base)
         results = {name: run_pipeline(graph, opts) for name, opts in options.items()}
         log.debug("compile %r: passes done in %.2f s", graph.name, time.perf_counter() - start)
-        graphs = {name: r.graph for name, r in results.items()}
         header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
-        source = codegen.generate(
-            {_PREFIX[k]: g for k, g in graphs.items()},
-            graph.name,
-            header,
-            base["checks"],
-            "cpu" if dev == "cpu" else "cuda",
+        target = "cpu" if dev == "cpu" else "cuda"
+        sources = {  # one module per pipeline, so that a call builds only the module it launches
+            f"{stem}_{_PREFIX[n]}": codegen.generate({_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target)
+            for n, r in results.items()
+        }
+        built = Built(
+            {name: r.graph for name, r in results.items()},
+            [k for source in sources.values() for k in source.kernels],
+            {name: source.slots for name, source in sources.items()},
+            {name: source.text for name, source in sources.items()},
         )
-        kernels, slots, text = source.kernels, source.slots, source.text
-    module = import_source(text, entry, module_name)
-    loaded_at = time.perf_counter()
-    expected = record.warp_files if record is not None else None
-    warp_sums = load(module, dev, key, expected, purge=problem is not None)
-    log.debug("compile %r: Warp module %s loaded in %.2f s", graph.name, module_name, time.perf_counter() - loaded_at)
-    if "tape" in graphs:  # the kernel a tape pass composed with a caller's tape launches
-        from dpt_ir.backends.warp import static_kernels
-
-        load(static_kernels, dev, "static_kernels", None, purge=False)
-    _store(entry, key, None if cache == "miss" else record, (graphs, kernels, slots), text, warp_sums)
-    status_size = max(len(slots), 1) if base["checks"] else 0
+        _store(entry, key, built)
     plans = {}
-    for name, g in graphs.items():
-        mine = [k for k in kernels if k.name.startswith(_PREFIX[name] + "_")]
-        plans[name] = ExecutionPlan(g, mine, module, dev, status_size, grad_outputs=name == "tape", threads=threads)
-    report = _report(graph, plans, kernels, cache, time.perf_counter() - start, dev, module_name, base)
-    program = Program(graph, wrt, loss, dev, plans, slots, base["checks"], report, module_name)
+    for name, g in built.graphs.items():
+        module = _module(built, f"{stem}_{_PREFIX[name]}", entry, key, dev, record if cache == "disk" else None)
+        mine = [k for k in built.kernels if k.name.startswith(_PREFIX[name] + "_")]
+        plans[name] = ExecutionPlan(
+            g, mine, module, dev, built.slots[module.name], base["checks"], grad_outputs=name == "tape", threads=threads
+        )
+    report = _report(graph, plans, built.kernels, cache, time.perf_counter() - start, dev, stem, base)
+    program = Program(graph, wrt, loss, dev, plans, base["checks"], report, stem)
     log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report["compile_seconds"], cache)
     if out_dir is not None:
-        _dump(out_dir, results, plans, text, module_name, report)
+        _dump(out_dir, results, plans, built.texts, report)
     return program
 
 
-Built = tuple[dict[str, Graph], list[KernelSource], list[StatusSlot]]  # scheduled plans, launches, status slots
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """What the passes and code generation made: the scheduled plans, their launches, and
+    per generated module its status slots and source (by module name)."""
+
+    graphs: dict[str, Graph]
+    kernels: list[KernelSource]
+    slots: dict[str, list[StatusSlot]]
+    texts: dict[str, str]
 
 
-def _unpack(record: CacheRecord) -> Built:
-    """The plans, launches and status slots a cache record holds."""
+def _unpack(record: CacheRecord, texts: dict[str, str]) -> Built:
+    """The plans, launches and status slots a cache record holds, with its modules' sources."""
     saved = json.loads(record.payload)
     graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
-    return graphs, launches.kernels_from_record(saved["kernels"]), [StatusSlot(**s) for s in saved["slots"]]
+    slots = {m: [StatusSlot(**s) for s in module_slots] for m, module_slots in saved["slots"].items()}
+    return Built(graphs, launches.kernels_from_record(saved["kernels"]), slots, texts)
 
 
-def _store(
-    entry: Path, key: str, record: CacheRecord | None, built: Built, text: str, warp_sums: dict[str, str]
-) -> None:
-    """Write the cache entry of a fresh build (``record`` None), or of a loaded record whose
-    Warp files changed (they were rebuilt): the payload is serialised only for a new build."""
-    if record is None:
-        graphs, kernels, slots = built
-        payload = json.dumps(
-            {
-                "graphs": {k: g.model_dump_json() for k, g in graphs.items()},
-                "kernels": launches.kernels_record(kernels),
-                "slots": [dataclasses.asdict(s) for s in slots],
-            }
-        )
-        record = new_record(key, payload, text)
-    if record.warp_files != warp_sums:
-        write_entry(entry, CacheRecord.model_validate({**record.model_dump(), "warp_files": warp_sums}))
+def _store(entry: Path, key: str, built: Built) -> None:
+    """Write the cache entry of a fresh build: the modules' sources, then the record (Warp's
+    checksums are added as each module is built)."""
+    payload = json.dumps(
+        {
+            "graphs": {k: g.model_dump_json() for k, g in built.graphs.items()},
+            "kernels": launches.kernels_record(built.kernels),
+            "slots": {m: [dataclasses.asdict(s) for s in module_slots] for m, module_slots in built.slots.items()},
+        }
+    )
+    write_entry(entry, new_record(key, payload, built.texts), built.texts)
+
+
+def _module(built: Built, name: str, entry: Path, key: str, dev: str, record: CacheRecord | None) -> GeneratedModule:
+    """The generated module ``name`` of the entry, not built yet; ``record``: the disk-cache
+    record it was read from (its Warp checksums are checked on the build), None after a miss."""
+    expected = record.warp_files.get(name) if record is not None else None
+    return GeneratedModule(name, built.texts[name], entry, key, dev, expected)
 
 
 _PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
@@ -322,13 +334,14 @@ def compile_pieces(
         start = time.perf_counter()
         entry, module_name = cache_root() / key, f"dpt_ir_gen_{key}"
         prefixes = {name: f"p{k}" for k, name in enumerate(pieces)}
-        record, text, problem = read_entry(entry, key, module_name)
+        record, texts, problem = read_entry(entry, key)
         if problem is not None:
             warn_once(key, f"cache entry {entry}: {problem}; recompiling and replacing it")
+            purge_warp(module_name)
         results: dict[str, PipelineResult] = {}
-        if record is not None and text is not None and out_dir is None:
+        if record is not None and texts is not None and out_dir is None:
             cache = "disk"
-            graphs, kernels, slots = _unpack(record)
+            built = _unpack(record, texts)
         else:
             from dpt_ir.passes.manager import run_pipeline
 
@@ -340,26 +353,25 @@ def compile_pieces(
             source = codegen.generate(
                 {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target
             )
-            kernels, slots, text = source.kernels, source.slots, source.text
-        module = import_source(text, entry, module_name)
-        warp_sums = load(module, dev, key, record.warp_files if record is not None else None, purge=problem is not None)
-        _store(entry, key, None if cache == "miss" else record, (graphs, kernels, slots), text, warp_sums)
-        status_size = max(len(slots), 1) if base["checks"] else 0
+            built = Built(graphs, source.kernels, {module_name: source.slots}, {module_name: source.text})
+            _store(entry, key, built)
+        module = _module(built, module_name, entry, key, dev, record if cache == "disk" else None)
+        module.built()  # loop programs stay one module, built now
         programs = {}
-        for name, g in graphs.items():
-            mine = [k for k in kernels if k.name.startswith(prefixes[name] + "_")]
-            plan = ExecutionPlan(g, mine, module, dev, status_size)
+        for name, g in built.graphs.items():
+            mine = [k for k in built.kernels if k.name.startswith(prefixes[name] + "_")]
+            plan = ExecutionPlan(g, mine, module, dev, built.slots[module_name], base["checks"])
+            plan.ready()  # binds the kernels: loop replays record the launches' commands directly
             report = _report(
                 pieces[name], {"run": plan}, mine, cache, time.perf_counter() - start, dev, module_name, base
             )
-            programs[name] = Program(pieces[name], (), None, dev, {"run": plan}, slots, base["checks"], report,
-                                     module_name)  # fmt: skip
+            programs[name] = Program(pieces[name], (), None, dev, {"run": plan}, base["checks"], report, module_name)
             if out_dir is not None:
                 shared = [dumps.SharedKernel(function=k.function, launch=k.name) for k in mine]
                 dumps.write_all(results[name], out_dir / name, shared)
         if out_dir is not None:
             (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
-            (out_dir / "kernels" / f"{module_name}.py").write_text(text)
+            (out_dir / "kernels" / f"{module_name}.py").write_text(built.texts[module_name])
         _PIECES[f"{key}:{dev}"] = programs
         log.info("compiled %d loop-program pieces of %r as one module in %.2f s (cache %s)", len(pieces), title,
                  time.perf_counter() - start, cache)  # fmt: skip
@@ -384,7 +396,9 @@ def _report(
         "cache": cache,
         "compile_seconds": seconds,
         "launches": len(kernels),
-        "distinct_kernels": len({k.function for k in kernels}),  # @wp.kernel definitions in the module
+        "distinct_kernels": len({k.function for k in kernels}),  # @wp.kernel definitions in the modules
+        # per plan, its module's name, whether it is built and its build seconds: filled in on the build
+        "builds": {name: p.module.info for name, p in plans.items()},
         "plans": {
             name: {
                 "kernels": len(p.launches),
@@ -403,18 +417,20 @@ def _dump(
     out_dir: Path,
     results: dict[str, PipelineResult],
     plans: dict[str, ExecutionPlan],
-    text: str,
-    module: str,
+    texts: dict[str, str],
     report: dict[str, Any],
 ) -> None:
     """The main pipeline (tape when differentiating, else run) at the top level, the
-    others in sub-folders, the generated module under ``kernels/``. ``fusion.txt`` ends
-    with the pipeline's distinct kernels and the launches that share each one."""
+    others in sub-folders, the generated modules (one per pipeline) under ``kernels/``.
+    ``fusion.txt`` ends with the pipeline's distinct kernels and the launches that share
+    each one. ``report.json`` says which modules are built at compile time: none, they are
+    built on first use."""
     main = "tape" if "tape" in results else "run"
     for name, result in results.items():
         shared = [dumps.SharedKernel(function=k.function, launch=k.name) for k in plans[name].kernels]
         dumps.write_all(result, out_dir if name == main else out_dir / name, shared)
     (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
-    (out_dir / "kernels" / f"{module}.py").write_text(text)
+    for name, text in texts.items():
+        (out_dir / "kernels" / f"{name}.py").write_text(text)
     full = {**dumps.report(results[main]), "program": report}
     (out_dir / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True))

@@ -1,8 +1,10 @@
 """`Program` and `TapePass`: running compiled plans with status checkpoints.
 
-A Program holds up to three plans compiled into one Warp module: ``run`` (forward
-only), ``value_and_grad`` (seed fixed at 1 at compile time, so forward and backward share
-kernels) and ``tape`` (forward and backward phases with cotangent inputs). Kernels raise
+A Program holds up to three plans, each with its own generated Warp module: ``run``
+(forward only), ``value_and_grad`` (seed fixed at 1 at compile time, so forward and
+backward share kernels) and ``tape`` (forward and backward phases with cotangent inputs).
+A plan's module is built on its first call (``run`` builds only the ``run`` module), once
+per process even when threads race to it; `Program.build_all` builds every one now. Kernels raise
 flags in a status word; it is read only at checkpoints (after a forward, after a
 backward), and a raised flag becomes a `NumericalError` naming the kernel, node and
 reason; no output is returned then.
@@ -23,6 +25,7 @@ import warp as wp
 
 from dpt_ir.autodiff import seed_arrays
 from dpt_ir.backends.warp.launches import StatusSlot
+from dpt_ir.backends.warp.module import BUILD_LOCK, GeneratedModule, load
 from dpt_ir.backends.warp.plan import ExecutionPlan, Workspace
 from dpt_ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.graph import Graph
@@ -38,7 +41,6 @@ class Program:
         loss: str | None,
         device: str,
         plans: dict[str, ExecutionPlan],
-        slots: list[StatusSlot],
         checks: bool,
         report: dict[str, Any],
         module_name: str,
@@ -48,11 +50,24 @@ class Program:
         self.loss = loss
         self.device = device
         self.plans = plans
-        self.slots = slots
         self.checks = checks  # the status word is compiled in
         self.report = report
-        self.module_name = module_name
+        self.module_name = module_name  # the stem of the program's module names (and of its cache entry)
         self.launch_count = 0  # launches of the last evaluation (of any thread)
+
+    @property
+    def modules(self) -> dict[str, GeneratedModule]:
+        """Each plan's generated module, by plan name (built or not yet: ``info["built"]``)."""
+        return {name: plan.module for name, plan in self.plans.items()}
+
+    def build_all(self) -> None:
+        """Build every plan's module now (each is otherwise built on its plan's first call):
+        for a caller that wants the whole build paid up front, such as ``dpt-ir compile``
+        or a compile-time benchmark. Their build seconds go to ``report["builds"]``."""
+        for plan in self.plans.values():
+            plan.ready()
+        if "tape" in self.plans:
+            _accumulate_kernel(self.device)
 
     def __repr__(self) -> str:
         kernels = {k: len(p.launches) for k, p in self.plans.items()}
@@ -108,7 +123,7 @@ class Program:
         if ws.status is None:
             return
         flags = ws.status.numpy()
-        raised = [self.slots[k] for k in np.flatnonzero(flags)]
+        raised = [ws.slots[k] for k in np.flatnonzero(flags)]
         if raised:
             ws.status.zero_()
             reasons = "; ".join(_describe(s) for s in raised[:8])
@@ -272,7 +287,7 @@ class TapePass:
             if isinstance(user, wp.array) and user.requires_grad:
                 dst, src = user.grad.flatten(), g.flatten()
                 wp.launch(
-                    _accumulate_kernel(),
+                    _accumulate_kernel(self.program.device),
                     dim=src.shape[0],
                     inputs=[dst, src],
                     device=self.program.device,
@@ -299,13 +314,17 @@ class TapePass:
         self.state = "closed"
 
 
-_ACCUMULATE: Any = None
+_STATIC_BUILT: set[str] = set()  # devices the static kernels are built for
 
 
-def _accumulate_kernel() -> Any:
-    global _ACCUMULATE
-    if _ACCUMULATE is None:
-        from dpt_ir.backends.warp import static_kernels
+def _accumulate_kernel(device: str) -> Any:
+    """The kernel that adds a program's gradient into a caller's (composition with a
+    caller's tape), built for ``device`` on first use."""
+    from dpt_ir.backends.warp import static_kernels
 
-        _ACCUMULATE = static_kernels.accumulate
-    return _ACCUMULATE
+    if device not in _STATIC_BUILT:
+        with BUILD_LOCK:
+            if device not in _STATIC_BUILT:
+                load(static_kernels, device, "static_kernels", None, purge=False)
+                _STATIC_BUILT.add(device)
+    return static_kernels.accumulate

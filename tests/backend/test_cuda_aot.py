@@ -2,11 +2,12 @@
 
 Two kinds of module are compiled ahead of time:
 
-- modules this session generated for the CPU (`harness.MODULES`; these tests run after
-  every other test, see `conftest.pytest_collection_modifyitems`): the same source runs
-  on both devices. The op-table and random-graph unions are left out: at several
-  thousand lines each, NVRTC takes minutes per module; their ops are covered by the
-  sampler below. The others are taken in name order, at most `MAX_SESSION_MODULES`.
+- modules this session generated for the CPU (`harness.MODULES`, every pipeline's module
+  of each program, built for the CPU or not; these tests run after every other test, see
+  `conftest.pytest_collection_modifyitems`): the same source runs on both devices. The
+  op-table and random-graph unions are left out: at several thousand lines each, NVRTC
+  takes minutes per module; their ops are covered by the sampler below. The others are
+  taken in name order, every module of at most `MAX_SESSION_PROGRAMS` programs.
 - the float32 math header (`dpt_ir/backends/cxx/dp_math.h`): one kernel that calls every
   function of the header (and both instantiations of the trig templates) per thread, from
   a ``wp.func_native`` snippet, with the header in the module's CUDA preamble.
@@ -42,7 +43,7 @@ from .conftest import case_id
 from .harness import MODULES, Batch, float_atomics, module_of, union
 
 ARCH = 90
-MAX_SESSION_MODULES = 8
+MAX_SESSION_PROGRAMS = 8
 TOO_LARGE = ("ops_", "random_")  # labels of the union modules left out (see the module docstring)
 
 
@@ -135,15 +136,23 @@ def sampler_graph() -> dp.Graph:
     return union("op_sampler", dict(chosen.values()))
 
 
+def _program_of(module: str) -> str:
+    """The program stem of a pipeline's module name (``dpt_ir_gen_<key>_<pipeline>``)."""
+    return module.rsplit("_", 1)[0]
+
+
 def _session_modules() -> list[str]:
     names = sorted(n for n, label in MODULES.items() if not label.startswith(TOO_LARGE))
-    return names[:MAX_SESSION_MODULES]
+    programs = sorted({_program_of(n) for n in names})[:MAX_SESSION_PROGRAMS]
+    return [n for n in names if _program_of(n) in programs]
 
 
 def test_session_modules_compile_for_sm90(beer_program: dp.Program, det_batch: Batch) -> None:
-    """The CPU modules of this session (at least beer and the determinism graphs)."""
+    """The CPU modules of this session (at least beer and the determinism graphs), every
+    pipeline's module of each program."""
     names = _session_modules()
-    assert beer_program.module_name in names or len(names) == MAX_SESSION_MODULES
+    beer = [m.name for m in beer_program.modules.values()]
+    assert len(beer) == 3 and (set(beer) <= set(names) or len({_program_of(n) for n in names}) == MAX_SESSION_PROGRAMS)
     for name in names:
         compile_sm90(module_of(name))
 

@@ -265,7 +265,8 @@ def test_out_of_range_runtime_position_is_a_numerical_error(compiled: tuple[dp.P
 
 
 def _module_source(program: dp.Program) -> str:
-    return Path(sys.modules[program.module_name].__file__ or "").read_text()
+    """Every pipeline's generated module, as one text."""
+    return "\n".join(m.path.read_text() for m in program.modules.values())
 
 
 def test_no_float_atomics(compiled: tuple[dp.Program, Path]) -> None:

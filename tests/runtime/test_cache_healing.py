@@ -3,9 +3,10 @@ generated module, Warp's files) is detected, logged once at warning level, recom
 atomically replaced.
 
 `read_entry` is checked directly on hand-made entries (no compile). The end-to-end check
-copies three compiled entries of this session into a fresh pair of caches, corrupts every
-file of each (garbage, empty, truncated to half, rotated so that every file sees every
-damage) and compiles each in one new process.
+copies three compiled entries of this session (every pipeline's module built) into a fresh
+pair of caches, corrupts every file of each (garbage, empty, truncated to half, rotated so
+that every file sees every damage) and compiles each in one new process, which runs only
+the forward: it builds only the ``run`` module, and the entry is sound again for it.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from dpt_ir.backends.warp.module import cache_root
 from .conftest import make_inputs
 
 KEY = "0123456789abcdef0123"
-NAME = f"dpt_ir_gen_{KEY}"
-SOURCE = "import warp as wp\n# generated\n"
+NAME = f"dpt_ir_gen_{KEY}_run"
+OTHER = f"dpt_ir_gen_{KEY}_vg"
+SOURCES = {NAME: "import warp as wp\n# generated\n", OTHER: "import warp as wp\n# the other pipeline\n"}
 
 
 def _garbage(path: Path) -> None:
@@ -51,28 +53,28 @@ DAMAGE: dict[str, Callable[[Path], None]] = {"garbage": _garbage, "empty": _empt
 
 def _entry(root: Path, **changes: str) -> Path:
     entry = root / KEY
-    record = cache.new_record(KEY, json.dumps({"graphs": {}}), SOURCE).model_copy(update=changes)
-    cache.write_entry(entry, record)
-    (entry / f"{NAME}.py").write_text(SOURCE)
+    record = cache.new_record(KEY, json.dumps({"graphs": {}}), SOURCES).model_copy(update=changes)
+    cache.write_entry(entry, record, SOURCES)
     return entry
 
 
 def test_sound_entry_reads_back(tmp_path: Path) -> None:
-    record, text, problem = cache.read_entry(_entry(tmp_path), KEY, NAME)
-    assert problem is None and text == SOURCE and record is not None and json.loads(record.payload) == {"graphs": {}}
+    record, texts, problem = cache.read_entry(_entry(tmp_path), KEY)
+    assert problem is None and texts == SOURCES and record is not None and json.loads(record.payload) == {"graphs": {}}
 
 
 def test_no_entry_is_a_plain_miss(tmp_path: Path) -> None:
-    assert cache.read_entry(tmp_path / KEY, KEY, NAME) == (None, None, None)
+    assert cache.read_entry(tmp_path / KEY, KEY) == (None, None, None)
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-@pytest.mark.parametrize("file", ["plan.json", f"{NAME}.py"])
+@pytest.mark.parametrize("file", ["plan.json", f"{NAME}.py", f"{OTHER}.py"])
 def test_damaged_file_is_a_problem(tmp_path: Path, file: str, damage: str) -> None:
+    """Every module of the entry is checked, the ones no call has built yet too."""
     entry = _entry(tmp_path)
     DAMAGE[damage](entry / file)
-    record, text, problem = cache.read_entry(entry, KEY, NAME)
-    assert record is None and text is None and problem is not None and file in problem, problem
+    record, texts, problem = cache.read_entry(entry, KEY)
+    assert record is None and texts is None and problem is not None and file in problem, problem
 
 
 @pytest.mark.parametrize(
@@ -86,16 +88,33 @@ def test_damaged_file_is_a_problem(tmp_path: Path, file: str, damage: str) -> No
     ids=["warp-version", "dpt_ir-version", "key", "payload-checksum"],
 )
 def test_mismatched_record_is_a_problem(tmp_path: Path, changes: dict[str, str], fragment: str) -> None:
-    _, _, problem = cache.read_entry(_entry(tmp_path, **changes), KEY, NAME)
+    _, _, problem = cache.read_entry(_entry(tmp_path, **changes), KEY)
     assert problem is not None and fragment in problem, problem
 
 
-@pytest.mark.parametrize("missing", ["plan.json", f"{NAME}.py"])
+@pytest.mark.parametrize("missing", ["plan.json", f"{NAME}.py", f"{OTHER}.py"])
 def test_missing_file_is_a_problem(tmp_path: Path, missing: str) -> None:
     entry = _entry(tmp_path)
     (entry / missing).unlink()
-    _, _, problem = cache.read_entry(entry, KEY, NAME)
+    _, _, problem = cache.read_entry(entry, KEY)
     assert problem is not None and missing in problem and "missing" in problem, problem
+
+
+def test_record_build_adds_one_module_and_keeps_the_others(tmp_path: Path) -> None:
+    """Each module's Warp checksums are added on its own build, read-modify-write of the
+    record as it is on disk; an unsound record is left for the next compile to heal."""
+    entry = _entry(tmp_path)
+    cache.record_build(entry, KEY, NAME, {"wp_a/x.o": "1" * 64})
+    cache.record_build(entry, KEY, OTHER, {"wp_b/y.o": "2" * 64})
+    record, _, problem = cache.read_entry(entry, KEY)
+    assert problem is None and record is not None
+    assert record.warp_files == {NAME: {"wp_a/x.o": "1" * 64}, OTHER: {"wp_b/y.o": "2" * 64}}
+    cache.record_build(entry, KEY, "dpt_ir_gen_not_in_this_entry", {"wp_c/z.o": "3" * 64})
+    _garbage(entry / "plan.json")
+    cache.record_build(entry, KEY, NAME, {})
+    assert (entry / "plan.json").read_bytes() == bytes(range(256)) * 4
+    _, _, problem = cache.read_entry(entry, KEY)
+    assert problem is not None and "unreadable" in problem, problem
 
 
 def test_warning_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -131,10 +150,14 @@ for case in json.loads(open(sys.argv[1]).read()):
     want = dp.interpret(graph, **inputs)
     error = max(float(np.max(np.abs(np.asarray(got[k], np.float64) - want[k]))) for k in want)
     entry = cache.cache_root() / case["key"]
-    record, _, problem = cache.read_entry(entry, case["key"], program.module_name)
+    record, _, problem = cache.read_entry(entry, case["key"])
+    built = sorted(b["module"] for b in program.report["builds"].values() if b["built"])
     report.append({
         "key": case["key"], "cache": program.report["cache"], "error": error, "problem_after": problem,
-        "warp_sound_after": record is not None and cache._warp_problem(record.warp_files) is None,
+        "built": built, "run_module": program.modules["run"].name,
+        "recorded": sorted(record.warp_files) if record is not None else None,
+        "warp_sound_after": record is not None and all(cache._warp_problem(f) is None
+                                                       for f in record.warp_files.values()),
         "warnings": keep.messages[before:],
     })
 print("RESULT " + json.dumps(report))
@@ -142,7 +165,8 @@ print("RESULT " + json.dumps(report))
 
 
 def _files_of(program: dp.Program, warp_root: Path) -> list[Path]:
-    """Every file of the program's cache entry: plan, generated module, Warp's files."""
+    """Every file of the program's cache entry: plan, generated modules, Warp's files (of
+    every module: the stem's glob covers each pipeline's)."""
     key = program.module_name.removeprefix("dpt_ir_gen_")
     ours = sorted((cache_root() / key).iterdir())
     warp = sorted(p for d in warp_root.glob(f"wp_{program.module_name}_*") for p in d.iterdir() if p.is_file())
@@ -168,6 +192,7 @@ def test_corrupt_entries_heal_in_a_new_process(
     ]
     modes = sorted(DAMAGE)
     for i, (prog, options) in enumerate(programs):
+        prog.build_all()  # every pipeline's module has Warp files to damage
         key = prog.module_name.removeprefix("dpt_ir_gen_")
         files = _files_of(prog, warp_root)
         assert any(f.suffix == ".o" for f in files) and (cache_root() / key / "plan.json") in files, files
@@ -199,6 +224,7 @@ def test_corrupt_entries_heal_in_a_new_process(
         assert case["cache"] == ("disk" if prog is binary_only else "miss"), case  # a damaged plan is never trusted
         assert case["error"] < 1e-4, case
         assert case["problem_after"] is None and case["warp_sound_after"], case  # replaced, sound again
+        assert case["built"] == case["recorded"] == [case["run_module"]], case  # the forward built only its module
         assert len(case["warnings"]) == 1 and case["key"] in case["warnings"][0], case
     assert "does not match its checksum" in report[-1]["warnings"][0], report[-1]
 

@@ -1,6 +1,6 @@
 """Compile caches (DESIGN §5, §6): the in-process cache returns the same Program without
 recompiling; a new process hits the on-disk cache (skips the passes, reuses Warp's
-binary); dumps hold every stage."""
+binary, and builds only the module of the plan it calls); dumps hold every stage."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ out = program.run(**inputs)
 t1 = time.perf_counter()
 print("RESULT " + json.dumps({
     "cache": program.report["cache"],
+    "builds": program.report["builds"],
+    "imported": sorted(m for m in sys.modules if m.startswith(program.module_name)),
     "import_seconds": t_imported - t_import,
     "compile_seconds": t_compiled - t0,
     "first_result_seconds": t1 - t0,
@@ -74,7 +76,9 @@ def test_memory_cache_keys_on_options(program: dp.Program, program_nowrt: dp.Pro
 
 def test_new_process_hits_disk_cache(program: dp.Program, tmp_path: Path) -> None:
     """A fresh interpreter compiling the same graph with the same caches: ``cache == "disk"``,
-    and the time from ``dp.compile`` to the first result stays well under a recompile."""
+    the time from ``dp.compile`` to the first result stays well under a recompile, and
+    ``run`` imports and builds (from Warp's cache) the ``run`` module only."""
+    program.build_all()  # Warp's binaries of every module are in the cache the child shares
     graph_file = tmp_path / "rt.json"
     graph_file.write_text(program.graph.model_dump_json())
     inputs = make_inputs(60)
@@ -102,6 +106,10 @@ def test_new_process_hits_disk_cache(program: dp.Program, tmp_path: Path) -> Non
     assert "(compiled)" not in proc.stdout + proc.stderr, "Warp rebuilt the module instead of reusing its binary"
     assert_close(result["loss"], dp.interpret(program.graph, **inputs)["loss"])
     assert result["first_result_seconds"] < 3.0, result
+    run_module = program.modules["run"].name
+    assert result["imported"] == [run_module], result
+    assert {p: b["built"] for p, b in result["builds"].items()} == {"run": True, "value_and_grad": False, "tape": False}
+    assert result["builds"]["run"]["module"] == run_module and result["builds"]["run"]["build_seconds"] < 3.0
 
 
 def test_dump_dir_contents(program_nochecks: dp.Program, dump_root: Path) -> None:
@@ -125,6 +133,9 @@ def test_dump_dir_contents(program_nochecks: dp.Program, dump_root: Path) -> Non
     report = json.loads((dump_root / "report.json").read_text())
     assert report["program"]["cache"] == "miss"  # a dump always runs the passes
     assert report["program"]["module"] == program_nochecks.module_name
-    kernels = list((dump_root / "kernels").glob("*.py"))
-    assert [k.name for k in kernels] == [f"{program_nochecks.module_name}.py"]
-    assert "@wp.kernel" in kernels[0].read_text()
+    modules = {m.name for m in program_nochecks.modules.values()}
+    assert {b["module"] for b in report["program"]["builds"].values()} == modules
+    assert len(modules) == 3 and all(m.startswith(program_nochecks.module_name + "_") for m in modules), modules
+    kernels = sorted((dump_root / "kernels").glob("*.py"))
+    assert [k.name for k in kernels] == sorted(f"{m}.py" for m in modules)  # one module per pipeline
+    assert all("@wp.kernel" in k.read_text() for k in kernels)

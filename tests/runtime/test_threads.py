@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,6 +20,9 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
+from dpt_ir.backends.warp import module as module_lib
+from dpt_ir.backends.warp.plan import ExecutionPlan
+from dpt_ir.runtime import Program
 
 from .conftest import WRT, make_inputs, rt_graph, to_warp
 
@@ -137,3 +141,30 @@ def test_compile_from_threads(program: dp.Program) -> None:
     fixture's there)."""
     got = _in_threads(4, lambda t: dp.compile(rt_graph(), wrt=WRT))
     assert all(p is got[0] for p in got) and got[0].graph == program.graph
+
+
+def test_first_calls_from_threads_build_the_module_once(
+    program: dp.Program, interleaved: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Threads racing to the first call of a plan whose module is not built yet: one build
+    (`GeneratedModule.built` under the build lock), and every call's own results. The plan
+    and module are fresh copies of the fixture's ``run`` (Warp's load of an already built
+    module is then cheap); ``load`` is wrapped to count and to widen the race."""
+    run = program.plans["run"]
+    calls: list[str] = []
+    real_load = module_lib.load
+
+    def counting_load(*args: Any, **kwargs: Any) -> dict[str, str]:
+        calls.append(args[0].__name__)
+        time.sleep(0.05)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(module_lib, "load", counting_load)
+    old = run.module
+    fresh = module_lib.GeneratedModule(old.name, old.text, old.entry, old.key, old.device, old.expected)
+    plan = ExecutionPlan(run.graph, run.kernels, fresh, run.device, run.slots, program.checks, threads=run.threads)
+    copy = Program(program.graph, program.wrt, program.loss, program.device, {"run": plan}, program.checks, {}, "")
+    got = _in_threads(THREADS, lambda k: copy.run(**make_inputs(k))["loss"])
+    assert calls == [old.name] and fresh.info["built"] is True, calls
+    for k, loss in enumerate(got):
+        np.testing.assert_array_equal(loss, program.run(**make_inputs(k))["loss"])

@@ -7,6 +7,9 @@ for numpy inputs on CUDA, and the status word. A call checks a workspace out of 
 pool and returns it after (`ExecutionPlan.workspace`), so concurrent calls never share
 arrays. The pool starts with one workspace, allocated with the plan, and grows only when
 calls overlap; a single-threaded steady state therefore allocates no device memory.
+
+A plan's Warp module is built on the plan's first launch (`ExecutionPlan.ready`), not when
+the plan is made: its launches, counts and workspaces exist before, their kernels after.
 """
 
 from __future__ import annotations
@@ -16,14 +19,14 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import warp as wp
 
 from dpt_ir.backends.cxx import tasks
 from dpt_ir.backends.cxx.kernels import TASK0
-from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE, KernelSource
+from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE, KernelSource, StatusSlot
+from dpt_ir.backends.warp.module import GeneratedModule
 from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
@@ -40,24 +43,28 @@ WP_DTYPES = {
 
 @dataclass
 class Launch:
-    """One launch: the (possibly shared) Warp kernel, the buffers this launch binds to its
-    parameters, and where its flags start in the status word."""
+    """One launch: the (possibly shared) Warp kernel (``function`` in the plan's module;
+    ``kernel`` once the module is built, `ExecutionPlan.ready`), the buffers this launch
+    binds to its parameters, and where its flags start in the status word."""
 
     name: str
-    kernel: Any
+    function: str
     dim: int
     params: list[str]
     phase: str
     status_base: int = 0
+    kernel: Any = None
 
 
 class Workspace:
     """The arrays one call of a plan writes: flat views as kernels take them (``buffers``),
     outputs in their own shape (``shaped``), output copies of inputs (``copies``), CUDA
-    staging arrays (``staging``) and the status word (None without checks)."""
+    staging arrays (``staging``) and the status word (None without checks), whose flags
+    ``slots`` describes."""
 
     def __init__(self, plan: ExecutionPlan) -> None:
         graph, device = plan.graph, plan.device
+        self.slots = plan.slots
         self.buffers: dict[str, wp.array] = {}
         self.shaped: dict[str, wp.array] = {}
         self.copies: dict[str, wp.array] = {}  # input value -> flat view of its output array
@@ -94,22 +101,29 @@ class Workspace:
 
 class ExecutionPlan:
     """Launches of one compiled pipeline (run, value_and_grad or tape) and its pool of
-    workspaces. Thread-safe: `workspace` hands each call its own arrays."""
+    workspaces. Thread-safe: `workspace` hands each call its own arrays, and the first
+    launches of concurrent calls build the module once (`ready`).
+
+    ``slots``: the status flags of the plan's module (its launches' ``status_base`` index
+    them); ``checks`` False: compiled without a status word."""
 
     def __init__(
         self,
         graph: Graph,
         kernels: list[KernelSource],
-        module: ModuleType,
+        module: GeneratedModule,
         device: str,
-        status_size: int,
+        slots: list[StatusSlot],
+        checks: bool,
         grad_outputs: bool = False,
         threads: int = 1,
     ) -> None:
         self.graph = graph
         self.device = device
         self.kernels = kernels
-        self.status_size = status_size  # 0: compiled without checks
+        self.module = module
+        self.slots = slots
+        self.status_size = max(len(slots), 1) if checks else 0  # 0: compiled without checks
         self.grad_outputs = grad_outputs
         self.threads = threads if device == "cpu" else 1
         self.constants: dict[str, wp.array] = {}
@@ -120,10 +134,8 @@ class ExecutionPlan:
                     made[id(values)] = wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
                 self.constants[p] = made[id(values)]
         phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
-        self.launches = [
-            Launch(k.name, getattr(module, k.function), k.dim, k.params, phases[k.group], k.status_base)
-            for k in kernels
-        ]
+        self.launches = [Launch(k.name, k.function, k.dim, k.params, phases[k.group], k.status_base) for k in kernels]
+        self._ready = False
         self.outputs = {o.name: o.value for o in graph.outputs}
         self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
         self.gradients: dict[str, str] = graph.meta.get("gradients", {})
@@ -168,12 +180,24 @@ class ExecutionPlan:
             yield from ws.buffers.values()
 
     # -- launches --
+    def ready(self) -> None:
+        """Build the plan's module if it is not built yet, and bind each launch's kernel.
+        Called before every run; after the first, a flag read."""
+        if self._ready:
+            return
+        module = self.module.built()
+        with self._lock:
+            for launch in self.launches:
+                launch.kernel = getattr(module, launch.function)
+            self._ready = True
+
     def launches_of(self, phase: str) -> list[Launch]:
         return [launch for launch in self.launches if launch.phase == phase]
 
     def run(self, phase: str, bound: dict[str, wp.array], ws: Workspace) -> int:
         """Launch every kernel of ``phase`` with inputs ``bound`` in workspace ``ws``;
         returns the launch count."""
+        self.ready()
         for value, dst in ws.copies.items():
             if value in bound:
                 wp.copy(dst, bound[value])
