@@ -220,6 +220,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         halo_budget=args.halo_budget,
         recompute_budget=args.recompute_budget,
     )
+    if "loops" in program.report:  # a loop program (dp.scan): its pieces are built by dp.compile
+        print_loop_summary(program.report)
+        return 0
     build = time.perf_counter()
     program.build_all()  # the summary claims a full build: every plan's module, not only on first use
     report = program.report
@@ -248,6 +251,23 @@ def cmd_compile(args: argparse.Namespace) -> int:
         if args.render:
             print(f"rendered {render_dumps(Path(args.dump_dir))} graph picture(s) to SVG")
     return 0
+
+
+def print_loop_summary(report: dict[str, Any]) -> None:
+    """The `dpt-ir compile` summary of a loop program: its module(s), kernels and loops."""
+    print(f"graph {report['graph']!r} on {report['device']}: modules {', '.join(report['modules'])}")
+    rows = [
+        (
+            loop["node"],
+            loop["op"],
+            str(loop["length"]),
+            str(loop["body_kernels"]),
+            str(loop["vjp_kernels"]),
+        )
+        for loop in report["loops"]
+    ]
+    print(format_table(("loop", "op", "length", "body kernels", "vjp kernels"), rows))
+    print(f"{report['distinct_kernels']} distinct kernels; compile {report['compile_seconds']:.2f} s")
 
 
 def describe_options(options: dict[str, Any]) -> str:

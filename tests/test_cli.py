@@ -462,3 +462,19 @@ def test_op_reference_in_docs_is_current() -> None:
 
     path = Path(__file__).resolve().parents[1] / "docs" / "ops.md"
     assert path.read_text() == ops_markdown(), "docs/ops.md is stale: run `dpt-ir ops --markdown > docs/ops.md`"
+
+
+def test_compile_summarises_a_loop_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    g = dp.GraphBuilder("loop_cli")
+    x = g.input("x", shape=(8,), dtype="float32")
+    g.output("loss", dp.sum(dp.fori_loop(3, lambda i, c: dp.sin(c) * 0.5 + x, x)))
+    path = tmp_path / "loop.json"
+    path.write_text(g.build().model_dump_json())
+    assert main(["compile", str(path), "--wrt", "x"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("\nloop ") + 1 :].splitlines()[2:-1]  # below the header and its rule
+    rows = [line.split() for line in table]
+    assert len(rows) == 3, out  # the forward's loop; the joint program's loop and its reverse (scan_vjp)
+    assert all(cells[2] == "3" and int(cells[3]) >= 1 for cells in rows), out
+    assert any(int(cells[4]) >= 1 for cells in rows), out  # the reverse loop runs the body's vjp
+    assert "distinct kernels; compile" in out
