@@ -20,6 +20,7 @@ from dpt_ir.types import TensorType
 
 if TYPE_CHECKING:
     from dpt_ir.builder import Tensor
+    from dpt_ir.ops.indexing import Coords
 
 OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter", "loop"]
 Cost = Literal["cheap", "expensive"]
@@ -317,6 +318,11 @@ class OpDef:
     warp_domain: str | None = None
     warp_index: Callable[[WarpSite], list[IndexSource]] | None = None
     warp_combine: Literal["first", "sum"] = "first"
+    # Layout views whose input coordinates are affine in the output's (broadcast_to, reshape,
+    # transpose, slice...): from (attrs, input shape, output shape, the output element's
+    # `Affine` coordinate forms, the loop space's extents), the input element's forms, or None
+    # where they are not affine there (backends then fall back to ``warp_index``).
+    view_affine: Callable[[Any, tuple[int, ...], tuple[int, ...], Coords, tuple[int, ...]], Coords | None] | None = None
     # A fast path for the interior of a view (pad, pad_adjoint): given the first element's
     # index and a window size per axis, a condition under which every element j of the
     # window is input[j + shift], and that shift (None: no fast path here).

@@ -15,6 +15,9 @@ from dpt_ir.ops.registry import Derivative, GradContext, IndexSource, OpDef, War
 from dpt_ir.ops.rules import Attrs, check_axes
 from dpt_ir.types import TensorType, broadcast_shapes
 
+Shape = tuple[int, ...]
+Coords = idx.Coords
+
 
 class ShapeAttrs(Attrs):
     shape: tuple[int, ...]
@@ -204,6 +207,7 @@ def _shape_op(
     index: Any,
     arity: int | None = 1,
     preserves_layout: bool = False,
+    affine: Any = None,
 ) -> None:
     register_op(
         OpDef(
@@ -215,6 +219,7 @@ def _shape_op(
             reference=ref,
             derivative=Derivative({0 if arity else "*": grad}),
             warp_index=index,
+            view_affine=affine,
             preserves_layout=preserves_layout,
             doc=doc,
         )
@@ -294,6 +299,35 @@ def _concat_index(site: WarpSite) -> list[IndexSource]:
     return [s for s in sources if site.in_shapes[s.input][axis] > 0]
 
 
+# -- Affine index maps (`OpDef.view_affine`): the input coordinates as forms of the output's --
+def _broadcast_affine(attrs: Any, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    return idx.aligned_coords(out, out_shape, in_shape)
+
+
+def _reshape_affine(attrs: Any, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords | None:
+    return idx.split(idx.flat(out, out_shape, len(ext)), in_shape, ext)
+
+
+def _expand_affine(attrs: AxesAttrs, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    return tuple(c for k, c in enumerate(out) if k not in attrs.axes)
+
+
+def _squeeze_affine(attrs: AxesAttrs, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    rest = iter(out)
+    return tuple(idx.zero(len(ext)) if k in attrs.axes else next(rest) for k in range(len(in_shape)))
+
+
+def _transpose_affine(attrs: AxesAttrs, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    coords = [idx.zero(len(ext))] * len(out)
+    for k, p in enumerate(attrs.axes):
+        coords[p] = out[k]
+    return tuple(coords)
+
+
+def _slice_affine(attrs: SliceAttrs, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    return tuple(c.scaled(step).shifted(start) for c, start, step in zip(out, attrs.starts, attrs.steps, strict=True))
+
+
 def _back_to_input(c: GradContext) -> Any:
     return F.reshape(c.gy, c.input_type(0).shape)
 
@@ -306,6 +340,7 @@ _shape_op(
     lambda c: F.sum_to(c.gy, c.input_type(0).shape),
     "NumPy broadcast to a shape",
     _broadcast_index,
+    affine=_broadcast_affine,
 )
 _shape_op(
     "reshape",
@@ -316,6 +351,7 @@ _shape_op(
     "row-major reshape",
     _reshape_index,
     preserves_layout=True,
+    affine=_reshape_affine,
 )
 _shape_op(
     "expand_dims",
@@ -326,6 +362,7 @@ _shape_op(
     "insert size-1 axes",
     _expand_index,
     preserves_layout=True,
+    affine=_expand_affine,
 )
 _shape_op(
     "squeeze",
@@ -336,6 +373,7 @@ _shape_op(
     "remove size-1 axes",
     _squeeze_index,
     preserves_layout=True,
+    affine=_squeeze_affine,
 )
 _shape_op(
     "transpose",
@@ -345,6 +383,7 @@ _shape_op(
     lambda c: F.transpose(c.gy, _inverse(c.attrs.axes)),
     "permute axes",
     _transpose_index,
+    affine=_transpose_affine,
 )
 _shape_op(
     "slice",
@@ -354,6 +393,7 @@ _shape_op(
     _slice_grad,
     "basic strided slice, one start:stop:step per axis",
     _slice_index,
+    affine=_slice_affine,
 )
 _shape_op(
     "embed_slice",

@@ -71,7 +71,7 @@ def _bases(nest: Nest, row: str) -> list[str]:
         coords.append(a)
     out.append("(void)q;")
     for k, r in enumerate(rows):
-        terms = [f"c{a} * {s}" for a, s in enumerate(r.strides) if s]
+        terms = [*([str(r.offset)] if r.offset else []), *(f"c{a} * {s}" for a, s in enumerate(r.strides) if s)]
         out.append(f"rb[{k}] = {' + '.join(terms) or '0'};")
     out.append("}")
     return out
