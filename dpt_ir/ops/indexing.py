@@ -100,7 +100,13 @@ class Affine:
     w: tuple[int, ...]
 
     def __add__(self, other: Affine) -> Affine:
-        return Affine(self.b + other.b, tuple(x + y for x, y in zip(self.w, other.w, strict=True)))
+        n = max(len(self.w), len(other.w))  # a missing weight is 0 (forms over more coordinates)
+        a, b = self.padded(n).w, other.padded(n).w
+        return Affine(self.b + other.b, tuple(x + y for x, y in zip(a, b, strict=True)))
+
+    def padded(self, n: int) -> Affine:
+        """The same form over ``n`` coordinates (at least its own)."""
+        return Affine(self.b, self.w + (0,) * (n - len(self.w)))
 
     def scaled(self, k: int) -> Affine:
         return Affine(self.b * k, tuple(x * k for x in self.w))
@@ -110,8 +116,9 @@ class Affine:
 
     def bounds(self, extents: Sequence[int]) -> tuple[int, int]:
         """Least and greatest value over ``0 <= c[a] < extents[a]``."""
-        lo = self.b + sum(min(0, x * (n - 1)) for x, n in zip(self.w, extents, strict=True))
-        hi = self.b + sum(max(0, x * (n - 1)) for x, n in zip(self.w, extents, strict=True))
+        w = self.padded(len(extents)).w
+        lo = self.b + sum(min(0, x * (n - 1)) for x, n in zip(w, extents, strict=True))
+        hi = self.b + sum(max(0, x * (n - 1)) for x, n in zip(w, extents, strict=True))
         return lo, hi
 
 
@@ -148,6 +155,7 @@ def split(offset: Affine, shape: Sequence[int], extents: Sequence[int]) -> Coord
     ``extents``, each an affine form in range there; None when no such forms exist (the
     split would need a division or modulus of a loop coordinate)."""
     st = strides(shape)
+    offset = offset.padded(len(extents))
     rank = len(offset.w)
     rows = [[0] * rank for _ in shape]
     for a, x in enumerate(offset.w):
@@ -167,3 +175,29 @@ def split(offset: Affine, shape: Sequence[int], extents: Sequence[int]) -> Coord
         if lo < 0 or hi >= n:
             return None
     return out
+
+
+@dataclass(frozen=True)
+class AxisImages:
+    """One axis of a view that reads each axis independently (`OpDef.axis_images`): output
+    index ``k`` reads the input indices ``images[k]`` (several: summed in order; none: the
+    view's fill value). Where ``lo <= k <= hi`` the only image is ``k + shift``."""
+
+    images: tuple[tuple[int, ...], ...]
+    shift: int
+    lo: int
+    hi: int
+
+    @property
+    def plain(self) -> bool:
+        """Every output index is its interior shift (no boundary on this axis)."""
+        return self.lo == 0 and self.hi == len(self.images) - 1
+
+
+@dataclass(frozen=True)
+class ImageMap:
+    """The per-axis images of a view (`AxisImages`) and the value of an output element with
+    no image on some axis (a constant pad's ``cval``)."""
+
+    axes: tuple[AxisImages, ...]
+    fill: float = 0.0

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpt_ir.backends.cxx import sites
-from dpt_ir.backends.cxx.sites import Site, flat_index
+from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import CxxReduce
 
@@ -62,6 +62,10 @@ class Nest:
     after_shape: tuple[int, ...] = ()
     sub: int = 1  # elements of a sub-row: reads are a base per sub-row plus (or not) the position in it
     base_outer: tuple[int, ...] = ()  # the shape the sub-rows are numbered over (row bases)
+    # Interior conditions (form over the space's coordinates, lo, hi): where all hold, every
+    # per-axis view reads its interior shift (the element function); elsewhere the edge
+    # function evaluates the views' images. Only with one inner axis (the last).
+    guards: list[Guard] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -103,7 +107,11 @@ def _types_ok(graph: Graph, values: list[str]) -> bool:
 
 
 def _is_view(op: Any) -> bool:
-    return op.kind == "shape" and op.arity == 1 and op.view_affine is not None
+    """Layout views, constant-weight stencils and per-axis views (pads): read at coordinates."""
+    if op.arity != 1:
+        return False
+    stencil = op.kind == "stencil" and op.warp_weights is not None
+    return op.view_affine is not None or op.axis_images is not None or stencil
 
 
 def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
@@ -139,18 +147,21 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     after_shape = _after_shape(graph, after, roots)
     if after_shape is None or (after and sites.walk(graph, members, after, after_shape, frozenset(roots)) is None):
         return None
-    walked = sites.walk(graph, members, seeds, space)
+    found: list[sites.Guard] = []
+    walked = sites.walk(graph, members, seeds, space, guards=found)
     if walked is None:
         return None
+    guards = list(dict.fromkeys(found))
+    most = 1 if guards else len(space)  # the interior split runs along the last axis
     if kind == "reduction":
         axes = tuple(group["axes"])
         if axes != tuple(range(len(space) - len(axes), len(space))) or not roots:
             return None
         k = len(axes)
     else:
-        k = _inner_axes(walked, space, len(space))
+        k = _inner_axes(walked, space, most)
     cut = len(space) - k
-    k_read = k if kind == "pointwise" else _inner_axes(walked, space, k)
+    k_read = k if kind == "pointwise" else _inner_axes(walked, space, min(k, most))
     reads = {}
     for site in walked:
         r = classify(site, space, k_read)
@@ -159,7 +170,9 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
         reads[site] = r
     inner = math.prod(space[cut:])
     sub_rows = (math.prod(space[len(space) - k_read :]), space[: len(space) - k_read])
-    return Nest(group, space, space[:cut], inner, reads, roots, stores, templates, seeds, after, after_shape, *sub_rows)
+    nest = Nest(group, space, space[:cut], inner, reads, roots, stores, templates, seeds, after, after_shape, *sub_rows)
+    nest.guards = guards
+    return nest
 
 
 def _ancestors(graph: Graph, members: set[str], seeds: list[str]) -> set[str]:

@@ -3,7 +3,10 @@
 Assumes: a loop space (the group's iteration space, or an epilogue's output shape) whose
 element has coordinates ``c``; elementwise members read their inputs NumPy-aligned, layout
 views (``OpDef.view_affine``) map their output coordinates to their input's as `Affine`
-forms. Guarantees: `walk` visits every (value, coordinates) a set of seeds needs,
+forms, constant-weight stencils read their input at the taps' shifted coordinates, and
+per-axis views (pad, pad_adjoint: ``OpDef.axis_images``) read it at their interior shift
+under a guard (the interior's condition, for the driver's interior/edge loop split).
+Guarantees: `walk` visits every (value, coordinates) a set of seeds needs,
 iteratively, and returns the memory reads as (value, flat offset form); a value is
 identified by its flat offset (two maps with one offset are the same element: a
 layout-preserving reshape of a member is an alias, not a second evaluation). A walk fails
@@ -14,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from dpt_ir.graph import Graph, Node
 from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.indexing import Affine, Coords
+from dpt_ir.ops.indexing import Affine, Coords, ImageMap
 
 Site = tuple[str, Affine]  # a value and the flat offset of the element read
+Guard = tuple[Affine, int, int]  # lo <= form <= hi: where a per-axis view is its interior shift
 
 
 def identity(shape: Sequence[int], space: Sequence[int]) -> Coords | None:
@@ -33,7 +39,8 @@ def identity(shape: Sequence[int], space: Sequence[int]) -> Coords | None:
 def _canonical(form: Affine, space: Sequence[int]) -> Affine:
     """``form`` with no weight on axes of extent 1 (their coordinate is always 0), so equal
     offsets compare equal."""
-    return Affine(form.b, tuple(0 if n == 1 else x for x, n in zip(form.w, space, strict=True)))
+    w = form.padded(len(space)).w
+    return Affine(form.b, tuple(0 if n == 1 else x for x, n in zip(w, space, strict=True)))
 
 
 def offset(coords: Coords, shape: Sequence[int], space: Sequence[int]) -> Affine:
@@ -46,15 +53,44 @@ def flat_index(space: Sequence[int]) -> Affine:
     return _canonical(Affine(0, tuple(idx.strides(space))), space)
 
 
-def input_coords(graph: Graph, node: Node, k: int, coords: Coords, space: Sequence[int]) -> Coords | None:
-    """Coordinates of input ``k`` of ``node`` when ``node`` is evaluated at ``coords``."""
+def taps(graph: Graph, node: Node) -> list[tuple[tuple[int, ...], float]]:
+    """The non-zero weights of a constant-weight stencil (``OpDef.warp_weights``), in
+    row-major tap order: (tap position, weight)."""
+    w = node.opdef.warp_weights(node.opdef.parse_attrs(node.attrs, node.name))  # type: ignore[misc]
+    return [(tuple(int(k) for k in t), float(w[tuple(t)])) for t in np.argwhere(w != 0)]
+
+
+def image_map(node: Node, in_shape: tuple[int, ...]) -> ImageMap:
+    op = node.opdef
+    attrs = op.parse_attrs(node.attrs, node.name)
+    return op.axis_images(attrs, in_shape, tuple(node.type.shape))  # type: ignore[misc]
+
+
+def children(
+    graph: Graph, node: Node, coords: Coords, space: Sequence[int], guards: list[Guard] | None = None
+) -> list[tuple[str, Coords]] | None:
+    """The (input, coordinates) that ``node`` at ``coords`` reads, in order: one per input for
+    elementwise ops and views, one per non-zero tap for stencils, the interior shift for
+    per-axis views (``OpDef.axis_images``: the condition of the interior goes to ``guards``).
+    None when the node cannot be evaluated there."""
     op, out_shape = node.opdef, tuple(node.type.shape)
-    in_shape = tuple(graph.types[node.inputs[k]].shape)
+    shapes = [tuple(graph.types[i].shape) for i in node.inputs]
     if op.kind == "elementwise":
-        return idx.aligned_coords(coords, out_shape, in_shape)
-    if op.kind == "shape" and op.arity == 1 and op.view_affine is not None:
-        attrs = op.parse_attrs(node.attrs, node.name)
-        return op.view_affine(attrs, in_shape, out_shape, coords, tuple(space))
+        return [(i, idx.aligned_coords(coords, out_shape, s)) for i, s in zip(node.inputs, shapes, strict=True)]
+    if op.arity != 1:
+        return None
+    if op.view_affine is not None:
+        c = op.view_affine(op.parse_attrs(node.attrs, node.name), shapes[0], out_shape, coords, tuple(space))
+        return None if c is None else [(node.inputs[0], c)]
+    if op.kind == "stencil" and op.warp_weights is not None:
+        shifted = [tuple(c.shifted(d) for c, d in zip(coords, t, strict=True)) for t, _ in taps(graph, node)]
+        return [(node.inputs[0], c) for c in shifted]
+    if op.axis_images is not None and guards is not None:
+        m = image_map(node, shapes[0])
+        for c, ax in zip(coords, m.axes, strict=True):
+            if not ax.plain:
+                guards.append((_canonical(c, space), ax.lo, ax.hi))
+        return [(node.inputs[0], tuple(c.shifted(ax.shift) for c, ax in zip(coords, m.axes, strict=True)))]
     return None
 
 
@@ -64,11 +100,13 @@ def walk(
     seeds: Sequence[str],
     space: Sequence[int],
     terminals: frozenset[str] = frozenset(),
+    guards: list[Guard] | None = None,
 ) -> list[Site] | None:
     """The memory reads of evaluating ``seeds`` at the space's element, in first-visit order:
     values outside ``members`` are read; ``terminals`` (finished reductions in an epilogue)
-    must be needed at the space's own element only. None when some member cannot be
-    evaluated where it is needed."""
+    must be needed at the space's own element only. Per-axis views are walked in their
+    interior, whose conditions go to ``guards`` (None: such views are refused). None when
+    some member cannot be evaluated where it is needed."""
     reads: list[Site] = []
     seen: set[Site] = set()
     stack: list[tuple[str, Coords]] = []
@@ -91,12 +129,8 @@ def walk(
         if name not in members:
             reads.append(site)
             continue
-        node = graph.node_map[name]
-        children = []
-        for k, i in enumerate(node.inputs):
-            c = input_coords(graph, node, k, coords, space)
-            if c is None:
-                return None
-            children.append((i, c))
-        stack += reversed(children)
+        found = children(graph, graph.node_map[name], coords, space, guards)
+        if found is None:
+            return None
+        stack += reversed(found)
     return reads
