@@ -168,3 +168,14 @@ def test_every_op_template_compiles_for_sm90() -> None:
     missing = {case.op for case in COMPILED_CASES} - {n.op for n in graph.nodes}
     assert not missing, f"ops without a case in the sampler: {sorted(missing)}"
     compile_sm90(cuda_variant(graph))
+
+
+def test_cuda_variant_of_stencils_compiles() -> None:
+    """Pads in every mode and their adjoints on the C++ path: the edge functions and their
+    constant image tables under NVRTC (the CUDA driver calls the edge function everywhere)."""
+    from .test_cxx_stencils import stencils
+
+    module = cuda_variant(stencils(), ("x",), "loss")
+    source = Path(module.__file__).read_text()
+    assert "_edge<" in source and "[warp]" not in source
+    compile_sm90(module)
