@@ -208,6 +208,7 @@ def _shape_op(
     arity: int | None = 1,
     preserves_layout: bool = False,
     affine: Any = None,
+    images: Any = None,
 ) -> None:
     register_op(
         OpDef(
@@ -220,6 +221,7 @@ def _shape_op(
             derivative=Derivative({0 if arity else "*": grad}),
             warp_index=index,
             view_affine=affine,
+            axis_images=images,
             preserves_layout=preserves_layout,
             doc=doc,
         )
@@ -328,6 +330,22 @@ def _slice_affine(attrs: SliceAttrs, in_shape: Shape, out_shape: Shape, out: Coo
     return tuple(c.scaled(step).shifted(start) for c, start, step in zip(out, attrs.starts, attrs.steps, strict=True))
 
 
+def _embed_images(attrs: EmbedAttrs, in_shape: Shape, out_shape: Shape) -> idx.ImageMap:
+    """Per axis, output index k holds input element (k - start) / step where that is an
+    integer in range (`OpDef.axis_images`); elsewhere 0."""
+    axes = []
+    for n, d, start, step in zip(in_shape, out_shape, attrs.starts, attrs.steps, strict=True):
+        images = []
+        for k in range(d):
+            m, r = divmod(k - start, step)
+            images.append((m,) if r == 0 and 0 <= m < n else ())
+        run = [im == (k - start,) for k, im in enumerate(images)]
+        lo = run.index(True) if any(run) else 0
+        hi = lo + sum(run) - 1 if step == 1 else lo - 1 + int(any(run))
+        axes.append(idx.AxisImages(tuple(images), -start, lo, hi))
+    return idx.ImageMap(tuple(axes))
+
+
 def _back_to_input(c: GradContext) -> Any:
     return F.reshape(c.gy, c.input_type(0).shape)
 
@@ -403,6 +421,7 @@ _shape_op(
     _embed_grad,
     "zeros of `shape` with the input placed at a slice (the adjoint of slice)",
     _embed_index,
+    images=_embed_images,
 )
 _shape_op(
     "concat",

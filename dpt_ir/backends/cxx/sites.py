@@ -90,7 +90,10 @@ def children(
         for c, ax in zip(coords, m.axes, strict=True):
             if not ax.plain:
                 guards.append((_canonical(c, space), ax.lo, ax.hi))
-        return [(node.inputs[0], tuple(c.shifted(ax.shift) for c, ax in zip(coords, m.axes, strict=True)))]
+        # An input axis of length 1 is read at 0 (the guard holds the coordinate there).
+        axes = zip(coords, m.axes, shapes[0], strict=True)
+        shifted = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) for c, ax, n in axes]
+        return [(node.inputs[0], tuple(shifted))]
     return None
 
 
