@@ -13,7 +13,9 @@ Two kinds of module are compiled ahead of time:
 - CUDA variants, generated the way ``dp.compile`` would for a GPU (reductions split into
   per-block partials plus a combine kernel): the determinism graphs (beer, softmax
   cross-entropy, normalisation; forward, ``value_and_grad`` and tape pipelines) and an op
-  sampler, one forward case of every op for each combination of dtypes in the op table.
+  sampler, one forward case of every op for each combination of dtypes in the op table,
+  and the stencil graph of `test_cxx_stencils` (pads in every mode: edge functions and
+  their constant image tables).
 
 Artifacts go to a directory under Warp's kernel cache, so a later run with the same
 generated source skips NVRTC.
