@@ -327,6 +327,9 @@ class OpDef:
     # output shape), the `ImageMap`: per axis, the input indices each output index reads and
     # the interior where that is a plain shift (backends split loops there).
     axis_images: Callable[[Any, tuple[int, ...], tuple[int, ...]], ImageMap] | None = None
+    # Variadic views that join their inputs along one axis (concat): the axis, from the
+    # attributes; output index k on it reads the input whose range holds it, at k - offset.
+    join_axis: Callable[[Any], int] | None = None
     # A fast path for the interior of a view (pad, pad_adjoint): given the first element's
     # index and a window size per axis, a condition under which every element j of the
     # window is input[j + shift], and that shift (None: no fast path here).

@@ -209,6 +209,7 @@ def _shape_op(
     preserves_layout: bool = False,
     affine: Any = None,
     images: Any = None,
+    join: Any = None,
 ) -> None:
     register_op(
         OpDef(
@@ -222,6 +223,7 @@ def _shape_op(
             warp_index=index,
             view_affine=affine,
             axis_images=images,
+            join_axis=join,
             preserves_layout=preserves_layout,
             doc=doc,
         )
@@ -432,4 +434,5 @@ _shape_op(
     "join along an existing axis",
     _concat_index,
     arity=None,
+    join=lambda attrs: attrs.axis,
 )

@@ -2,6 +2,7 @@
 ``expand_dims``, ``squeeze``, ``transpose`` and ``slice`` of memory (scalar, row, strided and
 shifted reads), views of members evaluated where the view reads them, and views in a
 reduction's epilogue; the slices' adjoints (``embed_slice``: per-axis images, as pads);
+joins (``concat``) along the inner and an outer axis, each input read at its clamped index;
 values and gradients against the interpreter.
 
 Cost: one graph of 24 x 70 compiled once (run, value_and_grad and tape pipelines).
@@ -28,9 +29,11 @@ def views() -> dp.Graph:
     y = x * dp.broadcast_to(s, (R, C)) + dp.reshape(f, (R, C)) - dp.broadcast_to(dp.reshape(m, (R, 1)), (R, C))
     y = y + dp.transpose(a) * dp.squeeze(c, 1) + dp.expand_dims(dp.sin(x[:, 3]), 1)
     d = x[2:, ::2] - x[:-2, 1::2]  # shifted rows, strided columns
+    cat = dp.concatenate([x[:, :30], dp.exp(x[:, 30:])], axis=1) * dp.concatenate([dp.transpose(a)[:10], x[10:]])
     g.output("y", dp.tanh(y))
+    g.output("cat", cat)
     g.output("rows", dp.reshape(dp.mean(y, axis=1), (1, R)) * 2.0)  # a view in the epilogue
-    g.output("loss", dp.sum(dp.square(y)) + dp.sum(dp.square(d)) + dp.sum(dp.transpose(a)[:, 1:4]))
+    g.output("loss", dp.sum(dp.square(y)) + dp.sum(dp.square(d)) + dp.sum(dp.transpose(a)[:, 1:4]) + dp.sum(cat))
     return g.build()
 
 
@@ -58,7 +61,7 @@ def test_every_launch_takes_the_cxx_path(program: dp.Program) -> None:
 def test_values_and_gradients_match_the_interpreter(program: dp.Program) -> None:
     ins = inputs(3)
     got, want = program.run(**ins), dp.interpret(program.graph, **ins)
-    for name in ("y", "rows", "loss"):
+    for name in ("y", "rows", "cat", "loss"):
         np.testing.assert_allclose(got[name], want[name], rtol=2e-5, atol=2e-5, err_msg=name)
     _, grads = program.value_and_grad(**ins)
     ref = dp.interpret_grad(program.graph, ["x", "a"], seed={"loss": 1.0}, **ins)

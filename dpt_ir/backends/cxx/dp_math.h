@@ -30,6 +30,8 @@
 #define DP_CONST static const
 #define DP_COLD static __attribute__((noinline))
 #endif
+// An index clamped into [lo, hi] (a join's input read at its local index, in bounds).
+DP_FN int dp_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 // DP_COLD: the edge functions of stencil kernels (per-axis views through their tables),
 // called from a few places on a few elements: one out-of-line copy keeps the build small.
 

@@ -82,9 +82,12 @@ def _interior(nest: Nest) -> list[str]:
     last = len(nest.space) - 1
     out = [f"int ok = 1, lo = 0, hi = {nest.sub};"]
     for form, lo, hi in nest.guards:
-        rest = " + ".join([str(form.b), *(f"c{a} * {x}" for a, x in enumerate(form.w[:last]) if x)])
-        u = form.w[last]
-        if u == 0:
+        w = form.padded(last + 1).w
+        rest = " + ".join([str(form.b), *(f"c{a} * {x}" for a, x in enumerate(w[:last]) if x)])
+        u = w[last]
+        if len(w) > last + 1:  # the coordinate of a join's input: decided per element
+            out.append("ok = 0;")
+        elif u == 0:
             out.append(f"ok &= (int)({lo} <= {rest} && {rest} <= {hi});")
         elif u in (1, -1):
             if u == 1:

@@ -75,7 +75,7 @@ class ElementWriter:
 
     def load(self, value: str, at: Affine) -> str:
         """A read of ``value`` at flat offset ``at`` (over the current space)."""
-        if self.at_output or self.edge:
+        if self.at_output or self.edge or len(at.w) > len(self.space()):  # (the last: a gather)
             where = self.render(at)
         else:
             r = self.nest.reads[(value, at)]
@@ -135,7 +135,7 @@ class ElementWriter:
         if op.axis_images is not None and self.edge:
             var = self._images(node, coords)
         else:
-            found = sites.children(self.graph, node, coords, ext, [])
+            found = sites.children(self.graph, node, coords, ext, [], self._clamped)
             if found is None:  # cover walked the same coordinates
                 raise ContractError(f"C++ kernel {self.kernel}: {name!r} cannot be read at {coords}")
             args = tuple(self.value(i, c) for i, c in found)
@@ -143,6 +143,8 @@ class ElementWriter:
                 var = self._element(node, args, coords)
             elif op.warp_weights is not None:
                 var = self._taps(node, args)
+            elif op.join_axis is not None:
+                var = self._select(node, coords, args)
             else:  # a view: the element it reads
                 var = args[0]
         self.vars[key] = var
@@ -166,6 +168,19 @@ class ElementWriter:
         var = f"v{len(self.vars)}_{len(self.lines)}"
         self.lines.append(f"const {c_type} {var} = {expr};")
         return var
+
+    def _clamped(self, form: Affine, lo: int, n: int) -> Affine:
+        return self._variable(f"dp_clampi({self.render(form)} - {lo}, 0, {n - 1})", n)
+
+    def _select(self, node: Any, coords: Coords, args: tuple[str, ...]) -> str:
+        """A join: the input whose range along the axis holds the element (each input was
+        read at its clamped local index, so every read is in bounds)."""
+        at = self.render(coords[sites.join_axis(node)])
+        ranges = sites.join_ranges(self.graph, node)
+        expr = args[-1]
+        for (_, lo, n), a in zip(reversed(ranges[:-1]), reversed(args[:-1]), strict=True):
+            expr = f"(({at}) < {lo + n} ? {a} : {expr})"
+        return self._define(C_TYPES[node.type.dtype], expr)
 
     def _taps(self, node: Any, args: tuple[str, ...]) -> str:
         """sum_t w[t] * x[at + t] over the non-zero taps in row-major order, accumulated in
@@ -239,7 +254,7 @@ class ElementWriter:
     def edge_body(self) -> list[str]:
         """Statements of the edge function (per-axis views through their images, valid at
         every element), after `body`: the same parameters and status slots."""
-        self.vars, self.lines, self.edge = {}, [], True
+        self.vars, self.lines, self.edge, self.extra = {}, [], True, []
         lines = self.body()
         self.vars, self.lines, self.edge, self.extra = {}, [], False, []
         return lines

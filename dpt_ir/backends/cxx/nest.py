@@ -32,9 +32,10 @@ FLOAT = "float"
 @dataclass(frozen=True)
 class Read:
     """A value read from memory at one flat offset form (`sites.Site`): ``mode`` ``full`` (at
-    the iteration index ``i``), ``scalar`` (element ``offset``) or ``row`` (``rb[k] + j *
+    the iteration index ``i``), ``scalar`` (element ``offset``), ``row`` (``rb[k] + j *
     step``: a base per row, ``offset`` plus ``strides[a]`` times each outer coordinate, plus
-    the inner counter times ``step``: 1 contiguous, 0 broadcast, other strided)."""
+    the inner counter times ``step``: 1 contiguous, 0 broadcast, other strided) or
+    ``gather`` (through a join's clamped coordinate: the index is computed per element)."""
 
     value: str
     mode: str
@@ -86,14 +87,17 @@ def classify(site: Site, space: tuple[int, ...], k: int) -> Read | None:
     inner axis, strided): that would need a division or modulus of the inner counter."""
     value, at = site
     cut = len(space) - k
-    if at == flat_index(space):
+    if len(at.w) > len(space):  # at a join's clamped coordinate: an index computed per element
+        return Read(value, "gather")
+    at = at.padded(len(space))
+    if at == flat_index(space).padded(len(space)):
         return Read(value, "full")
     if not any(at.w):
         return Read(value, "scalar", at.b)
     inner = at.w[cut:]
     if not any(inner):
         step = 0
-    elif inner == flat_index(space[cut:]).w:
+    elif inner == flat_index(space[cut:]).padded(k).w:
         step = 1
     elif k == 1:
         step = inner[0]
@@ -107,7 +111,10 @@ def _types_ok(graph: Graph, values: list[str]) -> bool:
 
 
 def _is_view(op: Any) -> bool:
-    """Layout views, constant-weight stencils and per-axis views (pads): read at coordinates."""
+    """Layout views, joins, constant-weight stencils and per-axis views (pads): members
+    evaluated at coordinates."""
+    if op.join_axis is not None:
+        return True
     if op.arity != 1:
         return False
     stencil = op.kind == "stencil" and op.warp_weights is not None

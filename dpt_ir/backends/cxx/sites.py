@@ -15,7 +15,7 @@ layout-preserving reshape of a member is an alias, not a second evaluation). A w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -37,10 +37,12 @@ def identity(shape: Sequence[int], space: Sequence[int]) -> Coords | None:
 
 
 def _canonical(form: Affine, space: Sequence[int]) -> Affine:
-    """``form`` with no weight on axes of extent 1 (their coordinate is always 0), so equal
-    offsets compare equal."""
-    w = form.padded(len(space)).w
-    return Affine(form.b, tuple(0 if n == 1 else x for x, n in zip(w, space, strict=True)))
+    """``form`` with no weight on axes of extent 1 (their coordinate is always 0) and no
+    trailing zero weights, so equal offsets compare equal."""
+    w = [0 if n == 1 else x for x, n in zip(form.padded(len(space)).w, space, strict=True)]
+    while w and w[-1] == 0:
+        w.pop()
+    return Affine(form.b, tuple(w))
 
 
 def offset(coords: Coords, shape: Sequence[int], space: Sequence[int]) -> Affine:
@@ -66,8 +68,43 @@ def image_map(node: Node, in_shape: tuple[int, ...]) -> ImageMap:
     return op.axis_images(attrs, in_shape, tuple(node.type.shape))  # type: ignore[misc]
 
 
+# A new coordinate clamp(form - lo, 0, n - 1), in [0, n): (form, lo, n) -> its form.
+Variable = Callable[[Affine, int, int], Affine]
+
+
+def _joined(graph: Graph, node: Node, coords: Coords, variable: Variable) -> list[tuple[str, Coords]]:
+    """A join (concat) reads each non-empty input at its local index, clamped into range (a
+    new coordinate each); the element selects the input whose range holds it."""
+    axis = join_axis(node)
+    out = []
+    for i, lo, n in join_ranges(graph, node):
+        q = variable(coords[axis], lo, n)
+        out.append((i, tuple(q if a == axis else c for a, c in enumerate(coords))))
+    return out
+
+
+def join_axis(node: Node) -> int:
+    return node.opdef.join_axis(node.opdef.parse_attrs(node.attrs, node.name))  # type: ignore[misc]
+
+
+def join_ranges(graph: Graph, node: Node) -> list[tuple[str, int, int]]:
+    """(input, offset, length) of each non-empty input of a join along its axis."""
+    axis, out, offset = join_axis(node), [], 0
+    for i in node.inputs:
+        n = graph.types[i].shape[axis]
+        if n:
+            out.append((i, offset, n))
+        offset += n
+    return out
+
+
 def children(
-    graph: Graph, node: Node, coords: Coords, space: Sequence[int], guards: list[Guard] | None = None
+    graph: Graph,
+    node: Node,
+    coords: Coords,
+    space: Sequence[int],
+    guards: list[Guard] | None = None,
+    variable: Variable | None = None,
 ) -> list[tuple[str, Coords]] | None:
     """The (input, coordinates) that ``node`` at ``coords`` reads, in order: one per input for
     elementwise ops and views, one per non-zero tap for stencils, the interior shift for
@@ -77,6 +114,8 @@ def children(
     shapes = [tuple(graph.types[i].shape) for i in node.inputs]
     if op.kind == "elementwise":
         return [(i, idx.aligned_coords(coords, out_shape, s)) for i, s in zip(node.inputs, shapes, strict=True)]
+    if op.join_axis is not None and variable is not None:
+        return _joined(graph, node, coords, variable)
     if op.arity != 1:
         return None
     if op.view_affine is not None:
@@ -113,6 +152,12 @@ def walk(
     reads: list[Site] = []
     seen: set[Site] = set()
     stack: list[tuple[str, Coords]] = []
+    extra: list[int] = []  # extents of the joins' clamped coordinates
+
+    def variable(form: Affine, lo: int, n: int) -> Affine:
+        extra.append(n)
+        return idx.axis(len(space) + len(extra) - 1, len(space) + len(extra))
+
     for s in reversed(seeds):
         coords = identity(tuple(graph.types[s].shape), space)
         if coords is None:
@@ -120,19 +165,19 @@ def walk(
         stack.append((s, coords))
     while stack:
         name, coords = stack.pop()
-        shape = tuple(graph.types[name].shape)
-        site = (name, offset(coords, shape, space))
+        shape, ext = tuple(graph.types[name].shape), (*space, *extra)
+        site = (name, offset(coords, shape, ext))
         if site in seen:
             continue
         seen.add(site)
         if name in terminals:
-            if site[1] != flat_index(space):
+            if site[1] != flat_index(ext):
                 return None
             continue
         if name not in members:
             reads.append(site)
             continue
-        found = children(graph, graph.node_map[name], coords, space, guards)
+        found = children(graph, graph.node_map[name], coords, ext, guards, variable)
         if found is None:
             return None
         stack += reversed(found)
