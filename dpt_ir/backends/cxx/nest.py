@@ -47,8 +47,7 @@ class Read:
 @dataclass
 class Nest:
     """A covered group's loop nest: ``rows`` x ``inner`` elements over the outer shape
-    ``outer``; reduction groups reduce the inner axes (one row per output element).
-    ``seeds``: the values computed per element (reduction inputs, then stores)."""
+    ``outer``; reduction groups reduce the inner axes (one row per output element)."""
 
     group: dict[str, Any]
     space: tuple[int, ...]
@@ -58,7 +57,6 @@ class Nest:
     roots: list[str]  # reduction roots
     stores: list[str]  # values written at the iteration index
     templates: dict[str, CxxReduce] = field(default_factory=dict)
-    seeds: list[str] = field(default_factory=list)
     after: list[str] = field(default_factory=list)  # epilogue outputs, computed per output element
     after_shape: tuple[int, ...] = ()
     sub: int = 1  # elements of a sub-row: reads are a base per sub-row plus (or not) the position in it
@@ -177,22 +175,8 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
         reads[site] = r
     inner = math.prod(space[cut:])
     sub_rows = (math.prod(space[len(space) - k_read :]), space[: len(space) - k_read])
-    nest = Nest(group, space, space[:cut], inner, reads, roots, stores, templates, seeds, after, after_shape, *sub_rows)
-    nest.guards = guards
-    return nest
-
-
-def _ancestors(graph: Graph, members: set[str], seeds: list[str]) -> set[str]:
-    """``seeds`` and the members they depend on, within ``members`` (iteratively)."""
-    out: set[str] = set()
-    stack = [v for v in seeds if v in members]
-    while stack:
-        v = stack.pop()
-        if v in out:
-            continue
-        out.add(v)
-        stack += [i for i in graph.node_map[v].inputs if i in members and i not in out]
-    return out
+    outer = space[:cut]
+    return Nest(group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards)
 
 
 def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:
