@@ -1,10 +1,14 @@
-"""The element function of a covered group (`dpt_ir.backends.cxx.nest.cover`): the op
-table's C++ expressions for every member, in node order.
+"""The element functions of a covered group (`dpt_ir.backends.cxx.nest.cover`): the op
+table's C++ expressions for every member the seeds need, evaluated at coordinates
+(`sites`: views, joins and stencil taps are coordinate maps, not code of their own).
 
 Assumes: a `Nest` of the group. Guarantees: the text is name-free (parameters by position,
-values numbered), so structurally identical groups give identical text (kernel sharing);
-domain and non-finite checks OR into ``fl`` (status slots registered in emission order);
-epilogues are computed at output ``o`` from the finished reductions.
+values numbered, tables named under the kernel's hashed name), so structurally identical
+groups give identical text (kernel sharing); each (value, flat offset) is computed once;
+domain and non-finite checks OR into ``fl``, one status slot per (node, kind) in first-use
+order; epilogues are computed at output ``o`` from the finished reductions. With guards, a
+second function (`ElementWriter.edge_body`) evaluates per-axis views through their image
+tables and is valid at every element; the first reads their interior shift only.
 """
 
 from __future__ import annotations
