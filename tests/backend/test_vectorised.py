@@ -57,8 +57,10 @@ def build(text: str, label: str) -> Path:
         load(module, "cpu", name, None, purge=False)
     finally:
         wp.config.optimization_level = level
-    (obj,) = [p for d in warp_cache_dir().glob(f"wp_{name}_*") for p in d.glob("*.o")]
-    return obj
+    # The newest build: the same module text gives another Warp build when dp_math.h (the
+    # preamble, imported by the module) changed since an earlier run.
+    objs = [p for d in warp_cache_dir().glob(f"wp_{name}_*") for p in d.glob("*.o")]
+    return max(objs, key=lambda p: p.stat().st_mtime)
 
 
 def generated(graph: dp.Graph, options: CompileOptions) -> str:
