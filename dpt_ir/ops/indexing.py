@@ -1,13 +1,18 @@
-"""Integer index expressions for Warp code, as strings, with light simplification.
+"""Integer index expressions of views and stencils.
 
-Shape ops describe, for each output element, which input element they read; these
-helpers build those expressions (``"i0"``, ``"(i1 * 3 + 2)"``...). Literals are folded so
-that generated kernels stay readable and cheap.
+Shape ops describe, for each output element, which input element they read. Two forms:
+
+- Warp-Python strings (``"i0"``, ``"(i1 * 3 + 2)"``...), with literals folded so that
+  generated kernels stay readable and cheap (`OpDef.warp_index`);
+- `Affine` coordinate forms, backend-neutral, for layout views whose input coordinates are
+  affine in the output's (`OpDef.view_affine`): the C++ path renders them, and `split`
+  proves a reshape affine (every coordinate in range) before it is used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def _lit(e: str) -> int | None:
@@ -82,3 +87,117 @@ def broadcast_index(index: Sequence[str], out_shape: Sequence[int], in_shape: Se
 def clamp(e: str, lo: int, hi: int) -> str:
     """``e`` limited to [lo, hi] (for reads that must stay in bounds when unused)."""
     return f"wp.min(wp.max({e}, {lo}), {hi})"
+
+
+# -- Affine coordinate forms: backend-neutral index maps of layout views -------------------
+@dataclass(frozen=True)
+class Affine:
+    """The integer form ``b + sum(w[a] * c[a])`` over the coordinates ``c`` of a loop space
+    (one weight per space axis). Layout views (`OpDef.view_affine`) map the coordinate forms
+    of an output element to those of the input element it reads; a backend renders them."""
+
+    b: int
+    w: tuple[int, ...]
+
+    def __add__(self, other: Affine) -> Affine:
+        n = max(len(self.w), len(other.w))  # a missing weight is 0 (forms over more coordinates)
+        a, b = self.padded(n).w, other.padded(n).w
+        return Affine(self.b + other.b, tuple(x + y for x, y in zip(a, b, strict=True)))
+
+    def padded(self, n: int) -> Affine:
+        """The same form over ``n`` coordinates (at least its own)."""
+        return Affine(self.b, self.w + (0,) * (n - len(self.w)))
+
+    def scaled(self, k: int) -> Affine:
+        return Affine(self.b * k, tuple(x * k for x in self.w))
+
+    def shifted(self, k: int) -> Affine:
+        return Affine(self.b + k, self.w)
+
+    def bounds(self, extents: Sequence[int]) -> tuple[int, int]:
+        """Least and greatest value over ``0 <= c[a] < extents[a]``."""
+        w = self.padded(len(extents)).w
+        lo = self.b + sum(min(0, x * (n - 1)) for x, n in zip(w, extents, strict=True))
+        hi = self.b + sum(max(0, x * (n - 1)) for x, n in zip(w, extents, strict=True))
+        return lo, hi
+
+
+Coords = tuple[Affine, ...]  # one form per axis of an array
+
+
+def zero(rank: int) -> Affine:
+    return Affine(0, (0,) * rank)
+
+
+def axis(a: int, rank: int) -> Affine:
+    """The coordinate ``c[a]`` of a space of ``rank`` axes."""
+    return Affine(0, tuple(int(k == a) for k in range(rank)))
+
+
+def aligned_coords(coords: Coords, out_shape: Sequence[int], in_shape: Sequence[int]) -> Coords:
+    """The coordinates an input of ``in_shape`` reads when it NumPy-broadcasts to an output
+    of ``out_shape`` at ``coords`` (size-1 axes read index 0)."""
+    lead = len(out_shape) - len(in_shape)
+    rank = len(coords[0].w) if coords else 0
+    return tuple(zero(rank) if d == 1 else coords[lead + k] for k, d in enumerate(in_shape))
+
+
+def flat(coords: Coords, shape: Sequence[int], rank: int) -> Affine:
+    """The row-major flat offset of ``coords`` in an array of ``shape``."""
+    total = zero(rank)
+    for c, s in zip(coords, strides(shape), strict=True):
+        total = total + c.scaled(s)
+    return total
+
+
+def split(offset: Affine, shape: Sequence[int], extents: Sequence[int]) -> Coords | None:
+    """Coordinates in ``shape`` whose row-major offset is ``offset`` over the space of
+    ``extents``, each an affine form in range there; None when no such forms exist (the
+    split would need a division or modulus of a loop coordinate)."""
+    st = strides(shape)
+    offset = offset.padded(len(extents))
+    rank = len(offset.w)
+    rows = [[0] * rank for _ in shape]
+    for a, x in enumerate(offset.w):
+        if x == 0:
+            continue
+        d = next((d for d, s in enumerate(st) if abs(x) >= s and shape[d] > 1), None)
+        if d is None or x % st[d]:
+            return None
+        rows[d][a] = x // st[d]
+    rest, b = offset.b, []
+    for s in st:
+        b.append(rest // s)
+        rest -= b[-1] * s
+    out = tuple(Affine(bd, tuple(r)) for bd, r in zip(b, rows, strict=True))
+    for c, n in zip(out, shape, strict=True):
+        lo, hi = c.bounds(extents)
+        if lo < 0 or hi >= n:
+            return None
+    return out
+
+
+@dataclass(frozen=True)
+class AxisImages:
+    """One axis of a view that reads each axis independently (`OpDef.axis_images`): output
+    index ``k`` reads the input indices ``images[k]`` (several: summed in order; none: the
+    view's fill value). Where ``lo <= k <= hi`` the only image is ``k + shift``."""
+
+    images: tuple[tuple[int, ...], ...]
+    shift: int
+    lo: int
+    hi: int
+
+    @property
+    def plain(self) -> bool:
+        """Every output index is its interior shift (no boundary on this axis)."""
+        return self.lo == 0 and self.hi == len(self.images) - 1
+
+
+@dataclass(frozen=True)
+class ImageMap:
+    """The per-axis images of a view (`AxisImages`) and the value of an output element with
+    no image on some axis (a constant pad's ``cval``)."""
+
+    axes: tuple[AxisImages, ...]
+    fill: float = 0.0

@@ -20,6 +20,7 @@ from dpt_ir.types import TensorType
 
 if TYPE_CHECKING:
     from dpt_ir.builder import Tensor
+    from dpt_ir.ops.indexing import Coords, ImageMap
 
 OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter", "contraction", "loop"]
 Cost = Literal["cheap", "expensive"]
@@ -340,6 +341,18 @@ class OpDef:
     warp_domain: str | None = None
     warp_index: Callable[[WarpSite], list[IndexSource]] | None = None
     warp_combine: Literal["first", "sum"] = "first"
+    # Layout views whose input coordinates are affine in the output's (broadcast_to, reshape,
+    # transpose, slice...): from (attrs, input shape, output shape, the output element's
+    # `Affine` coordinate forms, the loop space's extents), the input element's forms, or None
+    # where they are not affine there (backends then fall back to ``warp_index``).
+    view_affine: Callable[[Any, tuple[int, ...], tuple[int, ...], Coords, tuple[int, ...]], Coords | None] | None = None
+    # Views that read each axis independently (pad, pad_adjoint): from (attrs, input shape,
+    # output shape), the `ImageMap`: per axis, the input indices each output index reads and
+    # the interior where that is a plain shift (backends split loops there).
+    axis_images: Callable[[Any, tuple[int, ...], tuple[int, ...]], ImageMap] | None = None
+    # Variadic views that join their inputs along one axis (concat): the axis, from the
+    # attributes; output index k on it reads the input whose range holds it, at k - offset.
+    join_axis: Callable[[Any], int] | None = None
     # A fast path for the interior of a view (pad, pad_adjoint): given the first element's
     # index and a window size per axis, a condition under which every element j of the
     # window is input[j + shift], and that shift (None: no fast path here).

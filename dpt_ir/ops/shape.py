@@ -15,6 +15,9 @@ from dpt_ir.ops.registry import Derivative, GradContext, IndexSource, OpDef, War
 from dpt_ir.ops.rules import Attrs, check_axes
 from dpt_ir.types import TensorType, broadcast_shapes
 
+Shape = tuple[int, ...]
+Coords = idx.Coords
+
 
 class ShapeAttrs(Attrs):
     shape: tuple[int, ...]
@@ -204,6 +207,9 @@ def _shape_op(
     index: Any,
     arity: int | None = 1,
     preserves_layout: bool = False,
+    affine: Any = None,
+    images: Any = None,
+    join: Any = None,
 ) -> None:
     register_op(
         OpDef(
@@ -215,6 +221,9 @@ def _shape_op(
             reference=ref,
             derivative=Derivative({0 if arity else "*": grad}),
             warp_index=index,
+            view_affine=affine,
+            axis_images=images,
+            join_axis=join,
             preserves_layout=preserves_layout,
             doc=doc,
         )
@@ -294,6 +303,51 @@ def _concat_index(site: WarpSite) -> list[IndexSource]:
     return [s for s in sources if site.in_shapes[s.input][axis] > 0]
 
 
+# -- Affine index maps (`OpDef.view_affine`): the input coordinates as forms of the output's --
+def _broadcast_affine(attrs: Any, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    return idx.aligned_coords(out, out_shape, in_shape)
+
+
+def _reshape_affine(attrs: Any, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords | None:
+    return idx.split(idx.flat(out, out_shape, len(ext)), in_shape, ext)
+
+
+def _expand_affine(attrs: AxesAttrs, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    return tuple(c for k, c in enumerate(out) if k not in attrs.axes)
+
+
+def _squeeze_affine(attrs: AxesAttrs, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    rest = iter(out)
+    return tuple(idx.zero(len(ext)) if k in attrs.axes else next(rest) for k in range(len(in_shape)))
+
+
+def _transpose_affine(attrs: AxesAttrs, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    coords = [idx.zero(len(ext))] * len(out)
+    for k, p in enumerate(attrs.axes):
+        coords[p] = out[k]
+    return tuple(coords)
+
+
+def _slice_affine(attrs: SliceAttrs, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:
+    return tuple(c.scaled(step).shifted(start) for c, start, step in zip(out, attrs.starts, attrs.steps, strict=True))
+
+
+def _embed_images(attrs: EmbedAttrs, in_shape: Shape, out_shape: Shape) -> idx.ImageMap:
+    """Per axis, output index k holds input element (k - start) / step where that is an
+    integer in range (`OpDef.axis_images`); elsewhere 0."""
+    axes = []
+    for n, d, start, step in zip(in_shape, out_shape, attrs.starts, attrs.steps, strict=True):
+        images = []
+        for k in range(d):
+            m, r = divmod(k - start, step)
+            images.append((m,) if r == 0 and 0 <= m < n else ())
+        run = [im == (k - start,) for k, im in enumerate(images)]
+        lo = run.index(True) if any(run) else 0
+        hi = lo + sum(run) - 1 if step == 1 else lo - 1 + int(any(run))
+        axes.append(idx.AxisImages(tuple(images), -start, lo, hi))
+    return idx.ImageMap(tuple(axes))
+
+
 def _back_to_input(c: GradContext) -> Any:
     return F.reshape(c.gy, c.input_type(0).shape)
 
@@ -306,6 +360,7 @@ _shape_op(
     lambda c: F.sum_to(c.gy, c.input_type(0).shape),
     "NumPy broadcast to a shape",
     _broadcast_index,
+    affine=_broadcast_affine,
 )
 _shape_op(
     "reshape",
@@ -316,6 +371,7 @@ _shape_op(
     "row-major reshape",
     _reshape_index,
     preserves_layout=True,
+    affine=_reshape_affine,
 )
 _shape_op(
     "expand_dims",
@@ -326,6 +382,7 @@ _shape_op(
     "insert size-1 axes",
     _expand_index,
     preserves_layout=True,
+    affine=_expand_affine,
 )
 _shape_op(
     "squeeze",
@@ -336,6 +393,7 @@ _shape_op(
     "remove size-1 axes",
     _squeeze_index,
     preserves_layout=True,
+    affine=_squeeze_affine,
 )
 _shape_op(
     "transpose",
@@ -345,6 +403,7 @@ _shape_op(
     lambda c: F.transpose(c.gy, _inverse(c.attrs.axes)),
     "permute axes",
     _transpose_index,
+    affine=_transpose_affine,
 )
 _shape_op(
     "slice",
@@ -354,6 +413,7 @@ _shape_op(
     _slice_grad,
     "basic strided slice, one start:stop:step per axis",
     _slice_index,
+    affine=_slice_affine,
 )
 _shape_op(
     "embed_slice",
@@ -363,6 +423,7 @@ _shape_op(
     _embed_grad,
     "zeros of `shape` with the input placed at a slice (the adjoint of slice)",
     _embed_index,
+    images=_embed_images,
 )
 _shape_op(
     "concat",
@@ -373,4 +434,5 @@ _shape_op(
     "join along an existing axis",
     _concat_index,
     arity=None,
+    join=lambda attrs: attrs.axis,
 )

@@ -237,6 +237,37 @@ def _pad_adjoint_index(site: WarpSite) -> list[IndexSource]:
     return sources
 
 
+# -- Per-axis images (`OpDef.axis_images`), from the reference's own boundary semantics ----
+def _owners(n: int, b: int, e: int, mode: str) -> np.ndarray:
+    """For each position of a padded axis, the input index it copies (-1: the fill)."""
+    if mode == "constant":
+        return np.pad(np.arange(n), (b, e), constant_values=-1)
+    return np.pad(np.arange(n), (b, e), mode=NUMPY_MODES[mode])
+
+
+def _interior(images: list[tuple[int, ...]], shift: int) -> tuple[int, int]:
+    """The longest run of indices whose only image is ``k + shift`` (an empty run: (0, -1))."""
+    run = _longest_run([im == (k + shift,) for k, im in enumerate(images)])
+    return run if run is not None else (0, -1)
+
+
+def _pad_images(a: PadAttrs, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> idx.ImageMap:
+    axes = []
+    for n, b, e in zip(in_shape, a.before, a.after, strict=True):
+        images = [() if p < 0 else (int(p),) for p in _owners(n, b, e, a.mode)]
+        axes.append(idx.AxisImages(tuple(images), -b, *_interior(images, -b)))
+    return idx.ImageMap(tuple(axes), float(a.cval))
+
+
+def _pad_adjoint_images(a: PadAttrs, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> idx.ImageMap:
+    axes = []
+    for n, b, e in zip(out_shape, a.before, a.after, strict=True):
+        owners = _owners(n, b, e, a.mode)
+        images = [tuple(int(p) for p in np.flatnonzero(owners == k)) for k in range(n)]
+        axes.append(idx.AxisImages(tuple(images), b, *_interior(images, b)))
+    return idx.ImageMap(tuple(axes))
+
+
 def _pad_grad(c: GradContext) -> Any:
     return c.gy.builder.emit("pad_adjoint", [c.gy], c.attrs.model_dump())
 
@@ -257,6 +288,7 @@ register_op(
         derivative=Derivative({0: _pad_grad}),
         warp_index=_pad_index,
         warp_interior=_pad_interior,
+        axis_images=_pad_images,
         doc="extend by before/after elements per axis with a scipy.ndimage boundary mode",
     )
 )
@@ -271,6 +303,7 @@ register_op(
         derivative=Derivative({0: _pad_adjoint_grad}),
         warp_index=_pad_adjoint_index,
         warp_interior=_pad_adjoint_interior,
+        axis_images=_pad_adjoint_images,
         warp_combine="sum",
         code_copies=preimage_count,
         doc="the adjoint of pad: each input element sums the padded positions that copied it",

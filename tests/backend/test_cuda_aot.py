@@ -14,7 +14,9 @@ Two kinds of module are compiled ahead of time:
 - CUDA variants, generated the way ``dp.compile`` would for a GPU (reductions split into
   per-block partials plus a combine kernel): the determinism graphs (beer, softmax
   cross-entropy, normalisation; forward, ``value_and_grad`` and tape pipelines) and an op
-  sampler, one forward case of every op for each combination of dtypes in the op table.
+  sampler, one forward case of every op for each combination of dtypes in the op table,
+  and the stencil graph of `test_cxx_stencils` (pads in every mode: edge functions and
+  their constant image tables).
 
 Artifacts go to a directory under Warp's kernel cache, so a later run with the same
 generated source skips NVRTC.
@@ -177,3 +179,14 @@ def test_every_op_template_compiles_for_sm90() -> None:
     missing = {case.op for case in COMPILED_CASES} - {n.op for n in graph.nodes}
     assert not missing, f"ops without a case in the sampler: {sorted(missing)}"
     compile_sm90(cuda_variant(graph))
+
+
+def test_cuda_variant_of_stencils_compiles() -> None:
+    """Pads in every mode and their adjoints on the C++ path: the edge functions and their
+    constant image tables under NVRTC (the CUDA driver calls the edge function everywhere)."""
+    from .test_cxx_stencils import stencils
+
+    module = cuda_variant(stencils(), ("x",), "loss")
+    source = Path(module.__file__).read_text()
+    assert "_edge<" in source and "[warp]" not in source
+    compile_sm90(module)

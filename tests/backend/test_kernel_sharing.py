@@ -76,11 +76,18 @@ def test_identical_steps_share_kernels() -> None:
     assert len(_defined(twenty.text)) == len(_defined(ten.text)) == len(twenty.functions())  # ... same kernels
     assert set(_defined(twenty.text)) == {k.function for k in twenty.kernels}
     run = {k.function for k in twenty.kernels if k.name.startswith("run_")}
-    stencils = [f for f in run if "for t" in next(k.text for k in twenty.kernels if k.function == f)]
-    assert len(stencils) <= 4, stencils
-    # Kernel text carries no value names: parameters are positional (``a__status``,
-    # ``a__status_base`` and the C++ kernels' ``a__task0`` are fixed names, not values).
+    stencils = [f for f in run if _is_stencil(twenty.text, next(k for k in twenty.kernels if k.function == f))]
+    assert 1 <= len(stencils) <= 4, stencils
+    # Kernel text carries no value names: parameters are positional (a__status, a__task0: fixed).
     assert not re.search(r"\ba_(?!_status|_task0)\w+", twenty.text.split("@wp.kernel", 1)[1])
+
+
+def _is_stencil(text: str, kernel: codegen.KernelSource) -> bool:
+    """A Warp-Python tap loop, or a C++ kernel whose pads split rows into interior and edges."""
+    if kernel.path == "warp":
+        return "for t" in kernel.text
+    (native,) = re.findall(r"\bn_(dpk_\w+)\(", kernel.text)
+    return f"{native}_edge<" in text
 
 
 def test_no_kernel_recomputes_another_kernels_stencil() -> None:
@@ -97,7 +104,13 @@ def test_no_kernel_recomputes_another_kernels_stencil() -> None:
                 if plan.node_map[n].opdef.kind == "stencil":
                     assert n not in seen, f"{prefix}: stencil {n} in groups {seen[n]} and {group['id']}"
                     seen[n] = group["id"]
-    assert codegen.generate(_pipelines(graph), graph.name, "", True, "cpu").text.count("\n") < 2000
+    lines = codegen.generate(_pipelines(graph), graph.name, "", True, "cpu").text.count("\n")
+    ten = heat(N, 10)
+    # C++ kernels (element, edge and driver functions) are longer than the Warp-Python ones
+    # were (2,217 lines measured for 20 steps, 1,333 before); a halo recomputation would
+    # also make 20 steps' module far larger than 10 steps' (2,162 measured).
+    assert lines < 2600
+    assert lines < 1.1 * codegen.generate(_pipelines(ten), ten.name, "", True, "cpu").text.count("\n")
 
 
 def test_shared_kernels_keep_their_own_slots() -> None:

@@ -24,10 +24,16 @@
 #define DP_CUDA 1
 #define DP_FN static __device__ __forceinline__
 #define DP_CONST __device__ static const
+#define DP_COLD static __device__ __noinline__
 #else
 #define DP_FN static inline __attribute__((always_inline))
 #define DP_CONST static const
+#define DP_COLD static __attribute__((noinline))
 #endif
+// An index clamped into [lo, hi] (a join's input read at its local index, in bounds).
+DP_FN int dp_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
+// DP_COLD: the edge functions of stencil kernels (per-axis views through their tables),
+// called from a few places on a few elements: one out-of-line copy keeps the build small.
 
 // Put before the generated CPU element loops; empty unless defined earlier (to a loop pragma:
 // tests/backend/test_vectorised.py builds a variant with vectorisation disabled this way).

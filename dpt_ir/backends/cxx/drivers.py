@@ -60,53 +60,102 @@ def _min(a: str, b: str | int) -> str:
 
 
 def _bases(nest: Nest, row: str) -> list[str]:
-    """Statements setting ``rb[k]``, the base offset of each row read in row ``row``."""
+    """Statements setting ``rb[k]``, the base offset of each row read in row ``row``, and,
+    with guards, ``glo`` / ``ghi``: the row's interior ``[glo, ghi)`` of positions in it."""
     rows = [r for r in nest.reads.values() if r.mode == "row"]
-    if not rows:
+    if not rows and not nest.guards:
         return []
-    out = [f"int rb[{len(rows)}];", f"{{ int q = {row};"]
-    coords = []
+    out = [f"int rb[{max(len(rows), 1)}];", "int glo = 0, ghi = 0;", f"{{ int q = {row};"]
     for a in reversed(range(len(nest.base_outer))):
         out.append(f"const int c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")
-        coords.append(a)
     out.append("(void)q;")
     for k, r in enumerate(rows):
-        terms = [f"c{a} * {s}" for a, s in enumerate(r.strides) if s]
+        terms = [*([str(r.offset)] if r.offset else []), *(f"c{a} * {s}" for a, s in enumerate(r.strides) if s)]
         out.append(f"rb[{k}] = {' + '.join(terms) or '0'};")
-    out.append("}")
+    return out + (_interior(nest) if nest.guards else []) + ["}"]
+
+
+def _interior(nest: Nest) -> list[str]:
+    """``glo``, ``ghi`` from the guards (lo <= form <= hi over the outer coordinates ``c<a>``
+    and the position in the row): a guard without the position decides the whole row, one
+    with it (weight +-1) bounds the range, any other makes the row an edge."""
+    last = len(nest.space) - 1
+    out = [f"int ok = 1, lo = 0, hi = {nest.sub};"]
+    for form, lo, hi in nest.guards:
+        w = form.padded(last + 1).w
+        rest = " + ".join([str(form.b), *(f"c{a} * {x}" for a, x in enumerate(w[:last]) if x)])
+        u = w[last]
+        if len(w) > last + 1:  # the coordinate of a join's input: decided per element
+            out.append("ok = 0;")
+        elif u == 0:
+            out.append(f"ok &= (int)({lo} <= {rest} && {rest} <= {hi});")
+        elif u in (1, -1):
+            if u == 1:
+                first, stop = f"{lo} - ({rest})", f"{hi} - ({rest}) + 1"
+            else:
+                first, stop = f"{rest} - {hi}", f"{rest} - {lo} + 1"
+            out += [f"lo = {_max('lo', first)};", f"hi = {_min('hi', stop)};"]
+        else:
+            out.append("ok = 0;")
+    out.append("if (ok && lo < hi) { glo = lo; ghi = hi; }")
     return out
 
 
+def _max(a: str, b: str) -> str:
+    return f"(({a}) > ({b}) ? ({a}) : ({b}))"
+
+
+def _split(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> list[str]:
+    """The loop ``for j in [s0, s1)``: interior positions (``[glo, ghi) + off``) run
+    ``interior`` (vectorised), the others ``edge``; without guards, all ``interior``."""
+    if not nest.guards:
+        return [f"DP_VEC_LOOP for (int j = {s0}; j < {s1}; ++j) {interior}"]
+    return [
+        f"{{ const int ilo = {_min(_max(s0, f'glo + {off}'), s1)}, ihi = {_max('ilo', _min(s1, f'ghi + {off}'))};",
+        f"DP_SCALAR_LOOP for (int j = {s0}; j < ilo; ++j) {edge}",
+        f"DP_VEC_LOOP for (int j = ilo; j < ihi; ++j) {interior}",
+        f"DP_SCALAR_LOOP for (int j = ihi; j < {s1}; ++j) {edge} }}",
+    ]
+
+
 def _rb(nest: Nest) -> str:
-    return "rb" if any(r.mode == "row" for r in nest.reads.values()) else "(const int*)0"
+    return "rb" if any(r.mode == "row" for r in nest.reads.values()) or nest.guards else "(const int*)0"
 
 
-def _call(nest: Nest, args: str, p: str, w: str, i: str, j: str, flags: str, ys: list[str]) -> str:
+def _call(nest: Nest, args: str, p: str, w: str, i: str, j: str, flags: str, ys: list[str], fn: str = "elem") -> str:
     extra = "".join(f", {y}" for y in ys)
-    return f"F_elem<{p}, {w}>({args}, {i}, {j}, {_rb(nest)}, big, {flags}{extra});"
+    return f"F_{fn}<{p}, {w}>({args}, {i}, {j}, {_rb(nest)}, big, {flags}{extra});"
+
+
+def _anywhere(nest: Nest) -> str:
+    """The element function valid at every element: the edge one when there are guards."""
+    return "edge" if nest.guards else "elem"
 
 
 def _guarded(nest: Nest, args: str, w: str, i: str, j: str, ys: list[str], uses_big: bool, nflags: int) -> list[str]:
     """One element (CUDA) with its precise recomputation when a trig argument was huge."""
-    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", _call(nest, args, "false", w, i, j, "bf", ys)]
+    fn = _anywhere(nest)
+    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", _call(nest, args, "false", w, i, j, "bf", ys, fn)]
     if uses_big:
-        rerun = _call(nest, args, "true", w, i, j, "bf", ys)
+        rerun = _call(nest, args, "true", w, i, j, "bf", ys, fn)
         lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = 0; {rerun} }}")
     lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
     return lines
 
 
 def _block(
-    nest: Nest, args: str, w: str, i: str, ys: list[str], uses_big: bool, nflags: int, jr: str = "j"
+    nest: Nest, args: str, w: str, i: str, ys: list[str], uses_big: bool, nflags: int, jr: str = "j", off: str = "0"
 ) -> list[str]:
-    """One CPU block ``[jb, je)``: the element loop, rerun precisely if needed, flags ORed
-    (``jr``: the inner counter row reads add to their base)."""
-    loop = "DP_VEC_LOOP for (int j = jb; j < je; ++j) "
-    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", loop + _call(nest, args, "false", w, i, jr, "bf", ys)]
+    """One CPU block ``[jb, je)``: the element loop (split into interior and edges), rerun
+    precisely if needed, flags ORed (``jr``: the inner counter row reads add to their base;
+    ``off``: where the row's positions start in ``j``)."""
+    interior = _call(nest, args, "false", w, i, jr, "bf", ys)
+    edge = _call(nest, args, "false", w, i, jr, "bf", ys, "edge")
+    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", *_split(nest, "jb", "je", off, interior, edge)]
     if uses_big:
         lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = 0;")
         scalar = "DP_SCALAR_LOOP for (int j = jb; j < je; ++j) "  # the rare path: compile it cheaply
-        lines.append(scalar + _call(nest, args, "true", w, i, jr, "bf", ys) + " }")
+        lines.append(scalar + _call(nest, args, "true", w, i, jr, "bf", ys, _anywhere(nest)) + " }")
     lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
     return lines
 
@@ -132,10 +181,8 @@ def pointwise_drivers(nest: Nest, lay: Layout, args: str, sig: str, uses_big: bo
         cpu += _block(nest, args, "true", f"row * {inner} + j", [], uses_big, nf) + ["}"]
     else:
         cpu.append("int big = 0; (void)big;")
-        cpu.append(
-            "DP_VEC_LOOP for (int j = j0; j < j1; ++j) "
-            + _call(nest, args, "false", "true", f"row * {inner} + j", "j", "fl", [])
-        )
+        interior = _call(nest, args, "false", "true", f"row * {inner} + j", "j", "fl", [])
+        cpu += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", "F_edge<"))
     cpu += ["}", *_status(nf, checks)]
     cuda = [*head, "for (int i = b; i < e; ++i) {", f"const int row = i / {inner}, j = i - row * {inner};"]
     cuda += [*_bases(nest, "row"), *_guarded(nest, args, "true", "i", "j", [], uses_big, nf), "}", *_status(nf, checks)]
@@ -235,7 +282,7 @@ def reduction_drivers(
                 body.append(f"for (int jb = {s0}; jb < {s1}; jb += {BLOCK}) {{")
                 body.append(f"const int je = {_min(f'jb + {BLOCK}', s1)}, nb = je - jb, n8 = nb & ~7;")
                 body += [f"{x_types[q]} buf{q}[{BLOCK}];" for q in range(len(nest.roots))]
-                body += _block(nest, args, w, i, ys, uses_big, nf, jr)
+                body += _block(nest, args, w, i, ys, uses_big, nf, jr, "0" if whole else f"sr * {nest.sub}")
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], True)
                 body += [] if whole else ["}"]

@@ -1,20 +1,33 @@
-"""The element function of a covered group (`dpt_ir.backends.cxx.nest.cover`): the op
-table's C++ expressions for every member, in node order.
+"""The element functions of a covered group (`dpt_ir.backends.cxx.nest.cover`): the op
+table's C++ expressions for every member the seeds need, evaluated at coordinates
+(`sites`: views, joins and stencil taps are coordinate maps, not code of their own).
 
 Assumes: a `Nest` of the group. Guarantees: the text is name-free (parameters by position,
-values numbered), so structurally identical groups give identical text (kernel sharing);
-domain and non-finite checks OR into ``fl`` (status slots registered in emission order);
-epilogues are computed at output ``o`` from the finished reductions.
+values numbered, tables named under the kernel's hashed name), so structurally identical
+groups give identical text (kernel sharing); each (value, flat offset) is computed once;
+domain and non-finite checks OR into ``fl``, one status slot per (node, kind) in first-use
+order; epilogues are computed at output ``o`` from the finished reductions. With guards, a
+second function (`ElementWriter.edge_body`) evaluates per-axis views through their image
+tables and is valid at every element; the first reads their interior shift only.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
-from dpt_ir.backends.cxx.nest import C_TYPES, FLOAT, Nest, aligned
+from dpt_ir.backends.cxx import sites
+from dpt_ir.backends.cxx.nest import C_TYPES, FLOAT, Nest
+from dpt_ir.backends.cxx.sites import flat_index
+from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, origin_of
+from dpt_ir.ops import indexing as idx
+from dpt_ir.ops.elementwise import cxx_literal
+from dpt_ir.ops.indexing import Affine, Coords
 from dpt_ir.ops.registry import CxxSite
+
+TOKEN = "@F@"  # replaced by the kernel's hashed name (`kernels._hashed`)
 
 
 class ElementWriter:
@@ -27,9 +40,13 @@ class ElementWriter:
         self.kernel, self.checks = kernel, checks
         self.slot_base = len(slots)
         self.lines: list[str] = []
-        self.vars: dict[str, str] = {}
+        self.vars: dict[tuple[str, Affine], str] = {}  # (value, flat offset) -> its C++ variable
         self.uses_big = False
         self.at_output = False  # computing an epilogue (at output o), not an element (at i)
+        self.edge = False  # the edge function: per-axis views through their tables
+        self.extra: list[int] = []  # extents of the edge's table coordinates q0, q1...
+        self.tables: dict[str, str] = {}  # C++ table contents -> name
+        self.slot_of: dict[tuple[str, str, str], int] = {}  # (node, kind, detail) -> status slot
 
     def param(self, value: str) -> str:
         if value not in self.params:
@@ -37,10 +54,15 @@ class ElementWriter:
         return f"a{self.params.index(value)}"
 
     def flag(self, node: str, op: str, kind: str, bad: str, detail: str = "") -> str:
+        """OR ``bad`` into the status slot of (node, kind): one slot however many places
+        (taps, the edge function) evaluate the node."""
         from dpt_ir.backends.warp.launches import StatusSlot
 
-        self.slots.append(StatusSlot(self.kernel, node, op, kind, detail, origin_of(self.graph, node)))
-        return f"fl[{len(self.slots) - 1 - self.slot_base}] |= (int)({bad});"
+        key = (node, kind, detail)
+        if key not in self.slot_of:
+            self.slots.append(StatusSlot(self.kernel, node, op, kind, detail, origin_of(self.graph, node)))
+            self.slot_of[key] = len(self.slots) - 1 - self.slot_base
+        return f"fl[{self.slot_of[key]}] |= (int)({bad});"
 
     def nonfinite(self, value: str, var: str) -> str | None:
         if not self.checks or C_TYPES[self.graph.types[value].dtype] != FLOAT:
@@ -48,44 +70,50 @@ class ElementWriter:
         node = self.graph.node_map.get(value)
         return self.flag(value, node.opdef.name if node else "input", "nonfinite", f"dp_nonfinite({var})")
 
-    def load(self, value: str) -> str:
-        if self.at_output:
-            at = self._output_offset(tuple(self.graph.types[value].shape))
+    def space(self) -> tuple[int, ...]:
+        return self.nest.after_shape if self.at_output else self.nest.space
+
+    def ext(self) -> tuple[int, ...]:
+        """The extents of the forms' coordinates: the space's, then the edge's variables."""
+        return self.space() + tuple(self.extra)
+
+    def load(self, value: str, at: Affine) -> str:
+        """A read of ``value`` at flat offset ``at`` (over the current space)."""
+        if self.at_output or self.edge or len(at.w) > len(self.space()):  # (the last: a gather)
+            where = self.render(at)
         else:
-            r = self.nest.reads[value]
-            at = {"full": "i", "scalar": "0"}.get(r.mode) or (f"rb[{self._row(value)}]" + (" + j" if r.inner else ""))
+            r = self.nest.reads[(value, at)]
+            where = {"full": "i", "scalar": str(r.offset)}.get(r.mode) or f"rb[{self._row(value, at)}]"
+            if r.mode == "row" and r.step:
+                where += " + j" if r.step == 1 else f" + j * {r.step}"
         var = f"r{len(self.vars)}"
-        self.lines.append(f"const {C_TYPES[self.graph.types[value].dtype]} {var} = {self.param(value)}[{at}];")
+        self.lines.append(f"const {C_TYPES[self.graph.types[value].dtype]} {var} = {self.param(value)}[{where}];")
         return var
 
-    def _row(self, value: str) -> int:
-        rows = [v for v, r in self.nest.reads.items() if r.mode == "row"]
-        return rows.index(value)
+    def _row(self, value: str, at: Affine) -> int:
+        rows = [site for site, r in self.nest.reads.items() if r.mode == "row"]
+        return rows.index((value, at))
 
-    def coords(self, shape: tuple[int, ...]) -> tuple[str, ...]:
-        """C++ coordinates of the current element (``i``, or ``o`` in an epilogue) in a value
-        of ``shape`` (div/mod: sources such as iota, and epilogue reads, only)."""
-        space, at = (self.nest.after_shape, "o") if self.at_output else (self.nest.space, "i")
-        s = aligned(shape, len(space))
-        out = []
-        for a in range(len(space) - len(shape), len(space)):
-            stride = math.prod(space[a + 1 :])
-            out.append("0" if s[a] == 1 else f"(({at} / {stride}) % {space[a]})")
-        return tuple(out)
-
-    def _output_offset(self, shape: tuple[int, ...]) -> str:
-        space = self.nest.after_shape
-        s = aligned(shape, len(space))
-        if s == tuple(space):
-            return "o"
-        strides = [math.prod(s[a + 1 :]) for a in range(len(s))]
-        terms = [f"{c} * {strides[a]}" for a, c in enumerate(self.coords(s)) if c != "0"]
-        return " + ".join(terms) or "0"
+    def render(self, form: Affine) -> str:
+        """C++ of an affine form over the current space's coordinates (``i``, or ``o`` in an
+        epilogue; div/mod: sources such as iota, and epilogue reads, only)."""
+        space, at = self.space(), ("o" if self.at_output else "i")
+        terms = [str(form.b)] if form.b else []
+        for a, x in enumerate(form.w):
+            if x and a >= len(space):  # a table coordinate of the edge
+                terms.append(f"q{a - len(space)}" if x == 1 else f"q{a - len(space)} * {x}")
+            elif x:
+                stride = math.prod(space[a + 1 :])
+                c = at if stride == 1 else f"({at} / {stride})"
+                c = c if a == 0 else f"({c} % {space[a]})"
+                terms.append(c if x == 1 else f"{c} * {x}")
+        return f"({' + '.join(terms)})" if len(terms) > 1 else (terms[0] if terms else "0")
 
     def epilogue(self, results: dict[str, str]) -> list[str]:
         """Statements computing and storing the epilogue outputs at output ``o`` from the
         finished reductions (``results``: root -> its C++ variable)."""
-        saved, self.vars, self.lines, self.at_output = self.vars, dict(results), [], True
+        saved, self.lines, self.at_output = self.vars, [], True
+        self.vars = {(r, flat_index(self.nest.after_shape)): var for r, var in results.items()}
         for v in self.nest.after:
             var = self.value(v)
             check = self.nonfinite(v, var)
@@ -93,35 +121,150 @@ class ElementWriter:
         lines, self.vars, self.lines, self.at_output = self.lines, saved, [], False
         return lines
 
-    def value(self, name: str) -> str:
-        if name in self.vars:
-            return self.vars[name]
-        if name not in self.nest.group["nodes"] and (self.at_output or name in self.nest.reads):
-            self.vars[name] = self.load(name)
-            return self.vars[name]
+    def value(self, name: str, coords: Coords | None = None) -> str:
+        """The C++ variable of ``name`` at ``coords`` (default: where it broadcasts to the
+        current element); each (value, flat offset) is computed once."""
+        space, shape, ext = self.space(), tuple(self.graph.types[name].shape), self.ext()
+        coords = sites.identity(shape, space) if coords is None else coords
+        if coords is None:  # cover's walk proved every seed broadcasts to its space
+            raise ContractError(f"C++ kernel {self.kernel}: value {name!r} of shape {list(shape)} is not in {space}")
+        key = (name, sites.offset(coords, shape, ext))
+        if key in self.vars:
+            return self.vars[key]
+        if name not in self.nest.group["nodes"]:
+            self.vars[key] = self.load(*key)
+            return self.vars[key]
         node = self.graph.node_map[name]
         op = node.opdef
+        if op.axis_images is not None and self.edge:
+            var = self._images(node, coords)
+        else:
+            found = sites.children(self.graph, node, coords, ext, [], self._clamped)
+            if found is None:  # cover walked the same coordinates
+                raise ContractError(f"C++ kernel {self.kernel}: {name!r} cannot be read at {coords}")
+            args = tuple(self.value(i, c) for i, c in found)
+            if op.kind == "elementwise":
+                var = self._element(node, args, coords)
+            elif op.warp_weights is not None:
+                var = self._taps(node, args)
+            elif op.join_axis is not None:
+                var = self._select(node, coords, args)
+            else:  # a view: the element it reads
+                var = args[0]
+        self.vars[key] = var
+        return var
+
+    def _element(self, node: Any, args: tuple[str, ...], coords: Coords) -> str:
+        op, name = node.opdef, node.name
         attrs = op.parse_attrs(node.attrs, name)
-        args = tuple(self.value(i) for i in node.inputs)
         in_types = tuple(C_TYPES[self.graph.types[i].dtype] for i in node.inputs)
         out_t = C_TYPES[node.type.dtype]
         fmt = {"T": out_t, **{f"T{k}": t for k, t in enumerate(in_types)}}
-        site = CxxSite(attrs, args, out_t, in_types, tuple(node.type.shape), self.coords(tuple(node.type.shape)))
-        expr = op.cxx(site) if callable(op.cxx) else op.cxx.format(*args, **fmt)  # type: ignore[union-attr]
+        site = CxxSite(attrs, args, out_t, in_types, tuple(node.type.shape), tuple(self.render(c) for c in coords))
+        expr = op.cxx(site) if callable(op.cxx) else op.cxx.format(*args, **fmt)
         self.uses_big = self.uses_big or "big" in expr
         if op.cxx_domain and self.checks:
             detail = str(getattr(attrs, "message", ""))
             self.lines.append(self.flag(name, op.name, "domain", f"!({op.cxx_domain.format(*args, **fmt)})", detail))
-        var = f"v{len(self.vars)}"
-        self.lines.append(f"const {out_t} {var} = {expr};")
-        self.vars[name] = var
+        return self._define(C_TYPES[node.type.dtype], expr)
+
+    def _define(self, c_type: str, expr: str) -> str:
+        var = f"v{len(self.vars)}_{len(self.lines)}"
+        self.lines.append(f"const {c_type} {var} = {expr};")
         return var
 
+    def _clamped(self, form: Affine, lo: int, n: int) -> Affine:
+        return self._variable(f"dp_clampi({self.render(form)} - {lo}, 0, {n - 1})", n)
+
+    def _select(self, node: Any, coords: Coords, args: tuple[str, ...]) -> str:
+        """A join: the input whose range along the axis holds the element (each input was
+        read at its clamped local index, so every read is in bounds)."""
+        at = self.render(coords[sites.join_axis(node)])
+        ranges = sites.join_ranges(self.graph, node)
+        expr = args[-1]
+        for (_, lo, n), a in zip(reversed(ranges[:-1]), reversed(args[:-1]), strict=True):
+            expr = f"(({at}) < {lo + n} ? {a} : {expr})"
+        return self._define(C_TYPES[node.type.dtype], expr)
+
+    def _taps(self, node: Any, args: tuple[str, ...]) -> str:
+        """sum_t w[t] * x[at + t] over the non-zero taps in row-major order, accumulated in
+        float64 for float32 data (as the reference), rounded once; weights are literals."""
+        out_t = C_TYPES[node.type.dtype]
+        acc = "double" if out_t == FLOAT else out_t
+        terms = [f"{w.hex()} * ({acc}){a}" for (_, w), a in zip(sites.taps(self.graph, node), args, strict=True)]
+        return self._define(out_t, f"({out_t})({' + '.join(terms)})")
+
+    def _images(self, node: Any, coords: Coords) -> str:
+        """A per-axis view at any element (the edge): per axis, the input indices of the
+        output index come from a constant table (a variable each); the images are summed
+        in order (float64 for float32), an element with none is the fill value."""
+        m = sites.image_map(node, tuple(self.graph.types[node.inputs[0]].shape))
+        in_shape = tuple(self.graph.types[node.inputs[0]].shape)
+        per_axis: list[list[tuple[Affine, str | None]]] = []
+        for d, (c, ax) in enumerate(zip(coords, m.axes, strict=True)):
+            if ax.plain:
+                per_axis.append([(c.shifted(ax.shift), None)])
+                continue
+            width = max((len(im) for im in ax.images), default=0)
+            table, counts = self._table(ax, width)
+            at = self.render(c)
+            opts = []
+            for k in range(width):
+                q = self._variable(f"{table}[{at} * {width} + {k}]", in_shape[d])
+                always = all(len(im) > k for im in ax.images)
+                opts.append((q, None if always else f"({counts}[{at}] > {k})"))
+            per_axis.append(opts)
+        out_t = C_TYPES[node.type.dtype]
+        terms = []
+        for combo in itertools.product(*per_axis):
+            conds = [c for _, c in combo if c]
+            terms.append((" && ".join(conds), self.value(node.inputs[0], tuple(f for f, _ in combo))))
+        fill = cxx_literal(m.fill, out_t)
+        if len(terms) == 1:
+            cond, v = terms[0]
+            return self._define(out_t, f"({cond}) ? {v} : {fill}" if cond else v)
+        if not terms:
+            return self._define(out_t, fill)
+        acc = "double" if out_t == FLOAT else out_t
+        var = f"s{len(self.vars)}_{len(self.lines)}"
+        cond, v = terms[0]
+        self.lines.append(f"{acc} {var} = " + (f"({cond}) ? ({acc}){v} : ({acc}){fill};" if cond else f"({acc}){v};"))
+        for cond, v in terms[1:]:
+            self.lines.append(f"{var} = ({cond}) ? {var} + ({acc}){v} : {var};" if cond else f"{var} += ({acc}){v};")
+        return self._define(out_t, f"({out_t}){var}")
+
+    def _table(self, ax: Any, width: int) -> tuple[str, str]:
+        """Constant tables of an axis's images (``width`` per index, unused slots 0) and of
+        their counts, defined once per kernel (named under the kernel's hashed name)."""
+        images = [[*im, *([0] * (width - len(im)))] for im in ax.images]
+        names = []
+        for values in ([v for row in images for v in row], [len(im) for im in ax.images]):
+            text = ", ".join(map(str, values or [0]))
+            if text not in self.tables:
+                self.tables[text] = f"{TOKEN}_t{len(self.tables)}"
+            names.append(self.tables[text])
+        return names[0], names[1]
+
+    def _variable(self, expr: str, extent: int) -> Affine:
+        """A new coordinate (an index from a table, in [0, extent)) of the edge's forms."""
+        q = len(self.extra)
+        self.extra.append(extent)
+        self.lines.append(f"const int q{q} = {expr};")
+        return idx.axis(len(self.space()) + q, len(self.ext()))
+
+    def table_definitions(self) -> list[str]:
+        return [f"DP_CONST int {name}[] = {{{values}}};" for values, name in self.tables.items()]
+
+    def edge_body(self) -> list[str]:
+        """Statements of the edge function (per-axis views through their images, valid at
+        every element), after `body`: the same parameters and status slots."""
+        self.vars, self.lines, self.edge, self.extra = {}, [], True, []
+        lines = self.body()
+        self.vars, self.lines, self.edge, self.extra = {}, [], False, []
+        return lines
+
     def body(self) -> list[str]:
-        """Statements of the element function, in the group's node order."""
-        for name in self.nest.group["nodes"]:
-            if name in self.nest.main:
-                self.value(name)
+        """Statements of the element function: the reduction inputs, then the stores."""
         for q, root in enumerate(self.nest.roots):
             self.lines.append(f"y{q} = {self.value(self.graph.node_map[root].inputs[0])};")
         for v in self.nest.stores:

@@ -14,14 +14,13 @@ import hashlib
 from typing import Any
 
 from dpt_ir.backends.cxx import drivers
-from dpt_ir.backends.cxx.emit import ElementWriter
+from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
 from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
 from dpt_ir.graph import Graph
 
 TASK0 = "$task0"  # scalar kernel argument: the launch's first task
 WP_STATE = {"double": "wp.float64", "float": "wp.float32", "int": "wp.int32", "unsigned": "wp.uint32"}
 WP_STATE.update({"unsigned char": "wp.uint8", "bool": "wp.bool"})
-TOKEN = "@F@"
 
 
 def _hashed(cxx: str) -> tuple[str, str]:
@@ -122,6 +121,7 @@ def group_kernels(
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = w.body()
+    edge = w.edge_body() if nest.guards else None
     partials: dict[str, tuple[str, int]] = {}
     finish: list[str] = []
     for q, root in enumerate(nest.roots):
@@ -138,13 +138,12 @@ def group_kernels(
     unit = Unit(graph, params, {*nest.stores, *nest.roots, *nest.after, *partials}, partials)
     x_types = [C_TYPES[graph.types[graph.node_map[r].inputs[0]].dtype] for r in nest.roots]
     ys = "".join(f", {x}& y{q}" for q, x in enumerate(x_types))
-    elem = [
-        "template <bool P, bool W>",
-        f"DP_FN void {TOKEN}_elem({unit.sig()}, int i, int j, const int* rb, int& big, int* fl{ys}) {{",
-        "    (void)i; (void)j; (void)rb; (void)big; (void)fl;",
-        *("    " + s for s in body),
-        "}",
-    ]
+    head = f"({unit.sig()}, int i, int j, const int* rb, int& big, int* fl{ys}) {{"
+    elem = [*w.table_definitions()]
+    for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge)):
+        if lines is not None:
+            elem += ["template <bool P, bool W>", f"{macro} void {TOKEN}_{fn}{head}"]
+            elem += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]
     sig = f"{unit.sig()}, int* st, int sb, int t"
     if nest.roots:
         drv = drivers.reduction_drivers(nest, lay, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)

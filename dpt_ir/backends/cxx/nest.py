@@ -2,12 +2,13 @@
 
 Assumes: a scheduled graph whose ``meta["groups"]`` are fusion's groups (``kind``, ``space``,
 ``axes``, ``nodes`` in topological order, ``roots``, ``outputs``, ``epilogue``), and the op
-table's ``cxx`` / ``cxx_domain`` / ``cxx_reduce`` fields. Guarantees: `cover` accepts a group
-only when every member is an elementwise op with a C++ expression or a reduction over
-trailing axes with a C++ lane template, every value is float32, int32, uint8 or bool, an
-epilogue (if any) has one shape, and every read is at the iteration index, a scalar, or a
-broadcast whose
-offset is a per-row base plus (or not) the inner counter; anything else stays on the
+table's ``cxx`` / ``cxx_domain`` / ``cxx_reduce`` / ``view_affine`` fields. Guarantees: `cover`
+accepts a group only when every member is an elementwise op with a C++ expression, a layout
+view with affine index maps (`OpDef.view_affine`: no op is special-cased by name), or a
+reduction over trailing axes with a C++ lane template; every value is float32, int32, uint8
+or bool; an epilogue (if any) has one output shape; and every read from memory (through
+views: `sites.walk`) is at the iteration index, a scalar, or a per-row base plus (or not) the
+inner counter (or, with one inner axis, a multiple of it). Anything else stays on the
 Warp-Python path (`dpt_ir.backends.warp.codegen`). The loop nest is rows x inner, the inner
 axes contiguous and innermost, and no read divides or takes the modulus of the inner counter.
 """
@@ -18,6 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dpt_ir.backends.cxx import sites
+from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import CxxReduce
 
@@ -28,14 +31,17 @@ FLOAT = "float"
 
 @dataclass(frozen=True)
 class Read:
-    """A value read from memory: ``mode`` ``full`` (at the iteration index ``i``), ``scalar``
-    (element 0) or ``row`` (``rb[k] (+ j)``: a base per row, plus the inner counter when
-    ``inner``); ``strides``: per outer axis, the value's element stride (0: broadcast)."""
+    """A value read from memory at one flat offset form (`sites.Site`): ``mode`` ``full`` (at
+    the iteration index ``i``), ``scalar`` (element ``offset``), ``row`` (``rb[k] + j *
+    step``: a base per row, ``offset`` plus ``strides[a]`` times each outer coordinate, plus
+    the inner counter times ``step``: 1 contiguous, 0 broadcast, other strided) or
+    ``gather`` (through a join's clamped coordinate: the index is computed per element)."""
 
     value: str
     mode: str
-    inner: bool = False
+    offset: int = 0
     strides: tuple[int, ...] = ()
+    step: int = 0
 
 
 @dataclass
@@ -47,15 +53,18 @@ class Nest:
     space: tuple[int, ...]
     outer: tuple[int, ...]
     inner: int
-    reads: dict[str, Read]
+    reads: dict[Site, Read]
     roots: list[str]  # reduction roots
     stores: list[str]  # values written at the iteration index
     templates: dict[str, CxxReduce] = field(default_factory=dict)
-    main: set[str] = field(default_factory=set)  # members computed per element
     after: list[str] = field(default_factory=list)  # epilogue outputs, computed per output element
     after_shape: tuple[int, ...] = ()
     sub: int = 1  # elements of a sub-row: reads are a base per sub-row plus (or not) the position in it
     base_outer: tuple[int, ...] = ()  # the shape the sub-rows are numbered over (row bases)
+    # Interior conditions (form over the space's coordinates, lo, hi): where all hold, every
+    # per-axis view reads its interior shift (the element function); elsewhere the edge
+    # function evaluates the views' images. Only with one inner axis (the last).
+    guards: list[Guard] = field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -70,26 +79,44 @@ def aligned(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
     return (1,) * (ndim - len(shape)) + tuple(shape)
 
 
-def _read(value: str, shape: tuple[int, ...], space: tuple[int, ...], k: int) -> Read | None:
-    """How ``value`` (of ``shape``) is read in a nest whose inner axes are the last ``k`` of
-    ``space``; None when its inner part is neither all of the space's nor broadcast."""
-    s = aligned(shape, len(space))
+def classify(site: Site, space: tuple[int, ...], k: int) -> Read | None:
+    """How the read ``site`` is done in a nest whose inner axes are the last ``k`` of
+    ``space``; None when its inner part is neither contiguous nor broadcast (nor, with one
+    inner axis, strided): that would need a division or modulus of the inner counter."""
+    value, at = site
     cut = len(space) - k
-    if s == tuple(space):
+    if len(at.w) > len(space):  # at a join's clamped coordinate: an index computed per element
+        return Read(value, "gather")
+    at = at.padded(len(space))
+    if at == flat_index(space).padded(len(space)):
         return Read(value, "full")
-    if math.prod(s) == 1:
-        return Read(value, "scalar")
-    inner = s[cut:]
-    if inner != tuple(space[cut:]) and any(d != 1 for d in inner):
+    if not any(at.w):
+        return Read(value, "scalar", at.b)
+    inner = at.w[cut:]
+    if not any(inner):
+        step = 0
+    elif inner == flat_index(space[cut:]).padded(k).w:
+        step = 1
+    elif k == 1:
+        step = inner[0]
+    else:
         return None
-    strides = []
-    for a in range(cut):
-        strides.append(0 if s[a] == 1 else math.prod(s[a + 1 :]))
-    return Read(value, "row", inner == tuple(space[cut:]) and math.prod(inner) > 1, tuple(strides))
+    return Read(value, "row", at.b, at.w[:cut], step)
 
 
 def _types_ok(graph: Graph, values: list[str]) -> bool:
     return all(graph.types[v].dtype in C_TYPES for v in values)
+
+
+def _is_view(op: Any) -> bool:
+    """Layout views, joins, constant-weight stencils and per-axis views (pads): members
+    evaluated at coordinates."""
+    if op.join_axis is not None:
+        return True
+    if op.arity != 1:
+        return False
+    stencil = op.kind == "stencil" and op.warp_weights is not None
+    return op.view_affine is not None or op.axis_images is not None or stencil
 
 
 def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
@@ -112,50 +139,44 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
                 return None
             roots.append(name)
             templates[name] = t
-        elif op.kind != "elementwise" or op.cxx is None:
+        elif not _is_view(op) and (op.kind != "elementwise" or op.cxx is None):
             return None
     if not _types_ok(graph, [*group["nodes"], *group["inputs"]]):
         return None
     late = _descendants(graph, members, roots)  # computed from finished reductions: the epilogue
     after = [v for v in group["outputs"] if v in late]
     stores = [v for v in group["outputs"] if v not in roots and v not in late]
-    main = _ancestors(graph, members, [*(graph.node_map[r].inputs[0] for r in roots), *stores])
+    seeds = [*(graph.node_map[r].inputs[0] for r in roots), *stores]
     if any(tuple(graph.types[v].shape) != space for v in stores):
         return None
-    after_shape = _after_shape(graph, members - main - set(roots), roots)
-    if after_shape is None:
+    after_shape = _after_shape(graph, after, roots)
+    if after_shape is None or (after and sites.walk(graph, members, after, after_shape, frozenset(roots)) is None):
         return None
+    found: list[sites.Guard] = []
+    walked = sites.walk(graph, members, seeds, space, guards=found)
+    if walked is None:
+        return None
+    guards = list(dict.fromkeys(found))
+    most = 1 if guards else len(space)  # the interior split runs along the last axis
     if kind == "reduction":
         axes = tuple(group["axes"])
         if axes != tuple(range(len(space) - len(axes), len(space))) or not roots:
             return None
         k = len(axes)
     else:
-        k = _inner_axes(graph, group, space, main | set(roots), len(space))
+        k = _inner_axes(walked, space, most)
     cut = len(space) - k
-    k_read = k if kind == "pointwise" else _inner_axes(graph, group, space, main | set(roots), k)
+    k_read = k if kind == "pointwise" else _inner_axes(walked, space, min(k, most))
     reads = {}
-    for v in _reads(graph, group, main | set(roots)):
-        r = _read(v, tuple(graph.types[v].shape), space, k_read)
+    for site in walked:
+        r = classify(site, space, k_read)
         if r is None:
             return None
-        reads[v] = r
+        reads[site] = r
     inner = math.prod(space[cut:])
     sub_rows = (math.prod(space[len(space) - k_read :]), space[: len(space) - k_read])
-    return Nest(group, space, space[:cut], inner, reads, roots, stores, templates, main, after, after_shape, *sub_rows)
-
-
-def _ancestors(graph: Graph, members: set[str], seeds: list[str]) -> set[str]:
-    """``seeds`` and the members they depend on, within ``members`` (iteratively)."""
-    out: set[str] = set()
-    stack = [v for v in seeds if v in members]
-    while stack:
-        v = stack.pop()
-        if v in out:
-            continue
-        out.add(v)
-        stack += [i for i in graph.node_map[v].inputs if i in members and i not in out]
-    return out
+    outer = space[:cut]
+    return Nest(group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards)
 
 
 def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:
@@ -171,10 +192,10 @@ def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:
     return out
 
 
-def _after_shape(graph: Graph, epilogue: set[str], roots: list[str]) -> tuple[int, ...] | None:
-    """The one shape of the epilogue's nodes (constants aside), of the reductions' output
-    size; () when there is no epilogue; None when they differ."""
-    shapes = {tuple(graph.types[v].shape) for v in epilogue if graph.node_map[v].inputs}
+def _after_shape(graph: Graph, after: list[str], roots: list[str]) -> tuple[int, ...] | None:
+    """The one shape of the epilogue's outputs, of the reductions' output size; () when
+    there is no epilogue; None when they differ."""
+    shapes = {tuple(graph.types[v].shape) for v in after}
     if not shapes:
         return ()
     if len(shapes) > 1 or not roots:
@@ -183,24 +204,12 @@ def _after_shape(graph: Graph, epilogue: set[str], roots: list[str]) -> tuple[in
     return shape if math.prod(shape) == graph.types[roots[0]].size else None
 
 
-def _reads(graph: Graph, group: dict[str, Any], members: set[str]) -> list[str]:
-    """Values the group's nodes in ``members`` read from memory, by first use in node order."""
-    out: list[str] = []
-    for name in group["nodes"]:
-        if name not in members:
-            continue
-        for i in graph.node_map[name].inputs:
-            if i not in group["nodes"] and i not in out:
-                out.append(i)
-    return out
-
-
-def _inner_axes(graph: Graph, group: dict[str, Any], space: tuple[int, ...], members: set[str], most: int) -> int:
-    """The most trailing axes (at most ``most``) over which every read is either whole or
-    broadcast (at least the last axis: each read is either of the space's length or 1 there)."""
+def _inner_axes(walked: list[Site], space: tuple[int, ...], most: int) -> int:
+    """The most trailing axes (at most ``most``) over which every read is contiguous or
+    broadcast (at least the last axis, where a read may also be strided)."""
     best = min(1, most)
     for k in range(1, most + 1):
-        if all(_read(v, tuple(graph.types[v].shape), space, k) for v in _reads(graph, group, members)):
+        if all(classify(site, space, k) for site in walked):
             best = k
         else:
             break
