@@ -12,6 +12,11 @@ of the inner index, a libm call, an early exit, a loop-carried float) fails here
 The same census runs on the imaging blur (`gaussian_filter`, 13 taps per axis, reflect): its
 interior loops (the interior/edge split of the pads) must hold packed instructions too, and
 its scalar build must not.
+
+And on softmax_xent (a row logsumexp and a row dot, then the gradient): its reduction lane
+loops (``DP_LANE_LOOP``) must be 8-wide vector operations; a build with ``DP_LANE_LOOP``
+defined empty (clang then vectorises the group loop 4 wide with shuffles: 0.7x the speed)
+must fail the same count.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import pytest
 import warp as wp
 
 import dpt_ir as dp
-from benchmarks.graphs import chain16
+from benchmarks.graphs import chain16, softmax_xent
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.module import cache_root, content_key, import_source, load, warp_cache_dir
 from dpt_ir.passes.manager import run_pipeline
@@ -35,6 +40,7 @@ OBJDUMP = shutil.which("llvm-objdump") or shutil.which("objdump")
 PACKED_YMM = re.compile(r"\sv\w+p[sd]\s.*%ymm")
 MIN_PACKED = 200  # the vectorised chain16 kernel holds thousands; its scalar build a handful
 MIN_STENCIL = 100  # the blur's two 13-tap interior loops (measured counts: docs/backend.md)
+MIN_LANES = 350  # softmax_xent 64x64 module: 543 measured; 174 with DP_LANE_LOOP empty, 162 scalar
 SCALAR = '_Pragma("clang loop vectorize(disable) interleave(disable)")'
 
 pytestmark = pytest.mark.skipif(OBJDUMP is None, reason="needs objdump or llvm-objdump for the census")
@@ -70,16 +76,23 @@ def generated(graph: dp.Graph, options: CompileOptions) -> str:
     return source.text
 
 
-def scalar_build(text: str) -> str:
+def scalar_build(text: str, macro: str = "DP_VEC_LOOP", pragma: str = SCALAR) -> str:
+    """``text`` with ``macro`` (a loop macro of dp_math.h) defined as ``pragma`` first."""
     marker = "_PREAMBLE = math_header()"
     assert marker in text
-    return text.replace(marker, f"_PREAMBLE = '#define DP_VEC_LOOP {SCALAR}\\n' + math_header()")
+    return text.replace(marker, f"_PREAMBLE = '#define {macro} {pragma}\\n' + math_header()")
 
 
 @pytest.fixture(scope="module")
 def chain16_text() -> str:
     options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
     return generated(chain16((64, 64), "float32"), options)
+
+
+@pytest.fixture(scope="module")
+def softmax_text() -> str:
+    options = CompileOptions(wrt=("z",), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
+    return generated(softmax_xent((64, 64), "float32"), options)
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +119,11 @@ def test_blur_interior_loops_are_vectorised(blur_text: str) -> None:
     assert count >= MIN_STENCIL, f"{count} packed ymm instructions; the blur's interior loops went scalar"
     scalar = packed_ymm(build(scalar_build(blur_text), "blur_scalar"))
     assert scalar < MIN_STENCIL, f"{scalar} packed ymm instructions in a build with vectorisation disabled"
+
+
+def test_reduction_lane_loops_are_vectorised(softmax_text: str) -> None:
+    assert "DP_LANE_LOOP for (int l = 0; l < 8; ++l)" in softmax_text
+    count = packed_ymm(build(softmax_text, "softmax"))
+    assert count >= MIN_LANES, f"{count} packed ymm instructions; the reduction lane loops are not 8 wide"
+    plain = packed_ymm(build(scalar_build(softmax_text, "DP_LANE_LOOP", ""), "softmax_plain"))
+    assert plain < MIN_LANES, f"{plain} packed ymm instructions with DP_LANE_LOOP empty: the guard cannot fail"

@@ -11,7 +11,8 @@ Guarantees:
 - CPU: element loops (each after ``DP_VEC_LOOP``, empty unless a build defines a loop
   pragma there: the vectorisation guard's scalar build) carry no floating-point state. Elements go through blocks of
   `BLOCK`, reduction inputs into stack buffers, then into 8 lanes fixed by the element's
-  position (`LanePass`), merged in a fixed tree; flags are integer ORs. A block in which a
+  position (`LanePass`; the loop over the 8 lanes is the vectorised one), merged in a fixed tree;
+  flags are integer ORs. A block in which a
   trig argument was huge (``big``) is recomputed with the precise functions (``P``).
 - CUDA: one element per thread for pointwise groups; a reduction thread folds its chunk into
   the same lanes, element by element; the partials of an output are combined in order by
@@ -223,7 +224,9 @@ def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool) -> lis
     update = lp.update.format(**subst(nest, q))
     if not blocked:
         return [f"{{ const int l = (j - j0) & 7; const {x_type} x = y{q}; const int r = j; {update} }}"]
-    lanes = "DP_VEC_LOOP for (int k = 0; k < n8; k += 8) for (int l = 0; l < 8; ++l) "
+    # The group loop stays scalar and the lane loop is the vector one (DP_LANE_LOOP, dp_math.h):
+    # one 8-wide operation per group instead of clang's 4-wide, shuffled group loop.
+    lanes = "DP_SCALAR_LOOP for (int k = 0; k < n8; k += 8) DP_LANE_LOOP for (int l = 0; l < 8; ++l) "
     return [
         lanes + f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }}",
         "for (int k = n8; k < nb; ++k) "
