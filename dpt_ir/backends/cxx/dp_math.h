@@ -47,7 +47,7 @@ DP_FN int dp_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi :
 // block's groups of 8 (CPU only): the lanes become one 8-wide vector operation. Left to
 // itself clang unrolls the lane loop and vectorises the group loop 4 wide instead, with a
 // shuffle per lane (softmax_xent's row logsumexp + dot: 2.25 ms -> 1.6 ms per 1024^2 on
-// one thread, docs/backend.md). Lane l is still element k + l of the block: same sums.
+// one thread, docs/benchmarks.md). Lane l is still element k + l of the block: same sums.
 #ifndef DP_LANE_LOOP
 #define DP_LANE_LOOP _Pragma("clang loop vectorize(enable) vectorize_width(8) interleave(disable) unroll(disable)")
 #endif
