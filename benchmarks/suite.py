@@ -9,7 +9,8 @@ unless ``--warm-caches``) — and its loss and gradient are checked against the 
 reference interpreter (`dp.interpret_grad`) before anything is timed. Then ``--reps``
 rounds (after one untimed round) call every contender once, in an order rotated each
 round; tables show medians.
-Every contender runs on ``--threads`` threads (default 1, as Warp's CPU backend does).
+Every contender runs on ``--threads`` threads (default 1; dpt_ir's ``threads=None`` resolves to the CPUs the
+process is pinned to). ``benchmarks/thread_scaling.py`` measures dpt_ir's 1 -> 2 thread speed-up against a control.
 ``--quick`` (256x256, 3 rounds, no torch.compile unless named in ``--peers``) finishes in
 70 s measured on 2 lightly loaded cores (about 3 minutes on a busy machine).
 """
