@@ -5,8 +5,8 @@ Assumes: a scheduled graph whose ``meta["groups"]`` are fusion's groups (``kind`
 table's ``cxx`` / ``cxx_domain`` / ``cxx_reduce`` / ``view_affine`` fields. Guarantees: `cover`
 accepts a group only when every member is an elementwise op with a C++ expression, a layout
 view with affine index maps (`OpDef.view_affine`: no op is special-cased by name), or a
-reduction over trailing axes with a C++ lane template; every value is float32, int32, uint8
-or bool; an epilogue (if any) has one output shape; and every read from memory (through
+reduction over trailing axes with a C++ lane template; every value is float32, float64,
+int32, uint8 or bool; an epilogue (if any) has one output shape; and every read from memory (through
 views: `sites.walk`) is at the iteration index, a scalar, or a per-row base plus (or not) the
 inner counter (or, with one inner axis, a multiple of it). Anything else stays on the
 Warp-Python path (`dpt_ir.backends.warp.codegen`). The loop nest is rows x inner, the inner
@@ -24,9 +24,8 @@ from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import CxxReduce
 
-C_TYPES = {"float32": "float", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
-WP_TYPES = {"float32": "wp.float32", "int32": "wp.int32", "uint8": "wp.uint8", "bool": "wp.bool"}
-FLOAT = "float"
+C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
+WP_TYPES = {d: f"wp.{d}" for d in C_TYPES}
 
 
 @dataclass(frozen=True)
