@@ -5,7 +5,9 @@ Assumes: a scheduled graph whose ``meta["groups"]`` are fusion's groups (``kind`
 table's ``cxx`` / ``cxx_domain`` / ``cxx_reduce`` / ``view_affine`` fields. Guarantees: `cover`
 accepts a group only when every member is an elementwise op with a C++ expression, a layout
 view with affine index maps (`OpDef.view_affine`: no op is special-cased by name), or a
-reduction over trailing axes with a C++ lane template; every value is float32, float64,
+reduction over one contiguous block of axes with a C++ lane template (trailing axes: rows
+reduced along the inner counter; a leading or middle block: per-column accumulation over
+the rows, `Nest.columns`); every value is float32, float64,
 int32, uint8 or bool; an epilogue (if any) has one output shape; and every read from memory (through
 views: `sites.walk`) is at the iteration index, a scalar, or a per-row base plus (or not) the
 inner counter (or, with one inner axis, a multiple of it). Anything else stays on the
@@ -64,10 +66,19 @@ class Nest:
     # per-axis view reads its interior shift (the element function); elsewhere the edge
     # function evaluates the views' images. Only with one inner axis (the last).
     guards: list[Guard] = field(default_factory=list)
+    # A reduction over a block of axes followed by kept axes (leading or middle axes): the
+    # space is (kept P) x (reduced R) x (kept columns C), rows are the P x R rows of C
+    # columns, and each column accumulates over its R rows (`columns`); None otherwise.
+    columns: tuple[int, int, int] | None = None
 
     @property
     def rows(self) -> int:
         return math.prod(self.outer)
+
+    @property
+    def count(self) -> int:
+        """The reduced element count per output (reductions)."""
+        return self.columns[1] if self.columns else self.inner
 
     @property
     def size(self) -> int:
@@ -157,15 +168,22 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
         return None
     guards = list(dict.fromkeys(found))
     most = 1 if guards else len(space)  # the interior split runs along the last axis
+    columns = None
     if kind == "reduction":
         axes = tuple(group["axes"])
-        if axes != tuple(range(len(space) - len(axes), len(space))) or not roots:
+        if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()) or not roots:
             return None
-        k = len(axes)
+        k = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block: the columns
+        if k:
+            columns = (math.prod(space[: axes[0]]), math.prod(space[axes[0] : axes[-1] + 1]), math.prod(space[-k:]))
+            if k > most:  # an interior split needs the columns on the last axis alone
+                return None
+        else:
+            k = len(axes)
     else:
         k = _inner_axes(walked, space, most)
     cut = len(space) - k
-    k_read = k if kind == "pointwise" else _inner_axes(walked, space, min(k, most))
+    k_read = k if kind == "pointwise" or columns else _inner_axes(walked, space, min(k, most))
     reads = {}
     for site in walked:
         r = classify(site, space, k_read)
@@ -175,7 +193,9 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     inner = math.prod(space[cut:])
     sub_rows = (math.prod(space[len(space) - k_read :]), space[: len(space) - k_read])
     outer = space[:cut]
-    return Nest(group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards)
+    nest = Nest(group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards)
+    nest.columns = columns
+    return nest
 
 
 def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:
