@@ -1,16 +1,16 @@
 """C++ drivers of reductions over leading or middle axes: per-column accumulation.
 
-Assumes: a `Nest` whose ``columns`` is (P, R, C): the space is P kept elements x R reduced
-elements x C kept, contiguous columns; output ``o = p * C + c`` reduces the elements
-``(p, r, c)`` over ``r``; the element function ``elem<P, W>(.., i, j, rb, ..)`` of
-`dpt_ir.backends.cxx.emit` evaluates element ``i = (p * R + r) * C + c`` with inner counter
-``j = c`` and the row bases of row ``p * R + r``. Guarantees:
+Assumes: a `Nest` whose ``columns`` is (P, R, M, C): the space is P kept x R reduced x M
+kept elements x C kept, contiguous columns; output ``o = (p * M + m) * C + c`` reduces the
+elements ``(p, r, m, c)`` over ``r``; the element function ``elem<P, W>(.., i, j, rb, ..)``
+of `dpt_ir.backends.cxx.emit` evaluates element ``i = row * C + c`` with inner counter
+``j = c`` and the row bases of ``row = (p * R + r) * M + m``. Guarantees:
 
 - Every column folds its R elements in order ``r = 0 .. R - 1`` into lane 0 of its lane
   template (`CxxReduce`), the other 7 lanes left at their initial values (the template's
   identity), then merges the 8 lanes in the template's fixed tree: on the CPU and on CUDA,
   for any thread count, a column's result is the same bits.
-- CPU: tasks ``t`` are (p, a block of `COLS` columns), a partition fixed by the shape; per
+- CPU: tasks ``t`` are (p, m, a block of `COLS` columns), a partition fixed by the shape; per
   row the element loop fills a block buffer (``DP_VEC_LOOP``, as `drivers`) and an update
   loop over the block's columns folds it into per-column accumulators (float64 for float
   sums: ``acc[c] += x[r][c]``), which vectorises across columns and carries nothing between
@@ -27,10 +27,10 @@ COLS = BLOCK  # columns per CPU task: one element block per row
 
 
 def layout(nest: Nest, device: str) -> Layout:
-    """CPU: tasks of (p, a block of `COLS` columns); CUDA: one thread per output column."""
+    """CPU: tasks of (p, m, a block of `COLS` columns); CUDA: one thread per output column."""
     assert nest.columns is not None
-    p, _, c = nest.columns
-    return Layout(p * -(-c // COLS), COLS) if device == "cpu" else Layout(p * c, 1)
+    p, _, m, c = nest.columns
+    return Layout(p * m * -(-c // COLS), COLS) if device == "cpu" else Layout(p * m * c, 1)
 
 
 def _column_subst(nest: Nest, q: int, k: str) -> dict[str, str]:
@@ -62,11 +62,11 @@ def _passes(nest: Nest) -> list[tuple[bool, list[int]]]:
 
 def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]) -> list[str]:
     assert nest.columns is not None
-    _, rows, cols = nest.columns
+    _, rows, mid, cols = nest.columns
     blocks = -(-cols // COLS)
     body = [
         f"int fl[{nf}] = {{0}};",
-        f"const int p = t / {blocks}, clo = (t - p * {blocks}) * {COLS};",
+        f"const int pm = t / {blocks}, clo = (t - pm * {blocks}) * {COLS}, p = pm / {mid}, m = pm - p * {mid};",
         f"const int chi = {_min(f'clo + {COLS}', cols)}, nc = chi - clo;",
     ]
     for q, root in enumerate(nest.roots):
@@ -76,8 +76,8 @@ def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, fin
         for q in active:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ca{q}_{name}[{COLS}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
-        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = p * {rows} + rr;", *_bases(nest, "row")]
-        body.append("const int jb = clo, je = chi;")
+        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = (p * {rows} + rr) * {mid} + m;"]
+        body += [*_bases(nest, "row"), "const int jb = clo, je = chi;"]
         body += [f"{x_types[q]} buf{q}[{COLS}];" for q in range(len(nest.roots))]
         w = "true" if last else "false"
         body += _block(nest, args, w, f"row * {cols} + j", ys, uses_big, nf)
@@ -88,7 +88,7 @@ def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, fin
         body.append("}")
         for q in active:
             body += _merge_column(nest, q, p)
-    body.append(f"for (int k = 0; k < nc; ++k) {{ const int o = p * {cols} + clo + k;")
+    body.append(f"for (int k = 0; k < nc; ++k) {{ const int o = pm * {cols} + clo + k;")
     for q, root in enumerate(nest.roots):
         body += [f"const {ty} s{q}_{name} = cs{q}_{name}[k];" for name, ty in nest.templates[root].state]
     return [*body, *finish, "}"]
@@ -96,16 +96,17 @@ def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, fin
 
 def _cuda(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]) -> list[str]:
     assert nest.columns is not None
-    _, rows, cols = nest.columns
-    body = [f"int fl[{nf}] = {{0}};", f"const int o = t, p = o / {cols}, c = o - p * {cols};"]
+    _, rows, mid, cols = nest.columns
+    body = [f"int fl[{nf}] = {{0}};", f"const int o = t, pm = o / {cols}, c = o - pm * {cols};"]
+    body.append(f"const int p = pm / {mid}, m = pm - p * {mid};")
     for q, root in enumerate(nest.roots):
         body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]
     for p, (last, active) in enumerate(_passes(nest)):
         for q in active:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
-        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = p * {rows} + rr;", *_bases(nest, "row")]
-        body += [f"{x_types[q]} y{q};" for q in range(len(nest.roots))]
+        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = (p * {rows} + rr) * {mid} + m;"]
+        body += [*_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in range(len(nest.roots)))]
         ys = [f"y{q}" for q in range(len(nest.roots))]
         body += _guarded(nest, args, "true" if last else "false", f"row * {cols} + c", "c", ys, uses_big, nf)
         for q in active:

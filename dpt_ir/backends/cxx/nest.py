@@ -67,9 +67,10 @@ class Nest:
     # function evaluates the views' images. Only with one inner axis (the last).
     guards: list[Guard] = field(default_factory=list)
     # A reduction over a block of axes followed by kept axes (leading or middle axes): the
-    # space is (kept P) x (reduced R) x (kept columns C), rows are the P x R rows of C
-    # columns, and each column accumulates over its R rows (`columns`); None otherwise.
-    columns: tuple[int, int, int] | None = None
+    # space is (kept P) x (reduced R) x (kept M) x (kept columns C: the inner axes), rows
+    # are the P x R x M rows of C columns, and each column accumulates over its R rows
+    # (`columns`: (P, R, M, C)); None otherwise.
+    columns: tuple[int, int, int, int] | None = None
 
     @property
     def rows(self) -> int:
@@ -173,11 +174,11 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
         axes = tuple(group["axes"])
         if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()) or not roots:
             return None
-        k = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block: the columns
-        if k:
-            columns = (math.prod(space[: axes[0]]), math.prod(space[axes[0] : axes[-1] + 1]), math.prod(space[-k:]))
-            if k > most:  # an interior split needs the columns on the last axis alone
-                return None
+        kept = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block
+        if kept:  # the columns: the most trailing kept axes every read is contiguous over
+            k = _inner_axes(walked, space, min(kept, most))
+            p, r = math.prod(space[: axes[0]]), math.prod(space[axes[0] : axes[-1] + 1])
+            columns = (p, r, math.prod(space[axes[-1] + 1 : len(space) - k]), math.prod(space[-k:]))
         else:
             k = len(axes)
     else:
