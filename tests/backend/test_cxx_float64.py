@@ -1,7 +1,7 @@
 """float64 on the C++ path (issue 11): float64 groups (elementwise math through dp_math.h's
 libm overloads, every float lane reduction, casts to and from float32) take the C++ path,
-give the interpreter's values and gradients at the float64 tolerance, and report a
-non-finite float64 result.
+give the interpreter's values and gradients at the float64 tolerance, and report an
+out-of-domain input and a non-finite float64 result (the probe on the bits).
 
 Cost: one small graph (64 x 33) compiled once for the module (run and value_and_grad).
 """
@@ -64,6 +64,10 @@ def test_float64_values_and_gradients_match_the_interpreter(program: dp.Program)
     assert float(np.abs(grads["x"] - ref["x"]).max()) <= 1e-12 * scale
 
 
-def test_a_non_finite_float64_result_raises(program: dp.Program) -> None:
-    with pytest.raises(dp.NumericalError, match="log"):
+def test_float64_domain_and_non_finite_checks_raise(program: dp.Program) -> None:
+    with pytest.raises(dp.NumericalError, match="out-of-domain input at node 'log_"):
         program.run(**feed(2, positive=False))
+    ins = feed(3)
+    ins["x"][3, 4] = 1e200  # square overflows float64: the loss (a float64 sum) is inf
+    with pytest.raises(dp.NumericalError, match="non-finite value at node 'sum_"):
+        program.run(**ins)

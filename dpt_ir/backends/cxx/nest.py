@@ -194,9 +194,9 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     inner = math.prod(space[cut:])
     sub_rows = (math.prod(space[len(space) - k_read :]), space[: len(space) - k_read])
     outer = space[:cut]
-    nest = Nest(group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards)
-    nest.columns = columns
-    return nest
+    return Nest(
+        group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards, columns
+    )
 
 
 def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:
