@@ -210,7 +210,9 @@ class ElementWriter:
             at = self.render(c)
             opts = []
             for k in range(width):
-                q = self._variable(f"{table}[{at} * {width} + {k}]", in_shape[d])
+                # An input axis of length 1 is read at 0, as the interior walk reads it (`sites.children`).
+                table_q = f"{table}[{at} * {width} + {k}]"
+                q = self._variable(table_q, in_shape[d]) if in_shape[d] > 1 else idx.zero(len(self.ext()))
                 always = all(len(im) > k for im in ax.images)
                 opts.append((q, None if always else f"({counts}[{at}] > {k})"))
             per_axis.append(opts)
