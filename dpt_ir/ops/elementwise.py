@@ -13,7 +13,7 @@ import numpy as np
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
 from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.registry import CxxSite, Derivative, GradContext, OpDef, WarpSite, register_op
+from dpt_ir.ops.registry import CXX_FLOATS, CxxSite, Derivative, GradContext, OpDef, WarpSite, register_op
 from dpt_ir.ops.rules import Attrs, DTypeRule, check_axes, elementwise_rule
 from dpt_ir.types import DType, TensorType
 
@@ -96,7 +96,7 @@ def _unary(
 def _abs_cxx(site: CxxSite) -> str:
     # The sign bit cleared for floats (|-0| is +0, as in NumPy); a select for integers.
     (x,), t = site.args, site.out_type
-    return f"dp_abs({x})" if t == "float" else f"({x} < ({t})0 ? ({t})-{x} : {x})"
+    return f"dp_abs({x})" if t in CXX_FLOATS else f"({x} < ({t})0 ? ({t})-{x} : {x})"
 
 
 def _x(c: GradContext) -> Any:
@@ -628,17 +628,18 @@ def warp_literal(value: bool | int | float, wp_type: str) -> str:
 
 def cxx_literal(value: bool | int | float, c_type: str) -> str:
     """A typed C++ literal: floats as the float64 hex literal cast to the type (the rounding
-    Warp's ``wp.float32(v)`` does), NaN and infinities through dp_math.h."""
+    Warp's ``wp.float32(v)`` does), NaN and infinities through dp_math.h (cast to the type)."""
     if c_type == "bool":
         return "true" if value else "false"
-    if c_type != "float":
+    if c_type not in CXX_FLOATS:
         return f"(({c_type}){int(value)})"
     v = float(value)
+    cast = "" if c_type == "float" else f"({c_type})"  # dp_nan() and dp_inf() are float
     if math.isnan(v):
-        return "dp_nan()"
+        return f"({cast}dp_nan())"
     if math.isinf(v):
-        return f"({'-' if v < 0 else ''}dp_inf())"
-    return f"((float){v.hex()})"
+        return f"({cast}{'-' if v < 0 else ''}dp_inf())"
+    return f"(({c_type}){v.hex()})"
 
 
 def _infer_constant(inputs: tuple[TensorType, ...], attrs: ConstantAttrs, where: str) -> TensorType:

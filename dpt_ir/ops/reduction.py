@@ -13,6 +13,7 @@ import numpy as np
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
 from dpt_ir.ops.registry import (
+    CXX_FLOATS,
     CxxReduce,
     Derivative,
     GradContext,
@@ -184,13 +185,13 @@ def _logsumexp_template(in_t: str, out_t: str) -> ReduceTemplate:
 # -- C++ lowering (dpt_ir/backends/cxx): 8 lanes fixed by element index, merged in a fixed
 # tree (dp_math.h's dp_lanes_*), partials combined in order. Float sums accumulate in
 # float64 lanes; integer sums in unsigned lanes (wrapping as int32 does); float max/min keep
-# NaN flag lanes beside the value lanes. Only float32 and the integer types have one.
+# NaN flag lanes beside the value lanes. float64 lanes call dp_math.h's double overloads.
 _C_INTS = ("int", "unsigned char", "bool")
 
 
 def _sum_cxx(mean: bool) -> Any:
     def template(in_t: str, out_t: str) -> CxxReduce | None:
-        if in_t == "float":
+        if in_t in CXX_FLOATS:
             acc, x = "double", "(double){x}"
         elif in_t in _C_INTS and not mean:
             acc, x = "unsigned", "(unsigned){x}"
@@ -206,7 +207,7 @@ def _sum_cxx(mean: bool) -> Any:
 def _extremum_cxx(sense: str, with_index: bool) -> Any:
     # sense "gt" (max) or "lt" (min); NaN wins as in NumPy, the first index wins ties.
     def template(in_t: str, out_t: str) -> CxxReduce | None:
-        if in_t not in ("float", "int", "unsigned char"):
+        if in_t not in (*CXX_FLOATS, "int", "unsigned char"):
             return None
         init = f"dp_limits<{in_t}>::lowest()" if sense == "gt" else f"dp_limits<{in_t}>::highest()"
         if with_index:
@@ -231,19 +232,19 @@ def _extremum_cxx(sense: str, with_index: bool) -> Any:
 def _logsumexp_cxx(in_t: str, out_t: str) -> CxxReduce | None:
     # Two passes: the maximum m (not finite: 0, as the reference shifts), then the sum of
     # exp(x - m) in float64 lanes; partials (m, s) rescale to the larger m when combined.
-    if in_t != "float":
+    if in_t not in CXX_FLOATS:
         return None
     top = LanePass(
-        (("m", "float", "dp_limits<float>::lowest()"), ("n", "int", "0")),
+        (("m", in_t, f"dp_limits<{in_t}>::lowest()"), ("n", "int", "0")),
         "{a_m} = dp_sel_gt({x}, {a_m}); {a_n} |= (int)({x} != {x});",
         "{p_m} = dp_finite_or_zero(dp_lanes_gt({l_m}, {l_n}));",
     )
     total = LanePass((("s", "double", "0.0"),), "{a_s} += (double)dp_exp({x} - {p_m});", "{p_s} = dp_lanes_sum({l_s});")
     return CxxReduce(
-        (("m", "float"), ("s", "double")),
+        (("m", in_t), ("s", "double")),
         (top, total),
         "dp_lse_fold({p_m}, {p_s}, {o_m}, {o_s});",
-        f"({out_t})((double)dp_log((float){{p_s}}) + (double){{p_m}})",
+        f"({out_t})((double)dp_log(({in_t}){{p_s}}) + (double){{p_m}})",
     )
 
 

@@ -253,11 +253,14 @@ class ReduceTemplate:
     finalize: str
 
 
+CXX_FLOATS = ("float", "double")  # the C++ floating types of generated kernels (float32, float64)
+
+
 @dataclass(frozen=True)
 class CxxSite:
     """Where a C++ element expression is generated (`dpt_ir.backends.cxx`): the node's
-    attributes, operand expressions, C++ scalar types (``float``, ``int``, ``bool``,
-    ``unsigned char``), its shape, and the C++ integer expression of each of its own
+    attributes, operand expressions, C++ scalar types (``float``, ``double``, ``int``,
+    ``bool``, ``unsigned char``), its shape, and the C++ integer expression of each of its own
     coordinates in the element being computed (sources such as ``iota`` read them)."""
 
     attrs: Any

@@ -41,6 +41,7 @@ PACKED_YMM = re.compile(r"\sv\w+p[sd]\s.*%ymm")
 MIN_PACKED = 200  # the vectorised chain16 kernel holds thousands; its scalar build a handful
 MIN_STENCIL = 100  # the blur's two 13-tap interior loops (measured counts: docs/backend.md)
 MIN_LANES = 350  # softmax_xent 64x64 module: 543 measured; 174 with DP_LANE_LOOP empty, 162 scalar
+MIN_COLUMNS = 150  # a column sum: 352 packed in its vectorised build, 64 (init and merge loops) in its scalar one
 SCALAR = '_Pragma("clang loop vectorize(disable) interleave(disable)")'
 
 pytestmark = pytest.mark.skipif(OBJDUMP is None, reason="needs objdump or llvm-objdump for the census")
@@ -127,3 +128,18 @@ def test_reduction_lane_loops_are_vectorised(softmax_text: str) -> None:
     assert count >= MIN_LANES, f"{count} packed ymm instructions; the reduction lane loops are not 8 wide"
     plain = packed_ymm(build(scalar_build(softmax_text, "DP_LANE_LOOP", ""), "softmax_plain"))
     assert plain < MIN_LANES, f"{plain} packed ymm instructions with DP_LANE_LOOP empty: the guard cannot fail"
+
+
+@pytest.fixture(scope="module")
+def column_sum_text() -> str:
+    g = dp.GraphBuilder("column_sum")
+    x = g.input("x", (64, 256), "float32")
+    g.output("y", dp.sum(x * x, axis=0))
+    return generated(g.build(), CompileOptions())
+
+
+def test_column_sum_loops_are_vectorised(column_sum_text: str) -> None:
+    count = packed_ymm(build(column_sum_text, "columns"))
+    assert count >= MIN_COLUMNS, f"{count} packed ymm instructions; the column sum's loops went scalar"
+    scalar = packed_ymm(build(scalar_build(column_sum_text), "columns_scalar"))
+    assert scalar < MIN_COLUMNS, f"{scalar} packed ymm instructions in a build with vectorisation disabled"

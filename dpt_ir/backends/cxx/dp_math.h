@@ -576,4 +576,52 @@ DP_FN void dp_lse_fold(float& m, double& s, float om, double os) {
     m = top;
 }
 
+// -- float64 (libm) -------------------------------------------------------------------
+// Overloads of the float32 functions for double, so one op-table template serves both
+// types (C++ picks by argument type). They call libm (CPU: clang's __builtin_* lower to
+// the libm symbols; CUDA: the CUDA math library), which is within ~1 ulp and keeps C99's
+// special values; these calls do not vectorise. sin/cos never report `big` (libm reduces
+// huge arguments itself). sigmoid and softplus use the float32 functions' formulas.
+#ifdef DP_CUDA
+#define DP_LIBM(f) ::f
+#else
+#define DP_LIBM(f) __builtin_##f
+#endif
+DP_FN double dp_floor(double x) { return DP_LIBM(floor)(x); }
+DP_FN double dp_ceil(double x) { return DP_LIBM(ceil)(x); }
+DP_FN double dp_sqrt(double x) { return DP_LIBM(sqrt)(x); }
+DP_FN double dp_rsqrt(double x) { return 1.0 / dp_sqrt(x); }
+DP_FN double dp_abs(double x) { return dp_as_double(dp_as_i64(x) & 0x7fffffffffffffffLL); }
+DP_FN int dp_nonfinite(double x) {
+    return (dp_as_i64(x) & 0x7ff0000000000000LL) == 0x7ff0000000000000LL;
+}
+DP_FN double dp_exp(double x) { return DP_LIBM(exp)(x); }
+DP_FN double dp_expm1(double x) { return DP_LIBM(expm1)(x); }
+DP_FN double dp_log(double x) { return DP_LIBM(log)(x); }
+DP_FN double dp_log1p(double x) { return DP_LIBM(log1p)(x); }
+template <bool P> DP_FN double dp_sin_t(double x, int& big) { (void)big; return DP_LIBM(sin)(x); }
+template <bool P> DP_FN double dp_cos_t(double x, int& big) { (void)big; return DP_LIBM(cos)(x); }
+DP_FN double dp_tanh(double x) { return DP_LIBM(tanh)(x); }
+DP_FN double dp_sigmoid(double x) {
+    const double e = dp_exp(-dp_abs(x));
+    return (x >= 0.0 ? 1.0 : e) / (1.0 + e);
+}
+DP_FN double dp_softplus(double x) {
+    const double v = (x > 0.0 ? x : 0.0) + dp_log1p(dp_exp(-dp_abs(x)));
+    return x != x ? x : v;
+}
+DP_FN double dp_erf(double x) { return DP_LIBM(erf)(x); }
+DP_FN double dp_pow(double x, double y) { return DP_LIBM(pow)(x, y); }
+DP_FN double dp_atan2(double y, double x) { return DP_LIBM(atan2)(y, x); }
+template <> struct dp_limits<double> {
+    DP_FN double lowest() { return -(double)dp_inf(); }
+    DP_FN double highest() { return (double)dp_inf(); }
+};
+DP_FN double dp_finite_or_zero(double m) { return dp_nonfinite(m) ? 0.0 : m; }
+DP_FN void dp_lse_fold(double& m, double& s, double om, double os) {
+    const double top = om > m ? om : m;
+    s = s * dp_exp(m - top) + os * dp_exp(om - top);
+    m = top;
+}
+
 #endif  // DP_MATH_H

@@ -210,7 +210,7 @@ def _pair(sig: str, cpu: list[str], cuda: list[str]) -> str:
 
 def subst(nest: Nest, q: int) -> dict[str, str]:
     t = nest.templates[nest.roots[q]]
-    out = {"count": str(nest.inner), "x": "x", "r": "r"}
+    out = {"count": str(nest.count), "x": "x", "r": "r"}
     for name, _ in t.state:
         out[f"p_{name}"], out[f"o_{name}"] = f"s{q}_{name}", f"o{q}_{name}"
     for p in t.passes:

@@ -18,14 +18,14 @@ import math
 from typing import Any
 
 from dpt_ir.backends.cxx import sites
-from dpt_ir.backends.cxx.nest import C_TYPES, FLOAT, Nest
+from dpt_ir.backends.cxx.nest import C_TYPES, Nest
 from dpt_ir.backends.cxx.sites import flat_index
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, origin_of
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.elementwise import cxx_literal
 from dpt_ir.ops.indexing import Affine, Coords
-from dpt_ir.ops.registry import CxxSite
+from dpt_ir.ops.registry import CXX_FLOATS, CxxSite
 
 TOKEN = "@F@"  # replaced by the kernel's hashed name (`kernels._hashed`)
 
@@ -65,7 +65,7 @@ class ElementWriter:
         return f"fl[{self.slot_of[key]}] |= (int)({bad});"
 
     def nonfinite(self, value: str, var: str) -> str | None:
-        if not self.checks or C_TYPES[self.graph.types[value].dtype] != FLOAT:
+        if not self.checks or C_TYPES[self.graph.types[value].dtype] not in CXX_FLOATS:
             return None
         node = self.graph.node_map.get(value)
         return self.flag(value, node.opdef.name if node else "input", "nonfinite", f"dp_nonfinite({var})")
@@ -190,7 +190,7 @@ class ElementWriter:
         """sum_t w[t] * x[at + t] over the non-zero taps in row-major order, accumulated in
         float64 for float32 data (as the reference), rounded once; weights are literals."""
         out_t = C_TYPES[node.type.dtype]
-        acc = "double" if out_t == FLOAT else out_t
+        acc = "double" if out_t in CXX_FLOATS else out_t
         terms = [f"{w.hex()} * ({acc}){a}" for (_, w), a in zip(sites.taps(self.graph, node), args, strict=True)]
         return self._define(out_t, f"({out_t})({' + '.join(terms)})")
 
@@ -210,7 +210,9 @@ class ElementWriter:
             at = self.render(c)
             opts = []
             for k in range(width):
-                q = self._variable(f"{table}[{at} * {width} + {k}]", in_shape[d])
+                # An input axis of length 1 is read at 0, as the interior walk reads it (`sites.children`).
+                table_q = f"{table}[{at} * {width} + {k}]"
+                q = self._variable(table_q, in_shape[d]) if in_shape[d] > 1 else idx.zero(len(self.ext()))
                 always = all(len(im) > k for im in ax.images)
                 opts.append((q, None if always else f"({counts}[{at}] > {k})"))
             per_axis.append(opts)
@@ -225,7 +227,7 @@ class ElementWriter:
             return self._define(out_t, f"({cond}) ? {v} : {fill}" if cond else v)
         if not terms:
             return self._define(out_t, fill)
-        acc = "double" if out_t == FLOAT else out_t
+        acc = "double" if out_t in CXX_FLOATS else out_t
         var = f"s{len(self.vars)}_{len(self.lines)}"
         cond, v = terms[0]
         self.lines.append(f"{acc} {var} = " + (f"({cond}) ? ({acc}){v} : ({acc}){fill};" if cond else f"({acc}){v};"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from dpt_ir.backends.cxx import drivers
+from dpt_ir.backends.cxx import columns, drivers
 from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
 from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
 from dpt_ir.graph import Graph
@@ -117,7 +117,10 @@ def group_kernels(
     nest = cover(graph, group)
     if nest is None:
         return None
-    lay = drivers.layout(nest, device, partial_count(group, nest.rows, nest.inner, "cuda"))
+    if nest.columns:
+        lay = columns.layout(nest, device)
+    else:
+        lay = drivers.layout(nest, device, partial_count(group, nest.rows, nest.inner, "cuda"))
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = w.body()
@@ -145,7 +148,9 @@ def group_kernels(
             elem += ["template <bool P, bool W>", f"{macro} void {TOKEN}_{fn}{head}"]
             elem += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]
     sig = f"{unit.sig()}, int* st, int sb, int t"
-    if nest.roots:
+    if nest.columns:
+        drv = columns.column_drivers(nest, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)
+    elif nest.roots:
         drv = drivers.reduction_drivers(nest, lay, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)
     else:
         drv = drivers.pointwise_drivers(nest, lay, unit.args(), sig, w.uses_big, nflags, checks)

@@ -5,8 +5,10 @@ Assumes: a scheduled graph whose ``meta["groups"]`` are fusion's groups (``kind`
 table's ``cxx`` / ``cxx_domain`` / ``cxx_reduce`` / ``view_affine`` fields. Guarantees: `cover`
 accepts a group only when every member is an elementwise op with a C++ expression, a layout
 view with affine index maps (`OpDef.view_affine`: no op is special-cased by name), or a
-reduction over trailing axes with a C++ lane template; every value is float32, int32, uint8
-or bool; an epilogue (if any) has one output shape; and every read from memory (through
+reduction over one contiguous block of axes with a C++ lane template (trailing axes: rows
+reduced along the inner counter; a leading or middle block: per-column accumulation over
+the rows, `Nest.columns`); every value is float32, float64,
+int32, uint8 or bool; an epilogue (if any) has one output shape; and every read from memory (through
 views: `sites.walk`) is at the iteration index, a scalar, or a per-row base plus (or not) the
 inner counter (or, with one inner axis, a multiple of it). Anything else stays on the
 Warp-Python path (`dpt_ir.backends.warp.codegen`). The loop nest is rows x inner, the inner
@@ -24,9 +26,8 @@ from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import CxxReduce
 
-C_TYPES = {"float32": "float", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
-WP_TYPES = {"float32": "wp.float32", "int32": "wp.int32", "uint8": "wp.uint8", "bool": "wp.bool"}
-FLOAT = "float"
+C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
+WP_TYPES = {d: f"wp.{d}" for d in C_TYPES}
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,20 @@ class Nest:
     # per-axis view reads its interior shift (the element function); elsewhere the edge
     # function evaluates the views' images. Only with one inner axis (the last).
     guards: list[Guard] = field(default_factory=list)
+    # A reduction over a block of axes followed by kept axes (leading or middle axes): the
+    # space is (kept P) x (reduced R) x (kept M) x (kept columns C: the inner axes), rows
+    # are the P x R x M rows of C columns, and each column accumulates over its R rows
+    # (`columns`: (P, R, M, C)); None otherwise.
+    columns: tuple[int, int, int, int] | None = None
 
     @property
     def rows(self) -> int:
         return math.prod(self.outer)
+
+    @property
+    def count(self) -> int:
+        """The reduced element count per output (reductions)."""
+        return self.columns[1] if self.columns else self.inner
 
     @property
     def size(self) -> int:
@@ -158,15 +169,22 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
         return None
     guards = list(dict.fromkeys(found))
     most = 1 if guards else len(space)  # the interior split runs along the last axis
+    columns = None
     if kind == "reduction":
         axes = tuple(group["axes"])
-        if axes != tuple(range(len(space) - len(axes), len(space))) or not roots:
+        if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()) or not roots:
             return None
-        k = len(axes)
+        kept = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block
+        if kept:  # the columns: the most trailing kept axes every read is contiguous over
+            k = _inner_axes(walked, space, min(kept, most))
+            p, r = math.prod(space[: axes[0]]), math.prod(space[axes[0] : axes[-1] + 1])
+            columns = (p, r, math.prod(space[axes[-1] + 1 : len(space) - k]), math.prod(space[-k:]))
+        else:
+            k = len(axes)
     else:
         k = _inner_axes(walked, space, most)
     cut = len(space) - k
-    k_read = k if kind == "pointwise" else _inner_axes(walked, space, min(k, most))
+    k_read = k if kind == "pointwise" or columns else _inner_axes(walked, space, min(k, most))
     reads = {}
     for site in walked:
         r = classify(site, space, k_read)
@@ -176,7 +194,9 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     inner = math.prod(space[cut:])
     sub_rows = (math.prod(space[len(space) - k_read :]), space[: len(space) - k_read])
     outer = space[:cut]
-    return Nest(group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards)
+    return Nest(
+        group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards, columns
+    )
 
 
 def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:

@@ -1,0 +1,129 @@
+"""C++ drivers of reductions over leading or middle axes: per-column accumulation.
+
+Assumes: a `Nest` whose ``columns`` is (P, R, M, C): the space is P kept x R reduced x M
+kept elements x C kept, contiguous columns; output ``o = (p * M + m) * C + c`` reduces the
+elements ``(p, r, m, c)`` over ``r``; the element function ``elem<P, W>(.., i, j, rb, ..)``
+of `dpt_ir.backends.cxx.emit` evaluates element ``i = row * C + c`` with inner counter
+``j = c`` and the row bases of ``row = (p * R + r) * M + m``. Guarantees:
+
+- Every column folds its R elements in order ``r = 0 .. R - 1`` into lane 0 of its lane
+  template (`CxxReduce`), the other 7 lanes left at their initial values (the template's
+  identity), then merges the 8 lanes in the template's fixed tree: on the CPU and on CUDA,
+  for any thread count, a column's result is the same bits.
+- CPU: tasks ``t`` are (p, m, a block of `COLS` columns), a partition fixed by the shape; per
+  row the element loop fills a block buffer (``DP_VEC_LOOP``, as `drivers`) and an update
+  loop over the block's columns folds it into per-column accumulators (float64 for float
+  sums: ``acc[c] += x[r][c]``), which vectorises across columns and carries nothing between
+  columns. CUDA: one thread per output column, sequential over the reduced rows.
+- Pointwise outputs of the group are written on the last pass only (``W``).
+"""
+
+from __future__ import annotations
+
+from dpt_ir.backends.cxx.drivers import BLOCK, Layout, _bases, _block, _guarded, _min, _pair, _status, subst
+from dpt_ir.backends.cxx.nest import Nest
+
+COLS = BLOCK  # columns per CPU task: one element block per row
+
+
+def layout(nest: Nest, device: str) -> Layout:
+    """CPU: tasks of (p, m, a block of `COLS` columns); CUDA: one thread per output column."""
+    assert nest.columns is not None
+    p, _, m, c = nest.columns
+    return Layout(p * m * -(-c // COLS), COLS) if device == "cpu" else Layout(p * m * c, 1)
+
+
+def _column_subst(nest: Nest, q: int, k: str) -> dict[str, str]:
+    """A template's placeholders in the CPU driver: lane slot and state of column ``k``."""
+    t, out = nest.templates[nest.roots[q]], subst(nest, q)
+    for name, _ in t.state:
+        out[f"p_{name}"] = f"cs{q}_{name}[{k}]"
+    for lp in t.passes:
+        for name, _, _ in lp.lanes:
+            out[f"a_{name}"] = f"ca{q}_{name}[{k}]"
+    return out
+
+
+def _merge_column(nest: Nest, q: int, p: int) -> list[str]:
+    """Each column's lane 0 (the others at their initial values) merged into its state."""
+    lp = nest.templates[nest.roots[q]].passes[p]
+    lines = ["for (int k = 0; k < nc; ++k) {"]
+    for name, ty, init in lp.lanes:
+        lines.append(f"{ty} ln{q}_{name}[8]; ln{q}_{name}[0] = ca{q}_{name}[k];")
+        lines.append(f"for (int l = 1; l < 8; ++l) ln{q}_{name}[l] = {init};")
+    return [*lines, lp.merge.format(**_column_subst(nest, q, "k")), "}"]
+
+
+def _passes(nest: Nest) -> list[tuple[bool, list[int]]]:
+    """Per pass: whether it is the last (stores written), and the roots it folds."""
+    n = max(len(t.passes) for t in nest.templates.values())
+    return [(p == n - 1, [q for q, r in enumerate(nest.roots) if p < len(nest.templates[r].passes)]) for p in range(n)]
+
+
+def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]) -> list[str]:
+    assert nest.columns is not None
+    _, rows, mid, cols = nest.columns
+    blocks = -(-cols // COLS)
+    body = [
+        f"int fl[{nf}] = {{0}};",
+        f"const int pm = t / {blocks}, clo = (t - pm * {blocks}) * {COLS}, p = pm / {mid}, m = pm - p * {mid};",
+        f"const int chi = {_min(f'clo + {COLS}', cols)}, nc = chi - clo;",
+    ]
+    for q, root in enumerate(nest.roots):
+        body += [f"{ty} cs{q}_{name}[{COLS}];" for name, ty in nest.templates[root].state]
+    ys = [f"buf{q}[j - jb]" for q in range(len(nest.roots))]
+    for p, (last, active) in enumerate(_passes(nest)):
+        for q in active:
+            for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
+                body.append(f"{ty} ca{q}_{name}[{COLS}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
+        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = (p * {rows} + rr) * {mid} + m;"]
+        body += [*_bases(nest, "row"), "const int jb = clo, je = chi;"]
+        body += [f"{x_types[q]} buf{q}[{COLS}];" for q in range(len(nest.roots))]
+        w = "true" if last else "false"
+        body += _block(nest, args, w, f"row * {cols} + j", ys, uses_big, nf)
+        for q in active:
+            update = nest.templates[nest.roots[q]].passes[p].update.format(**_column_subst(nest, q, "k"))
+            body.append(f"DP_VEC_LOOP for (int k = 0; k < nc; ++k) {{ const {x_types[q]} x = buf{q}[k];")
+            body.append(f"const int r = rr; (void)r; {update} }}")
+        body.append("}")
+        for q in active:
+            body += _merge_column(nest, q, p)
+    body.append(f"for (int k = 0; k < nc; ++k) {{ const int o = pm * {cols} + clo + k;")
+    for q, root in enumerate(nest.roots):
+        body += [f"const {ty} s{q}_{name} = cs{q}_{name}[k];" for name, ty in nest.templates[root].state]
+    return [*body, *finish, "}"]
+
+
+def _cuda(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]) -> list[str]:
+    assert nest.columns is not None
+    _, rows, mid, cols = nest.columns
+    body = [f"int fl[{nf}] = {{0}};", f"const int o = t, pm = o / {cols}, c = o - pm * {cols};"]
+    body.append(f"const int p = pm / {mid}, m = pm - p * {mid};")
+    for q, root in enumerate(nest.roots):
+        body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]
+    for p, (last, active) in enumerate(_passes(nest)):
+        for q in active:
+            for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
+                body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
+        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = (p * {rows} + rr) * {mid} + m;"]
+        body += [*_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in range(len(nest.roots)))]
+        ys = [f"y{q}" for q in range(len(nest.roots))]
+        body += _guarded(nest, args, "true" if last else "false", f"row * {cols} + c", "c", ys, uses_big, nf)
+        for q in active:
+            update = nest.templates[nest.roots[q]].passes[p].update.format(**subst(nest, q))
+            body.append(f"{{ const int l = 0; const {x_types[q]} x = y{q}; const int r = rr; (void)r; {update} }}")
+        body.append("}")
+        for q in active:
+            body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**subst(nest, q)))
+    return [*body, *finish]
+
+
+def column_drivers(
+    nest: Nest, args: str, sig: str, x_types: list[str], uses_big: bool, nflags: int, checks: bool, finish: list[str]
+) -> str:
+    """The CPU and CUDA drivers of a column reduction; ``finish``: statements finalizing and
+    storing output ``o`` from the states ``s<q>_<name>`` (as `drivers.reduction_drivers`)."""
+    nf = max(nflags, 1)
+    cpu = [*_cpu(nest, args, x_types, uses_big, nf, finish), *_status(nf, checks)]
+    cuda = [*_cuda(nest, args, x_types, uses_big, nf, finish), *_status(nf, checks)]
+    return _pair(sig, cpu, cuda)
