@@ -5,6 +5,9 @@
   normalisation: ``run``), inputs drawn from seeds;
 - ``logsum``: a sum with partials and a row reduction, and the same program on inputs
   holding a negative (log's domain flag and the sum's non-finite flag are raised);
+- ``strided``: reductions whose rows the CUDA partition splits into 3 interleaved partials
+  (12,289 elements: not a multiple of 3) — logsumexp (two passes), max, argmax with a tie
+  between two partials, and a sum over two axes of a product with a broadcast row (sub-rows);
 - ``ew``: an elementwise program with array outputs, one of them an input after the passes,
   compiled without checks: ``run`` and ``tape`` (cotangents);
 - the op sampler (`tests.export.sampler`): one case of every op the C++ path covers.
@@ -43,6 +46,26 @@ def logsum_graph() -> dp.Graph:
     return b.build()
 
 
+STRIDED = (3, 12289)  # count // 4096 = 3 partials per row on CUDA, 12289 = 3 * 4096 + 1
+
+
+def strided_graph() -> dp.Graph:
+    b = dp.GraphBuilder("strided")
+    x = b.input("x", STRIDED, "float32")
+    w = b.input("w", (STRIDED[1],), "float32", requires_grad=False)
+    b.output("loss", dp.sum(dp.logsumexp(x, axis=1)) + dp.sum(x * w))
+    b.output("top", dp.max(x, axis=1))
+    b.output("where", dp.argmax(x, axis=1))
+    return b.build()
+
+
+def strided_inputs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    x = rng.normal(0.0, 1.0, STRIDED).astype(np.float32)
+    x[:, [5, 12001]] = 9.0  # a tie: positions 5 and 12001 fall in parts 2 and 1 (p = j mod 3)
+    return {"x": x, "w": rng.uniform(0.5, 1.5, STRIDED[1]).astype(np.float32)}
+
+
 def ew_graph() -> dp.Graph:
     b = dp.GraphBuilder("ew")
     x = b.input("x", (8, 100), "float32")
@@ -67,6 +90,8 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     x[3, 7] = -1.0
     neg = {"x": x, "w": np.ones(SHAPE, np.float32)}
     out["logsum_neg"] = logsum.export_cuda(root / "logsum_neg", plans=["run", "value_and_grad"], inputs=neg)
+    strided = dp.compile(strided_graph(), wrt=["x"], loss="loss", device="cpu")
+    out["strided"] = strided.export_cuda(root / "strided", plans=["run", "value_and_grad"], inputs=strided_inputs())
     ew = dp.compile(ew_graph(), wrt=["x"], device="cpu", checks=False)  # no status word
     out["ew"] = ew.export_cuda(root / "ew", seed=2)
     from tests.export.sampler import sampler

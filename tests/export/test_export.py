@@ -62,6 +62,17 @@ def test_cuda_partition_splits_sums_into_partials(bundles: dict[str, Path]) -> N
     assert [launch.dim for launch in vg.launches] == [4, 1]  # the ordered combine runs after the partials
 
 
+def test_cuda_partials_interleave_over_a_row(bundles: dict[str, Path]) -> None:
+    """Each of a row's 3 CUDA partials strides by 3 (coalesced across threads); the dry replay
+    (test_every_plan_matches_ref_on_cpu_and_cuda_drivers) checks them against the interpreter."""
+    doc = Bundle.model_validate_json((bundles["strided"] / "plan.json").read_text())
+    run = next(p for p in doc.plans if p.name == "run")
+    assert {b.size for b in run.buffers if b.role == "partial"} == {9}  # 3 rows x 3 partials
+    source = (bundles["strided"] / "kernels.cu").read_text()
+    cuda = source.split("#else\nDP_FN void ")[1:]  # the CUDA drivers (`_pair`)
+    assert any("const int j0 = p, j1 = 12289;" in d and "j += 3)" in d for d in cuda), cuda
+
+
 def test_status_word_is_read_and_reported(dry_run) -> None:
     raised = [line for line in dry_run.stdout.splitlines() if "status word raised" in line]
     assert len(raised) == 4, dry_run.stdout  # run and value_and_grad, CPU and CUDA drivers
