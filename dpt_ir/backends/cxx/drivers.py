@@ -15,8 +15,9 @@ Guarantees:
   trig argument was huge (``big``) is recomputed with the precise functions (``P``).
 - CUDA: one element per thread for pointwise groups; a reduction thread with partials folds
   the positions ``p, p + parts, ...`` of its row (consecutive threads read consecutive
-  elements) into the same lanes, element by element, lane = iteration mod 8; the partials of an output are combined in order by
-  `final_function` (both devices), so a result is the same for any thread count.
+  elements) into the same lanes, element by element, lane = iteration mod 8; the partials
+  of an output are combined in order by `final_function` (both devices), so a result is the
+  same for any thread count.
 """
 
 from __future__ import annotations
