@@ -1,15 +1,17 @@
 """Bundles exported once per session for the export tests (small sizes, CPU programs).
 
-- the benchmark cases whose plans are all C++ today (beer and chain16: ``run`` and
-  ``value_and_grad``, the sums split into ordered partials as on CUDA; softmax_xent and
-  normalisation: ``run``), inputs drawn from seeds;
+- the benchmark cases (beer and imaging: every plan, the tape plans' cotangent broadcast by
+  a view, imaging's blur a stencil on padded views and its mask a drawn uint8; chain16 and
+  softmax_xent: ``run`` and ``value_and_grad``; normalisation: ``run``; the sums split into
+  ordered partials as on CUDA), inputs drawn from seeds;
 - ``logsum``: a sum with partials and a row reduction, and the same program on inputs
   holding a negative (log's domain flag and the sum's non-finite flag are raised);
 - ``strided``: reductions whose rows the CUDA partition splits into 3 interleaved partials
   (12,289 elements: not a multiple of 3) — logsumexp (two passes), max, argmax with a tie
   between two partials, and a sum over two axes of a product with a broadcast row (sub-rows);
 - ``ew``: an elementwise program with array outputs, one of them an input after the passes,
-  compiled without checks: ``run`` and ``tape`` (cotangents);
+  compiled without checks: ``run`` and ``tape`` (cotangents), with references from the
+  interpreter and (``ew_program``) from the compiled CPU program;
 - the op sampler (`tests.export.sampler`): one case of every op the C++ path covers.
 """
 
@@ -28,8 +30,10 @@ from benchmarks.cases import CASES
 ROOT = Path(__file__).resolve().parents[2]
 GPU_CHECK = ROOT / "benchmarks" / "gpu_check.py"
 SHAPE = (64, 256)  # 16384 elements: a whole-array sum is split into 4 partials on CUDA
-CASE_PLANS = {"beer": ["run", "value_and_grad"], "chain16": ["run", "value_and_grad"]}
-CASE_PLANS.update({"softmax_xent": ["run"], "normalisation": ["run"]})
+EVERY = ["run", "value_and_grad", "tape"]
+CASE_PLANS = {"beer": EVERY, "chain16": ["run", "value_and_grad"], "softmax_xent": ["run", "value_and_grad"]}
+CASE_PLANS.update({"normalisation": ["run"], "imaging": EVERY})
+RANGES = {"imaging": {"mask": (0.9, 2.0), "mu": (0.0, 1.0)}}  # a 0/1 mask, about 9 % zeros
 
 
 def gpu_check(*args: str) -> subprocess.CompletedProcess[str]:
@@ -83,7 +87,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         case = CASES[name]
         wrt = [case.wrt] if "value_and_grad" in plans else None
         program = dp.compile(case.build(SHAPE), wrt=wrt, device="cpu")
-        out[name] = program.export_cuda(root / name, plans=plans, seed=7)
+        out[name] = program.export_cuda(root / name, plans=plans, seed=7, ranges=RANGES.get(name))
     logsum = dp.compile(logsum_graph(), wrt=["x"], loss="loss", device="cpu")
     out["logsum"] = logsum.export_cuda(root / "logsum", plans=["run", "value_and_grad"], seed=1)
     x = np.random.default_rng(0).uniform(0.5, 2.0, SHAPE).astype(np.float32)
@@ -94,6 +98,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out["strided"] = strided.export_cuda(root / "strided", plans=["run", "value_and_grad"], inputs=strided_inputs())
     ew = dp.compile(ew_graph(), wrt=["x"], device="cpu", checks=False)  # no status word
     out["ew"] = ew.export_cuda(root / "ew", seed=2)
+    out["ew_program"] = ew.export_cuda(root / "ew_program", seed=2, reference="program")
     from tests.export.sampler import sampler
 
     graph, inputs, _ = sampler()
