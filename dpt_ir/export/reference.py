@@ -95,9 +95,11 @@ def program_results(
             return program.run(**inputs), {}
         if plan == "value_and_grad":
             return program.value_and_grad(**inputs)
-        with program.tape_pass() as tp:
-            outs = {k: v.numpy() for k, v in tp.forward(**inputs).items()}
-        grads = {k: v.numpy() for k, v in tp.backward(seed=seeds).items()}
+        graph = program.graph
+        with program.tape_pass() as tp:  # wp.arrays: a 0-d value comes back of shape (1,)
+            got = tp.forward(**inputs)
+        outs = {k: v.numpy().reshape(graph.types[graph.output_value(k)].shape) for k, v in got.items()}
+        grads = {k: v.numpy().reshape(inputs[k].shape) for k, v in tp.backward(seed=seeds).items()}
         tp.close()
         return outs, grads
     except NumericalError as exc:

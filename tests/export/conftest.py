@@ -4,14 +4,14 @@
   a view, imaging's blur a stencil on padded views and its mask a drawn uint8; chain16 and
   softmax_xent: ``run`` and ``value_and_grad``; normalisation: ``run``; the sums split into
   ordered partials as on CUDA), inputs drawn from seeds;
-- ``logsum``: a sum with partials and a row reduction, and the same program on inputs
-  holding a negative (log's domain flag and the sum's non-finite flag are raised);
+- ``logsum``: a sum with partials and a row reduction, the same program on inputs holding a
+  negative (log's domain flag and the sum's non-finite flag are raised), and every plan of it
+  with references from the compiled CPU program (``logsum_program``: a tape plan's scalar);
 - ``strided``: reductions whose rows the CUDA partition splits into 3 interleaved partials
   (12,289 elements: not a multiple of 3) — logsumexp (two passes), max, argmax with a tie
   between two partials, and a sum over two axes of a product with a broadcast row (sub-rows);
 - ``ew``: an elementwise program with array outputs, one of them an input after the passes,
-  compiled without checks: ``run`` and ``tape`` (cotangents), with references from the
-  interpreter and (``ew_program``) from the compiled CPU program;
+  compiled without checks: ``run`` and ``tape`` (cotangents);
 - the op sampler (`tests.export.sampler`): one case of every op the C++ path covers.
 """
 
@@ -98,7 +98,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out["strided"] = strided.export_cuda(root / "strided", plans=["run", "value_and_grad"], inputs=strided_inputs())
     ew = dp.compile(ew_graph(), wrt=["x"], device="cpu", checks=False)  # no status word
     out["ew"] = ew.export_cuda(root / "ew", seed=2)
-    out["ew_program"] = ew.export_cuda(root / "ew_program", seed=2, reference="program")
+    out["logsum_program"] = logsum.export_cuda(root / "logsum_program", seed=1, reference="program")
     from tests.export.sampler import sampler
 
     graph, inputs, _ = sampler()
