@@ -33,8 +33,9 @@ CPU_TASK = 65536  # elements per CPU task (the fixed partition)
 @dataclass(frozen=True)
 class Layout:
     """How a group's elements map onto launch indices: ``chunk`` flat elements per task
-    (pointwise); for reductions ``parts`` partials per output (> 1: chunks of ``chunk``
-    reduced elements, combined by a final kernel) or ``rows`` whole rows per task."""
+    (pointwise); for reductions ``parts`` partials per output (> 1: on the CPU chunks of
+    ``chunk`` reduced elements, on CUDA the positions ``p + k parts``; combined by a final
+    kernel) or ``rows`` whole rows per task."""
 
     dim: int
     chunk: int
