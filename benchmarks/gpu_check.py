@@ -177,8 +177,10 @@ def median_seconds(be: Any, again: Any, rounds: int) -> float:
     return statistics.median(times)
 
 
-def peers(doc: dict[str, Any], data: dict[str, np.ndarray], rounds: int, device: str) -> list[str]:
-    """Median seconds of torch.compile and jax.jit on the bundle's case, where they import."""
+def peers(doc: dict[str, Any], data: dict[str, np.ndarray], rounds: int, device: str, folder: str) -> list[str]:
+    """Median seconds of torch.compile and jax.jit on the bundle's case, where they import: the
+    case its graph is named after, else the one its folder is (imaging's graph is
+    ``transmission_pipeline``; `gpu_bundle.sh` names each folder after its case)."""
     grads = [
         r["key"].split("/", 1)[1]
         for p in doc["plans"]
@@ -191,7 +193,7 @@ def peers(doc: dict[str, Any], data: dict[str, np.ndarray], rounds: int, device:
     lines = []
     for label, make in (("torch.compile", _torch_peer(device)), ("jax.jit", _jax_peer())):
         try:
-            fn = make(doc["graph"], data, grads[0])
+            fn = make([doc["graph"], folder], data, grads[0])
         except Exception as exc:  # a peer that is not installed or does not know the case
             lines.append(f"peers: {label} unavailable ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})")
             continue
@@ -206,18 +208,20 @@ def peers(doc: dict[str, Any], data: dict[str, np.ndarray], rounds: int, device:
 
 
 def _torch_peer(device: str) -> Any:
-    def make(name: str, data: dict[str, np.ndarray], wrt: str) -> Any:
+    def make(names: list[str], data: dict[str, np.ndarray], wrt: str) -> Any:
         from benchmarks import peers_torch
 
+        name = next((n for n in names if n in peers_torch.LOSSES), names[0])
         return peers_torch.make_value_and_grad(name, data, wrt, compiled=True, device=device)
 
     return make
 
 
 def _jax_peer() -> Any:
-    def make(name: str, data: dict[str, np.ndarray], wrt: str) -> Any:
+    def make(names: list[str], data: dict[str, np.ndarray], wrt: str) -> Any:
         from benchmarks import peers_jax
 
+        name = next((n for n in names if n in peers_jax.LOSSES), names[0])
         return peers_jax.make_value_and_grad(name, data, wrt)
 
     return make
@@ -254,7 +258,7 @@ def check_bundle(folder: Path, args: argparse.Namespace, tmp: Path) -> int:
                 f"{rate / 1e9:.1f} GB/s{peak}{''.join('; ' + b for b in bad)}"
             )
     if args.peers:
-        for line in peers(doc, data, args.rounds, "cpu" if args.dry else "cuda"):
+        for line in peers(doc, data, args.rounds, "cpu" if args.dry else "cuda", folder.name):
             print(line)
     return failures
 

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks.cases import IMAGING_I0, IMAGING_SIGMA, gaussian_weights
+from benchmarks.case_data import IMAGING_I0, IMAGING_SIGMA, gaussian_weights
 
 Loss = Callable[..., jax.Array]
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as tf
 
-from benchmarks.cases import IMAGING_I0, IMAGING_SIGMA, gaussian_weights
+from benchmarks.case_data import IMAGING_I0, IMAGING_SIGMA, gaussian_weights
 
 Loss = Callable[..., torch.Tensor]
 
@@ -62,7 +62,7 @@ TAPS: tuple[float, ...] = tuple(float(v) for v in gaussian_weights(IMAGING_SIGMA
 
 
 def reflect_index(n: int, radius: int, device: torch.device) -> torch.Tensor:
-    """`benchmarks.cases.symmetric_index` built from torch ops: the indices of scipy's
+    """`benchmarks.case_data.symmetric_index` built from torch ops: the indices of scipy's
     ``reflect`` extension (edge sample repeated) of an axis of length ``n`` by ``radius``
     on each side, for ``radius <= n``. Torch ops rather than ``np.pad`` so that
     ``torch.compile`` traces it into the graph (Dynamo cannot trace ``np.pad``)."""

@@ -109,7 +109,8 @@ class StatusSpec(_Model):
 class InputSpec(_Model):
     """A graph input: shipped in ``ref.npz`` as ``input/<name>`` (``seed`` None), or drawn on
     the device: ``numpy.random.default_rng(seed).random(size, dtype=float32)`` scaled to
-    ``[low, high)``, checked against ``ref.npz``'s ``input/<name>@sum`` (a float64 sum)."""
+    ``[low, high)`` (then cast: an integer input truncates toward zero), checked against
+    ``ref.npz``'s ``input/<name>@sum`` (a float64 sum)."""
 
     name: str
     dtype: Dtype
@@ -138,6 +139,7 @@ class Bundle(_Model):
     status: list[StatusSpec]
     plans: list[PlanSpec]
     tolerance: Tolerance
+    reference: Literal["interpreter", "program"] = "interpreter"  # what computed ref.npz's results
 
     @model_validator(mode="after")
     def _slots(self) -> Bundle:

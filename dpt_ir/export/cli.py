@@ -25,7 +25,7 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--loss", metavar="NAME", help="the output value_and_grad differentiates")
     p.add_argument("--out", required=True, metavar="DIR", help="the bundle folder (created)")
     p.add_argument("--inputs", metavar="IN.npz", help="inputs shipped in ref.npz (one array per graph input)")
-    p.add_argument("--seed", type=int, help="draw the inputs from this seed on the device instead (uniform floats)")
+    p.add_argument("--seed", type=int, help="draw the inputs from this seed on the device instead (uniform, cast)")
     p.add_argument(
         "--range",
         action="append",
@@ -33,6 +33,12 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         help="the interval a drawn input is uniform in (default 0.5:2)",
     )
     p.add_argument("--plans", metavar="LIST", help="comma list of run, value_and_grad, tape (default: every plan)")
+    p.add_argument(
+        "--reference",
+        choices=("interpreter", "program"),
+        default="interpreter",
+        help="what computes ref.npz: the NumPy interpreter (default) or the compiled CPU program (GPU sizes)",
+    )
     p.add_argument("--no-checks", action="store_true", help="compile without the status word")
     p.set_defaults(func=cmd_export_cuda)
 
@@ -61,6 +67,8 @@ def cmd_export_cuda(args: argparse.Namespace) -> int:
     plans = names_of([args.plans]) if args.plans else None
     wrt = names_of(args.wrt)
     program = compile_graph(graph, args.graph, wrt, args.loss, device="cpu", checks=not args.no_checks)
-    out = export_cuda(program, args.out, plans=plans, inputs=inputs, seed=args.seed, ranges=ranges)
+    out = export_cuda(
+        program, args.out, plans=plans, inputs=inputs, seed=args.seed, ranges=ranges, reference=args.reference
+    )
     progress(f"wrote {out}/kernels.cu, plan.json, ref.npz")
     return 0

@@ -4,7 +4,10 @@ Assumes: a graph, the plans being exported and the program they were compiled fr
 Guarantees: inputs are the caller's arrays, or drawn from a seed exactly as
 ``benchmarks/gpu_check.py`` draws them on the device (`draw`); reference outputs and
 gradients come from the NumPy interpreter (``dp.interpret`` / ``dp.interpret_grad``: the
-oracle of the CPU tests); whether a plan's run raises a `NumericalError` comes from running
+oracle of the CPU tests), or, with ``reference="program"``, from the compiled CPU program
+(`program_results`: no float64 temporaries of the whole arrays, which is what makes a
+2^26-element bundle affordable; the CPU program equals the interpreter at the bundle's
+tolerances in the CPU tests); whether a plan's run raises a `NumericalError` comes from running
 the compiled program itself on the same inputs, since the interpreter computes NaN where a
 kernel raises a flag. Arrays larger than `SAMPLE` elements are stored at `SAMPLE` evenly
 spaced flat positions (``<key>@at``), which keeps a GPU-sized bundle small.
@@ -27,7 +30,8 @@ DEFAULT_RANGE = (0.5, 2.0)
 
 
 def draw(spec: InputSpec) -> np.ndarray:
-    """A seeded input, as the runner draws it: float32 uniform in ``[low, high)``."""
+    """A seeded input, as the runner draws it: float32 uniform in ``[low, high)``, cast to the
+    input's dtype (an integer input: truncated toward zero, e.g. a 0/1 mask from ``[0.9, 2)``)."""
     size = int(np.prod(spec.shape, dtype=np.int64))
     u = np.random.default_rng(spec.seed).random(size, dtype=np.float32)
     return (u * np.float32(spec.high - spec.low) + np.float32(spec.low)).astype(spec.dtype).reshape(spec.shape)
@@ -48,9 +52,12 @@ def input_specs(
             arrays[i.name] = np.array(inputs[i.name], dtype=t.dtype, order="C")  # ascontiguousarray makes 0-d 1-d
             specs.append(InputSpec(name=i.name, dtype=t.dtype, shape=list(t.shape)))  # type: ignore[arg-type]
             continue
-        if not is_float(t.dtype):
-            raise ContractError(f"export of {graph.name!r}: input {i.name!r} ({t.dtype}) cannot be drawn; pass inputs")
         low, high = ranges.get(i.name, DEFAULT_RANGE)
+        if t.dtype == "bool" or (not is_float(t.dtype) and low < 0):
+            raise ContractError(
+                f"export of {graph.name!r}: input {i.name!r} ({t.dtype}, range [{low}, {high})) cannot be drawn: "
+                "expected a float input, or an integer one with a range >= 0 (drawn floats truncate); pass inputs"
+            )
         spec = InputSpec(name=i.name, dtype=t.dtype, shape=list(t.shape), seed=seed + k, low=low, high=high)  # type: ignore[arg-type, operator]
         specs.append(spec)
         arrays[i.name] = draw(spec)
@@ -76,6 +83,30 @@ def store(ref: dict[str, np.ndarray], key: str, value: np.ndarray) -> None:
         return
     at = np.unique(np.linspace(0, value.size - 1, SAMPLE).astype(np.int64))
     ref[key + "@at"], ref[key] = at, value.reshape(-1)[at]
+
+
+def program_results(
+    program: Any, plan: str, inputs: dict[str, np.ndarray], seeds: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Outputs and gradients of ``plan`` from the compiled (CPU) program itself, the cheap
+    reference of a GPU-sized bundle; a plan that raises a NumericalError there has none."""
+    try:
+        if plan == "run":
+            return program.run(**inputs), {}
+        if plan == "value_and_grad":
+            return program.value_and_grad(**inputs)
+        graph = program.graph
+        with program.tape_pass() as tp:  # wp.arrays: a 0-d value comes back of shape (1,)
+            got = tp.forward(**inputs)
+        outs = {k: v.numpy().reshape(graph.types[graph.output_value(k)].shape) for k, v in got.items()}
+        grads = {k: v.numpy().reshape(inputs[k].shape) for k, v in tp.backward(seed=seeds).items()}
+        tp.close()
+        return outs, grads
+    except NumericalError as exc:
+        raise ContractError(
+            f"export of {program.graph.name!r}: plan {plan!r} raises on these inputs ({exc}); expected finite "
+            "results for reference='program'; use reference='interpreter'"
+        ) from None
 
 
 def raises(call: Callable[[], Any]) -> bool:

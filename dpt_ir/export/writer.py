@@ -20,7 +20,7 @@ import dpt_ir as dp
 from dpt_ir.errors import ContractError
 from dpt_ir.export.bundle import BUNDLE_VERSION, Bundle, StatusSpec, Tolerance
 from dpt_ir.export.cuda import PREFIX, cuda_plans, kernels_cu
-from dpt_ir.export.reference import cotangents, input_specs, raises, store, tape_call
+from dpt_ir.export.reference import cotangents, input_specs, program_results, raises, store, tape_call
 from dpt_ir.export.tables import plan_spec
 from dpt_ir.version import __version__
 
@@ -60,13 +60,16 @@ def export_cuda(
     inputs: dict[str, np.ndarray] | None = None,
     seed: int | None = None,
     ranges: dict[str, tuple[float, float]] | None = None,
+    reference: str = "interpreter",
 ) -> Path:
     """Write the bundle of ``program`` to ``out_dir`` (created); returns its path.
 
     ``plans``: which of the program's plans (default every one: ``run``, ``value_and_grad``,
     ``tape``); a plan with a launch off the C++ path raises ContractError naming it.
     ``inputs``: arrays shipped in ``ref.npz``; or ``seed``: inputs drawn on the device
-    (float32 uniform in ``ranges[name]``, default [0.5, 2)), only checksums shipped.
+    (float32 uniform in ``ranges[name]``, default [0.5, 2), cast to the input's dtype), only
+    checksums shipped. ``reference``: ``"interpreter"`` (the NumPy oracle) or ``"program"``
+    (the compiled CPU program: far less memory and time at GPU sizes) computes ``ref.npz``.
     """
     from dpt_ir.runtime import Program
 
@@ -76,6 +79,8 @@ def export_cuda(
             "their bodies per step from Python and cannot be exported)"
         )
     graph = program.graph
+    if reference not in ("interpreter", "program"):
+        raise ContractError(f"export of {graph.name!r}: reference {reference!r}; expected 'interpreter' or 'program'")
     names = _chosen(program, plans)
     build = cuda_plans(graph, _pipelines(program, names), program.checks)
     specs, arrays = input_specs(graph, inputs, seed, ranges or {})
@@ -89,10 +94,11 @@ def export_cuda(
     plan_specs = []
     for name in names:
         pg = build.graphs[name]
-        outs, grads, call = _reference(program, name, pg, arrays, ref, seed or 0)
+        outs, grads, call = _reference(program, name, pg, arrays, ref, seed or 0, reference)
         for key, value in [*_keyed("output", outs), *_keyed("gradient", grads)]:
             store(ref, f"{name}/{key}", value)
-        plan_specs.append(plan_spec(name, pg, build.kernels[name], build.units, status, raises(call)))
+        raised = call is not None and raises(call)  # program references exist only where nothing raised
+        plan_specs.append(plan_spec(name, pg, build.kernels[name], build.units, status, raised))
     bundle = Bundle(
         version=BUNDLE_VERSION,
         graph=graph.name,
@@ -103,6 +109,7 @@ def export_cuda(
         status=[_slot(k, s) for k, s in enumerate(build.slots)],
         plans=plan_specs,
         tolerance=TOLERANCE,
+        reference=reference,
     )
     units = [build.units[k.name] for n in names for k in build.kernels[n]]
     buf = io.BytesIO()
@@ -116,11 +123,24 @@ def export_cuda(
 
 
 def _reference(
-    program: Any, name: str, pg: Any, arrays: dict[str, np.ndarray], ref: dict[str, np.ndarray], seed: int
+    program: Any,
+    name: str,
+    pg: Any,
+    arrays: dict[str, np.ndarray],
+    ref: dict[str, np.ndarray],
+    seed: int,
+    reference: str,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], Any]:
-    """The interpreter's outputs and gradients of plan ``name``, and the program call that
-    tells whether the plan raises a NumericalError on these inputs."""
+    """The outputs and gradients of plan ``name`` (the interpreter's, or the program's), and
+    the program call that tells whether the plan raises a NumericalError on these inputs
+    (None for the program's own results: they exist only when it did not raise)."""
     graph = program.graph
+    if reference == "program":
+        seeds = cotangents(graph, pg, seed + 1000) if name == "tape" else {}
+        for out, value in seeds.items():
+            ref[f"tape/cotangent/{out}"] = value
+        outs, grads = program_results(program, name, arrays, seeds)
+        return outs, grads, None
     outs = dp.interpret(graph, **arrays)
     if name == "run":
         return outs, {}, lambda: program.run(**arrays)

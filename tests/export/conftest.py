@@ -1,10 +1,15 @@
 """Bundles exported once per session for the export tests (small sizes, CPU programs).
 
-- the benchmark cases whose plans are all C++ today (beer and chain16: ``run`` and
-  ``value_and_grad``, the sums split into ordered partials as on CUDA; softmax_xent and
-  normalisation: ``run``), inputs drawn from seeds;
-- ``logsum``: a sum with partials and a row reduction, and the same program on inputs
-  holding a negative (log's domain flag and the sum's non-finite flag are raised);
+- the benchmark cases (beer and imaging: every plan, the tape plans' cotangent broadcast by
+  a view, imaging's blur a stencil on padded views and its mask a drawn uint8; chain16 and
+  softmax_xent: ``run`` and ``value_and_grad``; normalisation: ``run``; the sums split into
+  ordered partials as on CUDA), inputs drawn from seeds;
+- ``logsum``: a sum with partials and a row reduction, the same program on inputs holding a
+  negative (log's domain flag and the sum's non-finite flag are raised), and every plan of it
+  with references from the compiled CPU program (``logsum_program``: a tape plan's scalar);
+- ``strided``: reductions whose rows the CUDA partition splits into 3 interleaved partials
+  (12,289 elements: not a multiple of 3) — logsumexp (two passes), max, argmax with a tie
+  between two partials, and a sum over two axes of a product with a broadcast row (sub-rows);
 - ``ew``: an elementwise program with array outputs, one of them an input after the passes,
   compiled without checks: ``run`` and ``tape`` (cotangents);
 - the op sampler (`tests.export.sampler`): one case of every op the C++ path covers.
@@ -25,8 +30,10 @@ from benchmarks.cases import CASES
 ROOT = Path(__file__).resolve().parents[2]
 GPU_CHECK = ROOT / "benchmarks" / "gpu_check.py"
 SHAPE = (64, 256)  # 16384 elements: a whole-array sum is split into 4 partials on CUDA
-CASE_PLANS = {"beer": ["run", "value_and_grad"], "chain16": ["run", "value_and_grad"]}
-CASE_PLANS.update({"softmax_xent": ["run"], "normalisation": ["run"]})
+EVERY = ["run", "value_and_grad", "tape"]
+CASE_PLANS = {"beer": EVERY, "chain16": ["run", "value_and_grad"], "softmax_xent": ["run", "value_and_grad"]}
+CASE_PLANS.update({"normalisation": ["run"], "imaging": EVERY})
+RANGES = {"imaging": {"mask": (0.9, 2.0), "mu": (0.0, 1.0)}}  # a 0/1 mask, about 9 % zeros
 
 
 def gpu_check(*args: str) -> subprocess.CompletedProcess[str]:
@@ -41,6 +48,26 @@ def logsum_graph() -> dp.Graph:
     b.output("loss", dp.sum(w * dp.log(x)))
     b.output("rowsum", dp.sum(dp.square(x), axis=1))
     return b.build()
+
+
+STRIDED = (3, 12289)  # count // 4096 = 3 partials per row on CUDA, 12289 = 3 * 4096 + 1
+
+
+def strided_graph() -> dp.Graph:
+    b = dp.GraphBuilder("strided")
+    x = b.input("x", STRIDED, "float32")
+    w = b.input("w", (STRIDED[1],), "float32", requires_grad=False)
+    b.output("loss", dp.sum(dp.logsumexp(x, axis=1)) + dp.sum(x * w))
+    b.output("top", dp.max(x, axis=1))
+    b.output("where", dp.argmax(x, axis=1))
+    return b.build()
+
+
+def strided_inputs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    x = rng.normal(0.0, 1.0, STRIDED).astype(np.float32)
+    x[:, [5, 12001]] = 9.0  # a tie: positions 5 and 12001 fall in parts 2 and 1 (p = j mod 3)
+    return {"x": x, "w": rng.uniform(0.5, 1.5, STRIDED[1]).astype(np.float32)}
 
 
 def ew_graph() -> dp.Graph:
@@ -60,15 +87,18 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         case = CASES[name]
         wrt = [case.wrt] if "value_and_grad" in plans else None
         program = dp.compile(case.build(SHAPE), wrt=wrt, device="cpu")
-        out[name] = program.export_cuda(root / name, plans=plans, seed=7)
+        out[name] = program.export_cuda(root / name, plans=plans, seed=7, ranges=RANGES.get(name))
     logsum = dp.compile(logsum_graph(), wrt=["x"], loss="loss", device="cpu")
     out["logsum"] = logsum.export_cuda(root / "logsum", plans=["run", "value_and_grad"], seed=1)
     x = np.random.default_rng(0).uniform(0.5, 2.0, SHAPE).astype(np.float32)
     x[3, 7] = -1.0
     neg = {"x": x, "w": np.ones(SHAPE, np.float32)}
     out["logsum_neg"] = logsum.export_cuda(root / "logsum_neg", plans=["run", "value_and_grad"], inputs=neg)
+    strided = dp.compile(strided_graph(), wrt=["x"], loss="loss", device="cpu")
+    out["strided"] = strided.export_cuda(root / "strided", plans=["run", "value_and_grad"], inputs=strided_inputs())
     ew = dp.compile(ew_graph(), wrt=["x"], device="cpu", checks=False)  # no status word
     out["ew"] = ew.export_cuda(root / "ew", seed=2)
+    out["logsum_program"] = logsum.export_cuda(root / "logsum_program", seed=1, reference="program")
     from tests.export.sampler import sampler
 
     graph, inputs, _ = sampler()

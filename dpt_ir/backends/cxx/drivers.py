@@ -14,9 +14,11 @@ Guarantees:
   position (`LanePass`; the loop over the 8 lanes is the vectorised one), merged in a fixed tree;
   flags are integer ORs. A block in which a
   trig argument was huge (``big``) is recomputed with the precise functions (``P``).
-- CUDA: one element per thread for pointwise groups; a reduction thread folds its chunk into
-  the same lanes, element by element; the partials of an output are combined in order by
-  `final_function` (both devices), so a result is the same for any thread count.
+- CUDA: one element per thread for pointwise groups; a reduction thread with partials folds
+  the positions ``p, p + parts, ...`` of its row (consecutive threads read consecutive
+  elements) into the same lanes, element by element, lane = iteration mod 8; the partials
+  of an output are combined in order by `final_function` (both devices), so a result is the
+  same for any thread count.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ CPU_TASK = 65536  # elements per CPU task (the fixed partition)
 @dataclass(frozen=True)
 class Layout:
     """How a group's elements map onto launch indices: ``chunk`` flat elements per task
-    (pointwise); for reductions ``parts`` partials per output (> 1: chunks of ``chunk``
-    reduced elements, combined by a final kernel) or ``rows`` whole rows per task."""
+    (pointwise); for reductions ``parts`` partials per output (> 1: on the CPU chunks of
+    ``chunk`` reduced elements, on CUDA the positions ``p + k parts``; combined by a final
+    kernel) or ``rows`` whole rows per task."""
 
     dim: int
     chunk: int
@@ -219,11 +222,14 @@ def subst(nest: Nest, q: int) -> dict[str, str]:
     return out
 
 
-def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool) -> list[str]:
+def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool, step: int = 1) -> list[str]:
+    """The lane update of root ``q`` in pass ``p``: per block (CPU), or per element (CUDA),
+    where ``step`` is the stride of the thread's loop and the lane is its iteration count mod 8."""
     lp = nest.templates[nest.roots[q]].passes[p]
     update = lp.update.format(**subst(nest, q))
     if not blocked:
-        return [f"{{ const int l = (j - j0) & 7; const {x_type} x = y{q}; const int r = j; {update} }}"]
+        lane = "(j - j0) & 7" if step == 1 else f"((j - j0) / {step}) & 7"
+        return [f"{{ const int l = {lane}; const {x_type} x = y{q}; const int r = j; {update} }}"]
     # The group loop stays scalar and the lane loop is the vector one (DP_LANE_LOOP, dp_math.h):
     # one 8-wide operation per group instead of clang's 4-wide, shuffled group loop.
     lanes = "DP_SCALAR_LOOP for (int k = 0; k < n8; k += 8) DP_LANE_LOOP for (int l = 0; l < 8; ++l) "
@@ -232,6 +238,20 @@ def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool) -> lis
         "for (int k = n8; k < nb; ++k) "
         + f"{{ const int l = k - n8; const {x_type} x = buf{q}[k]; const int r = jb + k; {update} }}",
     ]
+
+
+def _units(nest: Nest, lay: Layout, blocked: bool) -> list[str]:
+    """The head of a task's unit of work, opening its scope: output ``o`` and the positions
+    ``[j0, j1)`` of its row it reads. With partials, the CPU task ``t`` takes part ``p`` as one
+    contiguous chunk; the CUDA thread takes positions ``p, p + parts, ...`` (its loop strides
+    by ``parts``), so consecutive threads read consecutive elements: coalesced loads."""
+    if lay.parts > 1:
+        part = [f"{{ const int o = t / {lay.parts}, p = t - o * {lay.parts};"]
+        if not blocked:
+            return [*part, f"const int j0 = p, j1 = {nest.inner};"]
+        return [*part, f"const int j0 = p * {lay.chunk};", f"const int j1 = {_min(f'j0 + {lay.chunk}', nest.inner)};"]
+    o1 = _min(f"(t + 1) * {lay.rows}", nest.rows)
+    return [f"for (int o = t * {lay.rows}; o < {o1}; ++o) {{", f"const int j0 = 0, j1 = {nest.inner};"]
 
 
 def reduction_drivers(
@@ -249,20 +269,13 @@ def reduction_drivers(
     results, or store the task's partials), reading ``s<q>_<name>``, ``o`` and ``t``."""
     nf = max(nflags, 1)
     npass = max(len(t.passes) for t in nest.templates.values())
-    if lay.parts > 1:
-        units = [
-            f"{{ const int o = t / {lay.parts}, p = t - o * {lay.parts};",
-            f"const int j0 = p * {lay.chunk};",
-            f"const int j1 = {_min(f'j0 + {lay.chunk}', nest.inner)};",
-        ]
-    else:
-        o1 = _min(f"(t + 1) * {lay.rows}", nest.rows)
-        units = [f"for (int o = t * {lay.rows}; o < {o1}; ++o) {{", f"const int j0 = 0, j1 = {nest.inner};"]
+    step = lay.parts if lay.parts > 1 else 1  # the CUDA loop's stride: the parts interleave
     whole = nest.sub == nest.inner  # one base per output row (else per sub-row)
     per = nest.inner // nest.sub
     jr = "j" if whole else f"j - sr * {nest.sub}"
     out = {}
     for blocked in (True, False):
+        units = _units(nest, lay, blocked)
         body = [f"int fl[{nf}] = {{0}};", *units, *(_bases(nest, "o") if whole else [])]
         for q, root in enumerate(nest.roots):
             body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]
@@ -290,13 +303,13 @@ def reduction_drivers(
                     body += _lanes_update(nest, q, p, x_types[q], True)
                 body += [] if whole else ["}"]
             else:
-                body.append("for (int j = j0; j < j1; ++j) {")
+                body.append(f"for (int j = j0; j < j1; j += {step}) {{")
                 if not whole:
                     body += [f"const int sr = j / {nest.sub};", *_bases(nest, f"o * {per} + sr")]
                 body += [f"{x_types[q]} y{q};" for q in range(len(nest.roots))]
                 body += _guarded(nest, args, w, i, jr, ys, uses_big, nf)
                 for q in active:
-                    body += _lanes_update(nest, q, p, x_types[q], False)
+                    body += _lanes_update(nest, q, p, x_types[q], False, step)
             body.append("}")
             for q in active:
                 body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**subst(nest, q)))
