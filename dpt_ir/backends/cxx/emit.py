@@ -113,13 +113,19 @@ class ElementWriter:
         """Statements computing and storing the epilogue outputs at output ``o`` from the
         finished reductions (``results``: root -> its C++ variable)."""
         saved, self.lines, self.at_output = self.vars, [], True
+        uses_big = self.uses_big
         self.vars = {(r, flat_index(self.nest.after_shape)): var for r, var in results.items()}
         for v in self.nest.after:
             var = self.value(v)
             check = self.nonfinite(v, var)
             self.lines.append(f"{self.param(v)}[o] = {var};{' ' + check if check else ''}")
         lines, self.vars, self.lines, self.at_output = self.lines, saved, [], False
-        return lines
+        self.uses_big = uses_big  # the element loop's rerun logic is not the epilogue's concern
+        if not lines:
+            return lines
+        # Once per output, outside any element loop: trig takes its precise path (P), so no
+        # huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
+        return ["{ constexpr bool P = true; int big = 0; (void)P; (void)big;", *("    " + s for s in lines), "}"]
 
     def value(self, name: str, coords: Coords | None = None) -> str:
         """The C++ variable of ``name`` at ``coords`` (default: where it broadcasts to the
