@@ -106,7 +106,7 @@ class Program:
     def export_cuda(self, out_dir: Any, **options: Any) -> Any:
         """Write this program's CUDA bundle (``kernels.cu``, ``plan.json``, ``ref.npz``) to
         ``out_dir``; see `dpt_ir.export.export_cuda` for ``options`` (plans, inputs, seed,
-        ranges) and docs/gpu-check.md. Returns the folder's path."""
+        ranges, reference) and docs/gpu-check.md. Returns the folder's path."""
         from dpt_ir.export import export_cuda
 
         return export_cuda(self, out_dir, **options)
