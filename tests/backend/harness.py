@@ -317,3 +317,23 @@ def seeded_batch(name: str, items: Sequence[tuple[Graph, dict[str, np.ndarray]]]
                 value = 1.0 if out.name == RANDOM_LOSS else rng.uniform(-1.0, 1.0, t.shape)
                 seeds[pid][out.name] = np.asarray(value, dtype=t.dtype)
     return Batch(name, graphs, inputs, wrt, seeds)
+
+
+def assert_gradient_close(program: dp.Program, inputs: Mapping[str, np.ndarray], rel: float = 1e-5) -> None:
+    """``program``'s gradient of ``loss`` wrt ``x`` is within ``rel`` of the interpreter's
+    largest magnitude."""
+    _, grads = program.value_and_grad(**inputs)
+    ref = dp.interpret_grad(program.graph, ["x"], seed={"loss": 1.0}, **inputs)
+    scale = float(np.abs(ref["x"]).max())
+    assert float(np.abs(grads["x"] - ref["x"]).max()) <= rel * scale
+
+
+def assert_same_bits(one: dp.Program, two: dp.Program, inputs: Mapping[str, np.ndarray]) -> None:
+    """Two programs of one graph (e.g. ``threads=1`` and ``threads=2``) give bit-identical
+    ``run`` outputs and ``value_and_grad`` loss and gradient of ``x``."""
+    a, b = one.run(**inputs), two.run(**inputs)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    (la, ga), (lb, gb) = one.value_and_grad(**inputs), two.value_and_grad(**inputs)
+    np.testing.assert_array_equal(la["loss"], lb["loss"])
+    np.testing.assert_array_equal(ga["x"], gb["x"])

@@ -17,6 +17,8 @@ from dpt_ir.backends.cxx.nest import cover
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
+from .harness import assert_same_bits
+
 SHAPE = (40, 3, 700)  # 700 columns: 2 CPU tasks (blocks of 512 columns) per (p, m)
 
 
@@ -85,9 +87,4 @@ def test_values_and_gradients_match_the_interpreter(programs: tuple[dp.Program, 
 def test_one_and_two_threads_are_bit_identical(programs: tuple[dp.Program, dp.Program]) -> None:
     one, two = programs
     ins = feed(2)
-    a, b = one.run(**ins), two.run(**ins)
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    (la, ga), (lb, gb) = one.value_and_grad(**ins), two.value_and_grad(**ins)
-    np.testing.assert_array_equal(la["loss"], lb["loss"])
-    np.testing.assert_array_equal(ga["x"], gb["x"])
+    assert_same_bits(one, two, ins)
