@@ -111,7 +111,6 @@ def group_kernels(
 ) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
     """The launches of ``group`` on the C++ path and the native definitions they need
     (stub name -> C++ and stub text); None when the group is not covered."""
-    from dpt_ir.backends.warp.launches import KernelSource
     from dpt_ir.backends.warp.reductions import partial_count
 
     nest = cover(graph, group)
@@ -156,23 +155,29 @@ def group_kernels(
         drv = drivers.pointwise_drivers(nest, lay, unit.args(), sig, w.uses_big, nflags, checks)
     fn, cxx = _hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
-    main = KernelSource(
-        name,
-        unit.kernel(name, fn, checks),
-        unit.launch_params(checks),
-        lay.dim,
-        group["id"],
-        dict(partials),
-        {},
-        name,
-        w.slot_base,
-        "cxx",
-    )
+    main = _launch(name, unit, fn, checks, lay.dim, group["id"], dict(partials), w.slot_base)
     if lay.parts == 1:
         return [main], natives
     final, more = _final_kernel(graph, nest, name + "_final", slots, checks, lay, partials)
     natives.update(more)
     return [main, final], natives
+
+
+def _launch(
+    name: str,
+    unit: Unit,
+    fn: str,
+    checks: bool,
+    dim: int,
+    group: str,
+    partials: dict[str, tuple[str, int]],
+    slot_base: int,
+) -> Any:
+    """The `KernelSource` of a C++ launch: its kernel calls the stub ``n_<fn>``."""
+    from dpt_ir.backends.warp.launches import KernelSource
+
+    text, params = unit.kernel(name, fn, checks), unit.launch_params(checks)
+    return KernelSource(name, text, params, dim, group, partials, {}, name, slot_base, "cxx")
 
 
 def _final_kernel(
@@ -185,8 +190,6 @@ def _final_kernel(
     partials: dict[str, tuple[str, int]],
 ) -> tuple[Any, dict[str, tuple[str, str]]]:
     """One thread per output: the partials folded in order, finalized, checked, stored."""
-    from dpt_ir.backends.warp.launches import KernelSource
-
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = [""]  # the flags' declaration, once their number is known
@@ -212,16 +215,6 @@ def _final_kernel(
     lines = [f"DP_FN void {TOKEN}_final({unit.sig()}, int* st, int sb, int t) {{", *("    " + s for s in body), "}"]
     fn, cxx = _hashed("\n".join(lines) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_final", f"{fn}_final", checks))}
-    kernel = KernelSource(
-        name,
-        unit.kernel(name, fn, checks),
-        unit.launch_params(checks),
-        nest.rows,
-        nest.group["id"],
-        {p: v for p, v in partials.items() if p in params},
-        {},
-        name,
-        w.slot_base,
-        "cxx",
-    )
+    kernel = _launch(name, unit, fn, checks, nest.rows, nest.group["id"],
+                     {p: v for p, v in partials.items() if p in params}, w.slot_base)  # fmt: skip
     return kernel, natives
