@@ -16,8 +16,9 @@ limited to [0, n - 1]); a position out of range under ``raise`` is a NumericalEr
 order of ``np.add.at``), the order the compiled scatter kernels sum in, so compiled and
 interpreted results are bit-identical. Each op's derivative is the other: take's input
 gradient is an add_at of the cotangent into zeros; add_at's gradient is the cotangent
-for ``base`` and a take of it for ``values``. The Warp lowering is data (`GatherSite`,
-`ScatterLayout`, ``table``); see docs/gather-scatter.md.
+for ``base`` and a take of it for ``values``. The lowerings are data: `GatherSite`
+(Warp-Python) and `GatherCoords` (the C++ path) for take, `ScatterLayout` for add_at,
+``table`` for index_array; see docs/gather-scatter.md.
 """
 
 from __future__ import annotations
@@ -30,7 +31,17 @@ import numpy as np
 
 from dpt_ir.errors import ContractError, NumericalError
 from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.registry import Derivative, GatherSite, GradContext, OpDef, ScatterLayout, WarpSite, register_op
+from dpt_ir.ops.indexing import Coords
+from dpt_ir.ops.registry import (
+    Derivative,
+    GatherCoords,
+    GatherSite,
+    GradContext,
+    OpDef,
+    ScatterLayout,
+    WarpSite,
+    register_op,
+)
 from dpt_ir.ops.rules import Attrs
 from dpt_ir.types import TensorType
 
@@ -140,6 +151,20 @@ def _take_site(site: WarpSite) -> GatherSite:
     return GatherSite(1, tuple(at), 0, tuple(source), axis, a[axis], site.attrs.mode)
 
 
+def _take_coords(
+    attrs: GatherAttrs, in_shapes: tuple[tuple[int, ...], ...], out_shape: tuple[int, ...], out: Coords, ext: Any
+) -> GatherCoords:
+    """`_take_site` over `Affine` forms (the C++ path): the same reads, backend-neutral."""
+    a, indices = in_shapes
+    axis, k = attrs.axis, len(indices)
+    if attrs.along:
+        at, source = out, out
+    else:
+        at = out[axis : axis + k]
+        source = (*out[:axis], idx.zero(len(ext)), *out[axis + k :])
+    return GatherCoords(1, tuple(at), 0, tuple(source), axis, a[axis], attrs.mode)
+
+
 def _take_grad(c: GradContext) -> Any:
     """Input gradient of take: the cotangent added at the positions into zeros (add_at)."""
     a = c.input_type(0)
@@ -239,6 +264,7 @@ register_op(
         infer=_infer_take,
         reference=_take_ref,
         warp_gather=_take_site,
+        gather_affine=_take_coords,
         data_dependent_reads=True,
         derivative=Derivative(formulas={0: _take_grad}, saved_inputs=(1,), nondifferentiable=(1,)),
         doc="gather along an axis at int32 positions (np.take; along: np.take_along_axis)",

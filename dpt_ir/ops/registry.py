@@ -191,6 +191,23 @@ class GatherSite:
 
 
 @dataclass(frozen=True)
+class GatherCoords:
+    """Where a gather reads for one output element, as backend-neutral `Affine` coordinate
+    forms (the C++ path; `GatherSite` is the Warp-Python form): integer input ``indices`` at
+    ``indices_at`` holds a position along axis ``axis`` (of length ``size``) of input
+    ``source``, normalised by ``mode`` as in `GatherSite`; the source's other axes are read
+    at ``source_at`` (whose entry at ``axis`` is a placeholder, replaced by the position)."""
+
+    indices: int
+    indices_at: Coords
+    source: int
+    source_at: Coords
+    axis: int
+    size: int
+    mode: str
+
+
+@dataclass(frozen=True)
 class ScatterLayout:
     """How a scatter (``out = base`` plus values added at positions) maps its elements, for
     kernels that sum each destination's sources in a fixed order (no float atomics).
@@ -323,6 +340,8 @@ class OpDef:
     - ``warp_helpers``: source of the ``@wp.func`` helpers the templates call;
     - ``warp_gather``, ``scatter``, ``table``: data-dependent reads, scatters and constant
       tables (`GatherSite`, `ScatterLayout`);
+    - ``gather_affine``: data-dependent reads on the C++ path (`GatherCoords`: `Affine`
+      forms; ``table`` serves both paths);
     - ``contraction``: batched matrix products: how they read their operands (`Contraction`).
     - ``cxx``: elementwise ops: the C++ element expression, a template with the placeholders
       of ``warp`` (``{T}`` etc. are C++ types) or a function of a `CxxSite`; helpers live in
@@ -378,6 +397,12 @@ class OpDef:
     warp_sparse: Callable[[Any, tuple[int, ...]], SparseRows] | None = None
     # Data-dependent reads (take): where the element of a `WarpSite` reads (`GatherSite`).
     warp_gather: Callable[[WarpSite], GatherSite] | None = None
+    # Data-dependent reads on the C++ path (take): from (attrs, input shapes, output shape, the
+    # output element's `Affine` coordinate forms, the loop space's extents), where it reads
+    # (`GatherCoords`); the position itself is loaded per element.
+    gather_affine: (
+        Callable[[Any, tuple[tuple[int, ...], ...], tuple[int, ...], Coords, tuple[int, ...]], GatherCoords] | None
+    ) = None
     # Scatters (kind "scatter", add_at): from (attrs, output shape, indices shape).
     scatter: Callable[[Any, tuple[int, ...], tuple[int, ...]], ScatterLayout] | None = None
     # Batched matrix products (kind "contraction", matmul): from (attrs, input shapes).

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
-from dpt_ir.backends.cxx import sites
+from dpt_ir.backends.cxx import gathers, sites
 from dpt_ir.backends.cxx.nest import C_TYPES, Nest
 from dpt_ir.backends.cxx.sites import flat_index
 from dpt_ir.errors import ContractError
@@ -87,7 +88,8 @@ class ElementWriter:
             if r.mode == "row" and r.step:
                 where += " + j" if r.step == 1 else f" + j * {r.step}"
         var = f"r{len(self.vars)}"
-        self.lines.append(f"const {C_TYPES[self.graph.types[value].dtype]} {var} = {self.param(value)}[{where}];")
+        array = gathers.table_ref(self, value) if gathers.is_table(self.graph, value) else self.param(value)
+        self.lines.append(f"const {C_TYPES[self.graph.types[value].dtype]} {var} = {array}[{where}];")
         return var
 
     def _row(self, value: str, at: Affine) -> int:
@@ -137,15 +139,17 @@ class ElementWriter:
         key = (name, sites.offset(coords, shape, ext))
         if key in self.vars:
             return self.vars[key]
-        if name not in self.nest.group["nodes"]:
+        if name not in self.nest.group["nodes"] or gathers.is_table(self.graph, name):
             self.vars[key] = self.load(*key)
             return self.vars[key]
         node = self.graph.node_map[name]
         op = node.opdef
         if op.axis_images is not None and self.edge:
             var = self._images(node, coords)
+        elif op.gather_affine is not None:
+            var = gathers.element(self, node, coords)
         else:
-            found = sites.children(self.graph, node, coords, ext, [], self._clamped)
+            found = sites.children(self.graph, node, coords, ext, [], self._fresh, len(self.space()))
             if found is None:  # cover walked the same coordinates
                 raise ContractError(f"C++ kernel {self.kernel}: {name!r} cannot be read at {coords}")
             args = tuple(self.value(i, c) for i, c in found)
@@ -179,8 +183,8 @@ class ElementWriter:
         self.lines.append(f"const {c_type} {var} = {expr};")
         return var
 
-    def _clamped(self, form: Affine, lo: int, n: int) -> Affine:
-        return self._variable(f"dp_clampi({self.render(form)} - {lo}, 0, {n - 1})", n)
+    def _fresh(self, form: Affine, n: int, cxx: Callable[[str], str]) -> Affine:
+        return self._variable(cxx(self.render(form)), n)
 
     def _select(self, node: Any, coords: Coords, args: tuple[str, ...]) -> str:
         """A join: the input whose range along the axis holds the element (each input was

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from dpt_ir.backends.cxx import gathers
 from dpt_ir.graph import Graph, Node
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords, ImageMap
@@ -68,8 +69,8 @@ def image_map(node: Node, in_shape: tuple[int, ...]) -> ImageMap:
     return op.axis_images(attrs, in_shape, tuple(node.type.shape))  # type: ignore[misc]
 
 
-# A new coordinate clamp(form - lo, 0, n - 1), in [0, n): (form, lo, n) -> its form.
-Variable = Callable[[Affine, int, int], Affine]
+# A new coordinate in [0, n): (form, n, its C++ from the C++ of form) -> its form.
+Variable = Callable[[Affine, int, Callable[[str], str]], Affine]
 
 
 def _joined(graph: Graph, node: Node, coords: Coords, variable: Variable) -> list[tuple[str, Coords]]:
@@ -78,7 +79,7 @@ def _joined(graph: Graph, node: Node, coords: Coords, variable: Variable) -> lis
     axis = join_axis(node)
     out = []
     for i, lo, n in join_ranges(graph, node):
-        q = variable(coords[axis], lo, n)
+        q = variable(coords[axis], n, lambda f, lo=lo, n=n: f"dp_clampi({f} - {lo}, 0, {n - 1})")
         out.append((i, tuple(q if a == axis else c for a, c in enumerate(coords))))
     return out
 
@@ -105,21 +106,28 @@ def children(
     space: Sequence[int],
     guards: list[Guard] | None = None,
     variable: Variable | None = None,
+    fresh_from: int | None = None,
 ) -> list[tuple[str, Coords]] | None:
     """The (input, coordinates) that ``node`` at ``coords`` reads, in order: one per input for
     elementwise ops and views, one per non-zero tap for stencils, the interior shift for
-    per-axis views (``OpDef.axis_images``: the condition of the interior goes to ``guards``).
-    None when the node cannot be evaluated there."""
+    per-axis views (``OpDef.axis_images``: the condition of the interior goes to ``guards``),
+    the indices and the source of a gather (`gathers`). New coordinates come from
+    ``variable``; ``fresh_from``: the first of them (the loop space's rank). None when the
+    node cannot be evaluated there."""
     op, out_shape = node.opdef, tuple(node.type.shape)
     shapes = [tuple(graph.types[i].shape) for i in node.inputs]
     if op.kind == "elementwise":
         return [(i, idx.aligned_coords(coords, out_shape, s)) for i, s in zip(node.inputs, shapes, strict=True)]
     if op.join_axis is not None and variable is not None:
         return _joined(graph, node, coords, variable)
+    if op.gather_affine is not None and variable is not None:
+        return gathers.children(graph, node, coords, space, variable)
     if op.arity != 1:
         return None
     if op.view_affine is not None:
         c = op.view_affine(op.parse_attrs(node.attrs, node.name), shapes[0], out_shape, coords, tuple(space))
+        if c is None:  # through a gather's position: its digits
+            c = gathers.digits(op, shapes[0], out_shape, coords, space, fresh_from, variable)
         return None if c is None else [(node.inputs[0], c)]
     if op.kind == "stencil" and op.warp_weights is not None:
         shifted = [tuple(c.shifted(d) for c, d in zip(coords, t, strict=True)) for t, _ in taps(graph, node)]
@@ -152,9 +160,9 @@ def walk(
     reads: list[Site] = []
     seen: set[Site] = set()
     stack: list[tuple[str, Coords]] = []
-    extra: list[int] = []  # extents of the joins' clamped coordinates
+    extra: list[int] = []  # extents of the new coordinates (joins, gathers)
 
-    def variable(form: Affine, lo: int, n: int) -> Affine:
+    def variable(form: Affine, n: int, cxx: Callable[[str], str]) -> Affine:
         extra.append(n)
         return idx.axis(len(space) + len(extra) - 1, len(space) + len(extra))
 
@@ -174,10 +182,10 @@ def walk(
             if site[1] != flat_index(ext):
                 return None
             continue
-        if name not in members:
+        if name not in members or gathers.is_table(graph, name):  # a table: read from its array
             reads.append(site)
             continue
-        found = children(graph, graph.node_map[name], coords, ext, guards, variable)
+        found = children(graph, graph.node_map[name], coords, ext, guards, variable, len(space))
         if found is None:
             return None
         stack += reversed(found)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.backends.cxx import kernels as cxx_kernels
+from dpt_ir.backends.cxx.gathers import raise_detail
 from dpt_ir.backends.warp.launches import (
     STATUS,
     STATUS_BASE,
@@ -255,8 +256,7 @@ class KernelWriter:
             return self.let(f"((({p}) % {size}) + {size}) % {size}", "p")
         if mode == "raise":
             if check:
-                detail = f"a position outside [{-size}, {size}) along an axis of size {size} (mode 'raise')"
-                self.flag(node, op, "domain", f"{p} < {-size} or {p} >= {size}", detail)
+                self.flag(node, op, "domain", f"{p} < {-size} or {p} >= {size}", raise_detail(size))
             p = self.let(f"wp.where({p} < 0, {p} + {size}, {p})", "p")
         return self.let(idx.clamp(p, 0, size - 1), "p")
 
