@@ -16,8 +16,9 @@ Two kinds of module are compiled ahead of time:
   cross-entropy, normalisation; forward, ``value_and_grad`` and tape pipelines) and an op
   sampler, one forward case of every op for each combination of dtypes in the op table,
   and the stencil graph of `test_cxx_stencils` (pads in every mode: edge functions and
-  their constant image tables), and the column-reduction and float64 graphs of
-  `test_cxx_columns` and `test_cxx_float64`.
+  their constant image tables), the column-reduction and float64 graphs of
+  `test_cxx_columns` and `test_cxx_float64`, and the gathers and index tables of
+  `test_cxx_gathers`.
 
 Artifacts go to a directory under Warp's kernel cache, so a later run with the same
 generated source skips NVRTC.
@@ -204,3 +205,15 @@ def test_cuda_variant_of_columns_and_float64_compiles() -> None:
         source = Path(module.__file__).read_text()
         assert "[warp]" not in source, graph.name
         compile_sm90(module)
+
+
+def test_cuda_variant_of_gathers_compiles() -> None:
+    """Gathers (positions loaded per element, every mode, reshapes read at their digits) and
+    constant index tables (``DP_CONST`` arrays) on the C++ path under NVRTC."""
+    from .test_cxx_gathers import gathers_graph
+
+    module = cuda_variant(gathers_graph(), ("x", "z"), "loss")
+    source = Path(module.__file__).read_text()
+    assert "DP_CONST int" in source and "dp_clampi(" in source
+    assert not float_atomics(source)
+    compile_sm90(module)
