@@ -145,3 +145,17 @@ def test_a_table_over_the_limit_stays_on_warp_python() -> None:
     g.output("y", dp.take(x, table))
     groups = [(s, grp) for s, grp in _groups(g.build(), ()) if grp["kind"] == "pointwise"]
     assert groups and all(cover(s, grp) is None for s, grp in groups)
+
+
+def test_a_table_in_an_epilogue_after_partials() -> None:
+    """A table read by a reduction's epilogue computed in the final kernel (a single output
+    of 76,800 elements: two CPU partials) is defined in that kernel's C++ too."""
+    g = dp.GraphBuilder("table_epilogue")
+    x = g.input("x", (R, C), "float32")
+    t = g.emit("index_array", [], table_attrs(np.array(-3, np.int32)))
+    g.output("s", dp.sum(dp.square(x)) * dp.cast(t, "float32"))
+    program = register(dp.compile(g.build(), threads=2), "cxx_gathers_epilogue")
+    kernels = program.plans["run"].kernels
+    assert {k.path for k in kernels} == {"cxx"} and any(k.name.endswith("_final") for k in kernels)
+    x_np = feed()["x"]
+    np.testing.assert_allclose(program.run(x=x_np)["s"], dp.interpret(program.graph, x=x_np)["s"], rtol=1e-6)

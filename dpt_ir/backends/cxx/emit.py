@@ -88,7 +88,8 @@ class ElementWriter:
             if r.mode == "row" and r.step:
                 where += " + j" if r.step == 1 else f" + j * {r.step}"
         var = f"r{len(self.vars)}"
-        array = gathers.table_ref(self, value) if gathers.is_table(self.graph, value) else self.param(value)
+        member_table = value in self.nest.group["nodes"] and gathers.is_table(self.graph, value)
+        array = gathers.table_ref(self, value) if member_table else self.param(value)
         self.lines.append(f"const {C_TYPES[self.graph.types[value].dtype]} {var} = {array}[{where}];")
         return var
 

@@ -39,7 +39,7 @@ TABLE_MAX = 1 << 16  # elements of a constant table written into the C++ source
 Fresh = Callable[[Affine, int, Callable[[str], str]], Affine]
 
 
-def covered(graph: Graph, node: Node) -> bool:
+def covered(node: Node) -> bool:
     """``node`` is a gather or a table small enough for the C++ path."""
     op = node.opdef
     if op.gather_affine is not None:

@@ -212,7 +212,8 @@ def _final_kernel(
     if checks and nflags:
         body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
     unit = Unit(graph, params, {*nest.roots, *nest.after}, partials)
-    lines = [f"DP_FN void {TOKEN}_final({unit.sig()}, int* st, int sb, int t) {{", *("    " + s for s in body), "}"]
+    lines = [*w.table_definitions(), f"DP_FN void {TOKEN}_final({unit.sig()}, int* st, int sb, int t) {{"]
+    lines += [*("    " + s for s in body), "}"]
     fn, cxx = _hashed("\n".join(lines) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_final", f"{fn}_final", checks))}
     kernel = _launch(name, unit, fn, checks, nest.rows, nest.group["id"],

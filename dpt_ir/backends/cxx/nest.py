@@ -150,7 +150,7 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
                 return None
             roots.append(name)
             templates[name] = t
-        elif gathers.covered(graph, node):  # gathers and constant tables (`gathers`)
+        elif gathers.covered(node):  # gathers and constant tables (`gathers`)
             continue
         elif not _is_view(op) and (op.kind != "elementwise" or op.cxx is None):
             return None
