@@ -4,7 +4,8 @@ Assumes: a scheduled graph whose ``meta["groups"]`` are fusion's groups (``kind`
 ``axes``, ``nodes`` in topological order, ``roots``, ``outputs``, ``epilogue``), and the op
 table's ``cxx`` / ``cxx_domain`` / ``cxx_reduce`` / ``view_affine`` fields. Guarantees: `cover`
 accepts a group only when every member is an elementwise op with a C++ expression, a layout
-view with affine index maps (`OpDef.view_affine`: no op is special-cased by name), or a
+view with affine index maps (`OpDef.view_affine`: no op is special-cased by name), a gather
+(`OpDef.gather_affine`) or a constant table (`OpDef.table`, see `gathers`), or a
 reduction over one contiguous block of axes with a C++ lane template (trailing axes: rows
 reduced along the inner counter; a leading or middle block: per-column accumulation over
 the rows, `Nest.columns`); every value is float32, float64,

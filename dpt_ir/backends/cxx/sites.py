@@ -5,7 +5,9 @@ element has coordinates ``c``; elementwise members read their inputs NumPy-align
 views (``OpDef.view_affine``) map their output coordinates to their input's as `Affine`
 forms, constant-weight stencils read their input at the taps' shifted coordinates, and
 per-axis views (pad, pad_adjoint: ``OpDef.axis_images``) read it at their interior shift
-under a guard (the interior's condition, for the driver's interior/edge loop split).
+under a guard (the interior's condition, for the driver's interior/edge loop split),
+joins and gathers read at new coordinates (a clamped local index, a loaded position:
+`gathers`), and constant tables are read like memory.
 Guarantees: `walk` visits every (value, coordinates) a set of seeds needs,
 iteratively, and returns the memory reads as (value, flat offset form); a value is
 identified by its flat offset (two maps with one offset are the same element: a
