@@ -12,8 +12,7 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,6 @@ from dpt_ir.passes.options import CompileOptions
 from .harness import float_atomics
 from .test_cuda_aot import compile_sm90, cuda_variant
 
-ROOT = Path(__file__).resolve().parents[2]
 # (a shape, b shape, transpose_a, transpose_b): sizes that are not multiples of the tiles.
 PRODUCTS = [
     ((33, 17), (17, 65), False, False),
@@ -85,59 +83,57 @@ def test_cuda_launches_are_whole_blocks() -> None:
     assert all(k.dim % BLOCK == 0 for k in launches)  # every thread of a block reaches each barrier
 
 
+@dataclass
+class Replay:
+    """The exported CUDA plan of `_graph`'s products, replayed on the CPU by both host builds
+    of its ``kernels.cu`` (`benchmarks.gpu_check.Host`: CPU drivers, CUDA drivers), on finite
+    inputs (``results``, ``raised``) and with an infinite operand (``raised_inf``)."""
+
+    results: dict[bool, dict[str, np.ndarray]]
+    raised: dict[bool, list[int]]
+    raised_inf: dict[bool, list[int]]
+    bad: dict[bool, list[str]]
+    status: list[dict[str, str]]
+
+
 @pytest.fixture(scope="module")
-def dry(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """Every product in float32, the first three in float64, exported for CUDA and replayed
-    on the CPU (both driver builds); then the same bundle with an infinite operand."""
+def replay(tmp_path_factory: pytest.TempPathFactory) -> Replay:
+    """Every product in float32, the first three in float64 (one export, two host builds)."""
+    from benchmarks import gpu_check
+    from benchmarks.gpu_bundle_io import inputs_of, load
+
     counts = {"float32": len(PRODUCTS), "float64": 3}
     graph, feed = _graph(counts, loss=False)
     program = dp.compile(graph, device="cpu")
     folder = tmp_path_factory.mktemp("matmul_bundle")
     program.export_cuda(str(folder / "ok"), inputs=feed)
-    bad = {**feed, "float32_a0": np.full_like(feed["float32_a0"], np.inf)}
-    program.export_cuda(str(folder / "inf"), inputs=bad)
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry", "--rounds", "1", str(folder / "ok")],
-        capture_output=True,
-        text=True,
-    )
-    return run, folder
-
-
-def test_cuda_and_cpu_drivers_replayed_on_the_cpu_equal_the_reference(
-    dry: tuple[subprocess.CompletedProcess[str], Path],
-) -> None:
-    run, _ = dry
-    assert run.returncode == 0, run.stdout + run.stderr
-    lines = [line for line in run.stdout.splitlines() if " run [" in line]
-    assert len(lines) == 2 and all(line.startswith("ok") for line in lines), run.stdout
-
-
-def test_cuda_host_replay_is_bit_identical_to_the_cpu_plan(dry: tuple[subprocess.CompletedProcess[str], Path]) -> None:
-    """The CUDA drivers (host build) give the CPU program's bits: one summation order."""
-    _, folder = dry
-    from benchmarks import gpu_check
-    from benchmarks.gpu_bundle_io import inputs_of, load
-
     doc, ref, source = load(folder / "ok")
+    (plan,) = doc["plans"]
     data = inputs_of(doc, ref, folder / "ok")
-    (plan,) = [p for p in doc["plans"] if p["name"] == "run"]
-    results = {}
+    inf = {**data, "float32_a0": np.full_like(data["float32_a0"], np.inf)}
+    out = Replay({}, {}, {}, {}, doc["status"])
     for cuda in (False, True):
         be = gpu_check.Host(source, cuda, folder)
-        out, _, _ = gpu_check.run_plan(be, plan, data)
-        results[cuda] = {k: be.host(v) for k, v in out.items()}
-    assert results[False].keys() == results[True].keys() and results[False]
-    for key, value in results[False].items():
-        assert np.array_equal(value, results[True][key]), key
+        results, out.raised[cuda], _ = gpu_check.run_plan(be, plan, data)
+        out.results[cuda] = {k: np.array(v) for k, v in results.items()}
+        out.bad[cuda] = gpu_check.compare(plan, results, ref, doc["tolerance"])
+        out.raised_inf[cuda] = gpu_check.run_plan(be, plan, inf)[1]
+    return out
 
 
-def test_a_nonfinite_product_raises_its_flag(dry: tuple[subprocess.CompletedProcess[str], Path]) -> None:
-    _, folder = dry
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry", "--rounds", "1", str(folder / "inf")],
-        capture_output=True,
-        text=True,
-    )
-    raised = [line for line in run.stdout.splitlines() if "status word raised" in line]
-    assert len(raised) == 2 and all("matmul" in line for line in raised), run.stdout + run.stderr
+def test_cuda_and_cpu_drivers_replayed_on_the_cpu_equal_the_reference(replay: Replay) -> None:
+    for cuda in (False, True):
+        assert len(replay.results[cuda]) == sum((len(PRODUCTS), 3)), cuda
+        assert not replay.bad[cuda] and not replay.raised[cuda], (cuda, replay.bad[cuda], replay.raised[cuda])
+
+
+def test_cuda_host_replay_is_bit_identical_to_the_cpu_drivers(replay: Replay) -> None:
+    """The CUDA drivers (host build) give the CPU drivers' bits: one summation order."""
+    for key, value in replay.results[False].items():
+        assert np.array_equal(value, replay.results[True][key]), key
+
+
+def test_a_nonfinite_product_raises_its_flag(replay: Replay) -> None:
+    for cuda in (False, True):
+        (slot,) = replay.raised_inf[cuda]
+        assert "matmul" in replay.status[slot]["message"], replay.status[slot]

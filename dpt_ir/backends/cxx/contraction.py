@@ -147,8 +147,8 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
     nothing."""
     ct = p.ct
     tm, tn = (TILE, TILE) if cuda else (TM, TN)
-    blocks_n = -(-ct.n // tn)
-    per_batch = -(-ct.m // tm) * blocks_n
+    blocks_n = max(1, -(-ct.n // tn))  # >= 1: an empty product launches nothing, but its text still compiles
+    per_batch = max(1, -(-ct.m // tm) * blocks_n)
     task = [f"if (t % {BLOCK} != 0) return;", f"const int task = t / {BLOCK};"] if cuda else ["const int task = t;"]
     body = [
         *task,
@@ -216,7 +216,7 @@ def _tile_load(ct: Contraction, c_type: str) -> str:
 def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
     """Thread ``t``: output element ``(ty, tx)`` of tile ``t / BLOCK`` (see the module docstring)."""
     ct, t_ = p.ct, p.c_type
-    grid_m, grid_n = -(-ct.m // TILE), -(-ct.n // TILE)
+    grid_m, grid_n = max(1, -(-ct.m // TILE)), max(1, -(-ct.n // TILE))  # >= 1, as in `cpu_driver`
     device = "defined(__CUDACC__) || defined(__CUDACC_RTC__)"
     body = [
         f"const int blk = t / {BLOCK}, lane = t % {BLOCK};",
