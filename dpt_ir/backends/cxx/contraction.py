@@ -26,8 +26,8 @@ and CUDA drivers and any thread count give the same bits; no atomics.
   so loads coalesce for either transpose flag; past an edge the tile holds 0), then
   ``__syncthreads()``, then adds the tile's products ``p`` ascending (only ``p < k``: padding
   adds nothing), then ``__syncthreads()``. Launch: ``dim`` = blocks x `BLOCK` with blocks of
-  `BLOCK` threads (Warp's default ``block_dim`` and the export's), so every thread of a block
-  reaches each barrier. Built as host C++ with ``DP_CUDA`` (the export's ``--dry`` replay,
+  `BLOCK` threads (Warp's default ``block_dim`` and the export's; another block size traps),
+  so every thread of a block reaches each barrier. Built as host C++ with ``DP_CUDA`` (the export's ``--dry`` replay,
   which runs one task at a time), each thread performs its whole block's tile loads itself
   (the same load code for every thread index) and skips the barriers: the same addressing,
   bounds and order, without the sharing.
@@ -225,6 +225,7 @@ def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
         f"const int i0 = (tile / {grid_n}) * {TILE}, j0 = (tile % {grid_n}) * {TILE};",
         *_bases(ct, "bt"),
         f"#if {device}",
+        f"if (blockDim.x != {BLOCK}) __trap();  // the tile mapping and the barriers need whole blocks of {BLOCK}",
         f"__shared__ {t_} As[{TILE * PAD}];",
         f"__shared__ {t_} Bs[{TILE * PAD}];",
         "#else",
