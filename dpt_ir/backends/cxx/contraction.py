@@ -63,10 +63,6 @@ class Plan:
     c_type: str
     dim: int
 
-    @property
-    def batches(self) -> int:
-        return math.prod(self.ct.batch)
-
 
 def contraction_of(graph: Graph, root: str) -> Contraction:
     """The `Contraction` of node ``root`` (its op's layout for its attributes and input shapes)."""
