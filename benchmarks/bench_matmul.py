@@ -5,15 +5,16 @@
 In one process, for N x N operands in float64 and float32:
 
 1. dpt_ir: ``Program.value_and_grad`` (the product and both gradients, ``s @ b.T`` and
-   ``a.T @ s``: three of the CPU's fixed-order loop kernels, float32 summed in float64);
+   ``a.T @ s``: three launches of the C++ contraction driver, float32 summed in float64 in
+   one fixed order);
 2. NumPy: the same three products with ``np.matmul`` (BLAS) and the loss.
 
 The gradients are checked against each other first. Rounds interleave the contenders in
 rotating order after one warm-up (`benchmarks.rounds.measure`); each reports the median
 wall time and the median CPU time of the calling thread, and the median per-round ratios.
 With one thread each (``--threads 1`` and a single-threaded BLAS, as above) the CPU time
-is all of the work and does not depend on what else the machine runs. dpt_ir's CPU loops
-are coverage, not BLAS speed: the ratio says how far they are from it.
+is all of the work and does not depend on what else the machine runs. dpt_ir's kernels sum
+in float64 in one fixed order, BLAS in the operands' precision in its own: the ratio says what that costs.
 """
 
 from __future__ import annotations

@@ -1,26 +1,26 @@
-"""The CUDA kernels of ``matmul`` (`dpt_ir.backends.warp.matmul.cuda_kernel`), without a GPU.
+"""The CUDA driver of ``matmul`` (`dpt_ir.backends.cxx.contraction.cuda_driver`), without a GPU.
 
 - The module ``dp.compile`` would generate for a GPU (forward, ``value_and_grad`` and tape
-  pipelines) holds one ``wp.tile_matmul`` kernel per product, no float atomic, and builds
-  for sm_90 with NVRTC.
-- The same tile kernels, built for the CPU (Warp runs a tile kernel's block as one thread
-  there), equal the interpreter for odd sizes, batch broadcasting, vectors and transpose
-  flags: this runs the padding, masking and tile-walking logic the GPU would run.
+  pipelines) holds only C++ launches for the products, of whole blocks of 256 threads, with
+  shared tiles and barriers and no float atomic, and builds for sm_90 with NVRTC.
+- The CUDA plan exported and replayed on the CPU (``gpu_check.py --dry``): the CUDA drivers
+  built as host C++ (each thread doing its block's tile loads itself: the same addressing,
+  bounds and k-tile walk) and the CPU drivers over the CUDA partition equal the reference for
+  odd sizes, batch broadcasting, vectors and transpose flags, and equal each other bit for bit
+  (the documented order); a non-finite product raises the node's status flag.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import warp as wp
+import pytest
 
 import dpt_ir as dp
-from dpt_ir.backends.warp import codegen
-from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE
-from dpt_ir.backends.warp.matmul import BLOCK_DIM
-from dpt_ir.backends.warp.module import cache_root, content_key, import_source
-from dpt_ir.passes.manager import run_pipeline
+from dpt_ir.backends.cxx.contraction import BLOCK
+from dpt_ir.export.cuda import cuda_plans
 from dpt_ir.passes.options import CompileOptions
 
 from .harness import float_atomics
@@ -34,6 +34,8 @@ PRODUCTS = [
     ((5,), (3, 5, 2), False, False),
     ((4, 7), (7,), False, False),
     ((6,), (6,), False, False),
+    ((20, 40), (18, 40), False, True),
+    ((40, 20), (40, 18), True, False),
 ]
 
 
@@ -56,52 +58,82 @@ def _graph(products: dict[str, int], loss: bool = True) -> tuple[dp.Graph, dict[
     return g.build(), feed
 
 
-def test_cuda_module_holds_tile_kernels_and_compiles_for_sm90() -> None:
-    """Two products (odd sizes; transposes with a broadcast batch) and their gradients: NVRTC
-    takes about a second per distinct tile kernel, so the others are left to the CPU run below
-    and the op sampler of test_cuda_aot.py."""
+def test_cuda_module_holds_cxx_tile_drivers_and_compiles_for_sm90() -> None:
+    """Two products (odd sizes; transposes with a broadcast batch) and their gradients."""
     products = 2
     graph, _ = _graph({"float32": products})
     wrt = tuple(f"float32_{x}{k}" for k in range(products) for x in "ab")
     module = cuda_variant(graph, wrt, "loss")
     source = Path(module.__file__).read_text()
     # Launches (one comment line each): run: one per product; value_and_grad and tape: the
-    # product and its two gradients. Equal kernel texts are defined once.
-    assert source.count("] contraction over") == 7 * products, source.count("] contraction over")
-    assert source.count("wp.tile_matmul(") >= 3 * products  # at least each product's three kernels
-    assert "wp.zeros(shape=" not in source  # none of the CPU loop kernels
+    # product and its two gradients, every one on the C++ path.
+    lines = [line for line in source.splitlines() if "] contraction over" in line]
+    assert len(lines) == 7 * products and all(": [cxx] " in line for line in lines), lines
+    assert "wp.tile_" not in source  # no Warp tiles left: the C++ driver shares its own tiles
+    assert source.count("__syncthreads();") >= 2 * 3 * products and "__shared__ float As" in source
     assert not float_atomics(source)
     compile_sm90(module)
 
 
-def test_tile_kernels_equal_the_interpreter_on_the_cpu() -> None:
-    """Every product in float32 (tiles converted to float64), the odd one in float64 too
-    (clang takes about a second per tile kernel)."""
-    counts = {"float32": len(PRODUCTS), "float64": 1}
+def test_cuda_launches_are_whole_blocks() -> None:
+    graph, _ = _graph({"float32": len(PRODUCTS)}, loss=False)
+    build = cuda_plans(graph, {"run": CompileOptions()}, True)
+    launches = build.kernels["run"]
+    assert len(launches) == len(PRODUCTS) and all(k.path == "cxx" for k in launches)
+    assert all(k.dim % BLOCK == 0 for k in launches)  # every thread of a block reaches each barrier
+
+
+@dataclass
+class Replay:
+    """The exported CUDA plan of `_graph`'s products, replayed on the CPU by both host builds
+    of its ``kernels.cu`` (`benchmarks.gpu_check.Host`: CPU drivers, CUDA drivers), on finite
+    inputs (``results``, ``raised``) and with an infinite operand (``raised_inf``)."""
+
+    results: dict[bool, dict[str, np.ndarray]]
+    raised: dict[bool, list[int]]
+    raised_inf: dict[bool, list[int]]
+    bad: dict[bool, list[str]]
+    status: list[dict[str, str]]
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory: pytest.TempPathFactory) -> Replay:
+    """Every product in float32, the first three in float64 (one export, two host builds)."""
+    from benchmarks import gpu_check
+    from benchmarks.gpu_bundle_io import inputs_of, load
+
+    counts = {"float32": len(PRODUCTS), "float64": 3}
     graph, feed = _graph(counts, loss=False)
-    plan = run_pipeline(graph, CompileOptions()).graph
-    source = codegen.generate({"run": plan}, graph.name, "CUDA tile kernels run on the CPU", True, "cuda")
-    module = import_source(source.text, cache_root() / "cuda_variants", f"dpt_ir_cuda_{content_key(source.text)}")
-    expected = dp.interpret(graph, **feed)
-    roots = {g["id"]: g["roots"][0] for g in plan.meta["groups"] if g["kind"] == "contraction"}
-    products = [k for k in source.kernels if k.group in roots]
-    assert len(products) == sum(counts.values())
-    for launch in products:
-        value = roots[launch.group]
-        node = plan.node_map[value]
-        dtype = node.type.dtype
-        buffers = {v: wp.array(feed[v].ravel(), device="cpu") for v in node.inputs}
-        buffers[value] = wp.zeros(node.type.size, dtype=wp.dtype_from_numpy(np.dtype(dtype)), device="cpu")
-        buffers[STATUS] = wp.zeros(len(source.slots) + 1, dtype=wp.int32, device="cpu")
-        args = [launch.status_base if p == STATUS_BASE else buffers[p] for p in launch.params]
-        # On the CPU a block is one thread: one launch index per tile, not BLOCK_DIM.
-        wp.launch(getattr(module, launch.function), dim=launch.dim // BLOCK_DIM, inputs=args, device="cpu")
-        name = next(o.name for o in graph.outputs if o.value == value)
-        got = buffers[value].numpy().reshape(node.type.shape)
-        tol = 1e-12 if dtype == "float64" else 1e-6
-        np.testing.assert_allclose(got, expected[name], rtol=tol, atol=tol, err_msg=name)
-        assert not buffers[STATUS].numpy().any(), name
-        # A non-finite result raises the node's flag in the launch's slot of the status word.
-        buffers[node.inputs[0]].fill_(float("inf"))
-        wp.launch(getattr(module, launch.function), dim=launch.dim // BLOCK_DIM, inputs=args, device="cpu")
-        assert buffers[STATUS].numpy()[launch.status_base] == 1, name
+    program = dp.compile(graph, device="cpu")
+    folder = tmp_path_factory.mktemp("matmul_bundle")
+    program.export_cuda(str(folder / "ok"), inputs=feed)
+    doc, ref, source = load(folder / "ok")
+    (plan,) = doc["plans"]
+    data = inputs_of(doc, ref, folder / "ok")
+    inf = {**data, "float32_a0": np.full_like(data["float32_a0"], np.inf)}
+    out = Replay({}, {}, {}, {}, doc["status"])
+    for cuda in (False, True):
+        be = gpu_check.Host(source, cuda, folder)
+        results, out.raised[cuda], _ = gpu_check.run_plan(be, plan, data)
+        out.results[cuda] = {k: np.array(v) for k, v in results.items()}
+        out.bad[cuda] = gpu_check.compare(plan, results, ref, doc["tolerance"])
+        out.raised_inf[cuda] = gpu_check.run_plan(be, plan, inf)[1]
+    return out
+
+
+def test_cuda_and_cpu_drivers_replayed_on_the_cpu_equal_the_reference(replay: Replay) -> None:
+    for cuda in (False, True):
+        assert len(replay.results[cuda]) == sum((len(PRODUCTS), 3)), cuda
+        assert not replay.bad[cuda] and not replay.raised[cuda], (cuda, replay.bad[cuda], replay.raised[cuda])
+
+
+def test_cuda_host_replay_is_bit_identical_to_the_cpu_drivers(replay: Replay) -> None:
+    """The CUDA drivers (host build) give the CPU drivers' bits: one summation order."""
+    for key, value in replay.results[False].items():
+        assert np.array_equal(value, replay.results[True][key]), key
+
+
+def test_a_nonfinite_product_raises_its_flag(replay: Replay) -> None:
+    for cuda in (False, True):
+        (slot,) = replay.raised_inf[cuda]
+        assert "matmul" in replay.status[slot]["message"], replay.status[slot]

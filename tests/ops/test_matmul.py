@@ -1,19 +1,25 @@
 """`dp.matmul` and ``@`` (`dpt_ir.linalg`, the ``matmul`` op) against ``np.matmul``: values
 for 2-D, batched (broadcast), 1-D and odd-sized operands, interpreter gradients against
 central finite differences (float64) and the analytic ``gy @ b.T`` / ``a.T @ gy``, compiled
-(CPU loop kernels) against interpreted (one program for every shape, float64 and
-float32), one contraction kernel per product (forward, and one per gradient), bit-identical
-runs and thread counts with no atomics, and the ContractErrors of bad shapes. The CUDA tile
-kernels are checked in tests/backend/test_matmul_cuda.py."""
+(the C++ path's CPU drivers) against interpreted (one program for every shape, float64 and
+float32), float32 products bit for bit in the documented summation order, the CPU micro
+kernel vectorised (an object-file census), one contraction kernel per product (forward,
+and one per gradient) on the C++ path, bit-identical runs and thread counts with no
+atomics, and the ContractErrors of bad shapes. The CUDA driver is checked in
+tests/backend/test_matmul_cuda.py."""
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 
 import numpy as np
 import pytest
 
 import dpt_ir as dp
+from dpt_ir.passes.options import CompileOptions
+from tests.backend.test_vectorised import OBJDUMP, build, generated
 
 SHAPES = [
     ((3, 4), (4, 5)),
@@ -144,6 +150,39 @@ def test_each_product_is_one_contraction_kernel(
     assert any("an operand of the contraction" in r for r in reasons), reasons
 
 
+def _in_order(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.matmul`` of float32 operands in the kernels' documented order: one float64 sum per
+    element, ``p`` ascending (a float32 product is exact in float64, so ``s + a_p * b_p`` is
+    the kernels' ``fma(a_p, b_p, s)``), rounded once to float32."""
+    x = a.astype(np.float64)[None, :] if a.ndim == 1 else a.astype(np.float64)
+    y = b.astype(np.float64)[:, None] if b.ndim == 1 else b.astype(np.float64)
+    s = np.zeros(np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) + (x.shape[-2], y.shape[-1]))
+    for p in range(x.shape[-1]):
+        s = s + x[..., :, p : p + 1] * y[..., p : p + 1, :]
+    s = s[..., 0, :] if a.ndim == 1 else s
+    return (s[..., 0] if b.ndim == 1 else s).astype(np.float32)
+
+
+def test_float32_products_are_the_documented_order_bit_for_bit(
+    compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
+) -> None:
+    _, feed, _, program = compiled
+    out, _ = program.value_and_grad(**feed)  # the products of the forward (`run` would build another module)
+    for k in FLOAT32_SHAPES:
+        want = _in_order(feed[f"float32_a{k}"], feed[f"float32_b{k}"])
+        assert np.array_equal(out[f"float32_o{k}"], want), k
+
+
+def test_every_product_takes_the_cxx_path(
+    compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
+) -> None:
+    program = compiled[3]
+    for name, plan in program.plans.items():
+        groups = {g["id"] for g in plan.graph.meta["groups"] if g["kind"] == "contraction"}
+        paths = {k.name: k.path for k in plan.kernels if k.group in groups}
+        assert paths and set(paths.values()) == {"cxx"}, (name, paths)
+
+
 def test_bit_identical_runs_and_thread_counts(
     compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
 ) -> None:
@@ -158,6 +197,20 @@ def test_bit_identical_runs_and_thread_counts(
                 assert np.array_equal(got[name], value), name
     for module in program.modules.values():  # one generated module per plan
         assert "atomic" not in module.text, module.name
+
+
+@pytest.mark.skipif(OBJDUMP is None, reason="needs objdump or llvm-objdump for the census")
+def test_cpu_micro_kernel_is_vectorised() -> None:
+    """The CPU driver's micro kernel, built at the shipped -O2, keeps its 4 x 8 accumulators
+    in ymm registers: packed float64 FMAs (the 8 per step of ``p``, unrolled: 64 counted, and
+    no scalar ``vfmadd..sd``). A scalar micro kernel would have none."""
+    g = dp.GraphBuilder("matmul_census")
+    a, b = g.input("a", (64, 64), "float32"), g.input("b", (64, 64), "float32")
+    g.output("c", a @ b)
+    obj = build(generated(g.build(), CompileOptions()), "matmul")
+    out = subprocess.run([str(OBJDUMP), "-d", "--no-show-raw-insn", str(obj)], capture_output=True, text=True)
+    fmas = len(re.findall(r"vfmadd\d+pd\s+%ymm", out.stdout))
+    assert fmas >= 32, fmas
 
 
 BAD = [

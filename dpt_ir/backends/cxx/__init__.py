@@ -6,8 +6,8 @@ branch-free float32 math header (see its opening comment and ``docs/math.md``), 
 be put in a Warp module's CPU and CUDA preambles (``wp.ModuleBuildOptions``); the text is
 read once per process. The C++ path of the code generator lives in this package: `nest`
 (which groups it covers and how they read), `emit` (element functions), `drivers` (CPU and
-CUDA drivers), `kernels` (the Warp stubs and kernels around them) and `tasks` (the CPU
-thread pool); see ``docs/backend.md``.
+CUDA drivers), `contraction` (matrix products' CPU and CUDA drivers), `kernels` (the Warp
+stubs and kernels around them) and `tasks` (the CPU thread pool); see ``docs/backend.md``.
 """
 
 from __future__ import annotations

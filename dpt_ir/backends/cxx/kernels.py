@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from dpt_ir.backends.cxx import columns, drivers
+from dpt_ir.backends.cxx import columns, contraction, drivers
 from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
 from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
 from dpt_ir.graph import Graph
@@ -113,6 +113,8 @@ def group_kernels(
     (stub name -> C++ and stub text); None when the group is not covered."""
     from dpt_ir.backends.warp.reductions import partial_count
 
+    if group.get("kind") == "contraction":  # a matrix product: its own drivers (`contraction`)
+        return contraction.contraction_kernels(graph, group, name, slots, checks, device)
     nest = cover(graph, group)
     if nest is None:
         return None

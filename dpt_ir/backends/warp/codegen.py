@@ -599,11 +599,6 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
 
                 ks, hs = scatter_kernels(graph, group, name, slots, checks, device)
                 helpers += [h for h in hs if h not in helpers]
-            elif group["kind"] == "contraction":
-                from dpt_ir.backends.warp.matmul import matmul_kernels  # builds on this module
-
-                ks, hs = matmul_kernels(graph, group, name, slots, checks, device)
-                helpers += [h for h in hs if h not in helpers]
             else:
                 ks, hs = pointwise_kernel(graph, group, name, slots, checks, device)
                 helpers += [h for h in hs if h not in helpers]

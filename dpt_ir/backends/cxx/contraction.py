@@ -1,0 +1,280 @@
+"""The C++ lowering of contraction groups (``matmul``): a packed, register-blocked CPU driver and
+a shared-memory tiled CUDA driver, one C++ unit for both devices.
+
+Assumes: a fusion group of kind ``contraction``: one node whose op has a `Contraction`
+(``OpDef.contraction``: where each output element reads), float32 or float64, reading two
+materialised row-major operands (fusion writes them first) and writing its output; flat
+buffers, as every generated kernel binds them. No op is named here: the layout is the op's data.
+
+Guarantees: every output element ``C[b, i, j]`` is summed by one task or thread, in float64,
+in one order, the **reference order**: ``s = 0; for p = 0 .. k-1: s = fma(a_p, b_p, s)``, then
+``C = (T) s`` (``a_p = A[b, i, p]``, ``b_p = B[b, p, j]`` widened to double; a float32 product
+is exact in double, so for float32 this is also ``s + a_p * b_p`` rounded per step). The CPU
+and CUDA drivers and any thread count give the same bits; no atomics.
+
+- CPU (`cpu_driver`): a task is an output block of `TM` x `TN` of one batch. It walks ``k``
+  in chunks of `KC`: packs the chunk's `TM` rows of A and `TN` columns of B as doubles,
+  zero-padded to whole micro tiles (contiguous, in the order the micro kernel reads them),
+  and runs a `MR` x `NR` micro kernel per micro tile: ``MR * NR`` double accumulators in
+  registers, ``p`` ascending, one broadcast of A and ``NR`` contiguous B values per step (the
+  loop over columns is the vectorised one). Accumulators cross chunks through a task-local
+  double buffer (exact), so chunking does not change the order. Padded rows and columns are
+  never stored. The partition depends on the shapes only (`Plan`): tasks split over threads.
+- CUDA (`cuda_driver`): a block of `BLOCK` threads per `TILE` x `TILE` output tile, one thread
+  per output element. Per ``k`` tile, each thread loads one element of the A tile and one of
+  the B tile into shared memory (the thread index runs along the operand's contiguous axis,
+  so loads coalesce for either transpose flag; past an edge the tile holds 0), then
+  ``__syncthreads()``, then adds the tile's products ``p`` ascending (only ``p < k``: padding
+  adds nothing), then ``__syncthreads()``. Launch: ``dim`` = blocks x `BLOCK` with blocks of
+  `BLOCK` threads (Warp's default ``block_dim`` and the export's; another block size traps),
+  so every thread of a block reaches each barrier. Built as host C++ with ``DP_CUDA`` (the export's ``--dry`` replay,
+  which runs one task at a time), each thread performs its whole block's tile loads itself
+  (the same load code for every thread index) and skips the barriers: the same addressing,
+  bounds and order, without the sharing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dpt_ir.backends.cxx.emit import TOKEN
+from dpt_ir.backends.cxx.nest import C_TYPES
+from dpt_ir.errors import ContractError
+from dpt_ir.graph import Graph, origin_of
+from dpt_ir.ops.registry import Contraction
+
+TM, TN = 32, 32  # CPU: a task's output block
+MR, NR = 4, 8  # CPU: the micro tile, MR x NR double accumulators (8 AVX2 registers)
+KC = 128  # CPU: the k chunk packed at a time (A and B panels of TM x KC and KC x TN doubles)
+TILE = 16  # CUDA: output tile edge and k tile, one thread per output element
+BLOCK = TILE * TILE  # CUDA: threads per block
+PAD = TILE + 1  # CUDA: a shared tile's row pitch (no bank conflicts on column reads)
+INT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a contraction's drivers are generated from: the layout, the element type, and the
+    launch size on the device (CPU: tasks; CUDA: threads, whole blocks)."""
+
+    ct: Contraction
+    c_type: str
+    dim: int
+
+
+def contraction_of(graph: Graph, root: str) -> Contraction:
+    """The `Contraction` of node ``root`` (its op's layout for its attributes and input shapes)."""
+    node = graph.node_map[root]
+    op = node.opdef
+    if op.contraction is None:
+        raise ContractError(f"node {root!r}: expected an op with a contraction layout, found op {op.name!r}")
+    attrs = op.parse_attrs(node.attrs, root)
+    return op.contraction(attrs, tuple(graph.types[i].shape for i in node.inputs))
+
+
+def plan(graph: Graph, root: str, device: str) -> Plan:
+    """The `Plan` of ``root`` on ``device``; ContractError when a buffer or the launch would
+    overflow the drivers' 32-bit indices."""
+    ct = contraction_of(graph, root)
+    dtype = graph.types[root].dtype
+    if dtype not in ("float32", "float64"):
+        raise ContractError(f"node {root!r}: a contraction needs float32 or float64, found {dtype}")
+    batches = math.prod(ct.batch)
+    if device == "cpu":
+        dim = batches * -(-ct.m // TM) * -(-ct.n // TN)
+    else:
+        dim = batches * -(-ct.m // TILE) * -(-ct.n // TILE) * BLOCK
+    sizes = [graph.types[v].size for v in (*graph.node_map[root].inputs, root)]
+    if max(*sizes, dim) > INT_MAX:
+        raise ContractError(
+            f"node {root!r}: a contraction's buffers and launch must stay below 2^31 elements, found "
+            f"sizes {sizes} and a launch of {dim}"
+        )
+    return Plan(ct, C_TYPES[dtype], dim)
+
+
+def _bases(ct: Contraction, bt: str) -> list[str]:
+    """Statements setting ``ab`` / ``bb``, the flat offsets of batch ``bt``'s matrices."""
+    out = [f"int q = {bt}; (void)q;"]
+    a_terms, b_terms = [], []
+    for d in reversed(range(len(ct.batch))):
+        out.append(f"const int e{d} = q % {ct.batch[d]}; q /= {ct.batch[d]};")
+        a_terms += [f"e{d} * {ct.a_batch[d]}"] if ct.a_batch[d] else []
+        b_terms += [f"e{d} * {ct.b_batch[d]}"] if ct.b_batch[d] else []
+    out.append(f"const int ab = {' + '.join(a_terms) or '0'};")
+    out.append(f"const int bb = {' + '.join(b_terms) or '0'};")
+    return out
+
+
+def _store(checks: bool) -> list[str]:
+    """Store ``v`` (the rounded sum) at output offset ``co`` and OR its non-finite test into ``bad``."""
+    return ["a2[co] = v;", *(["bad |= dp_nonfinite(v);"] if checks else [])]
+
+
+def _status(checks: bool) -> list[str]:
+    return ["if (bad) st[sb] = 1;"] if checks else ["(void)bad; (void)st; (void)sb;"]
+
+
+def micro_kernel() -> str:
+    """``MR x NR`` accumulators (``acc``, row-major) advanced over ``kc`` packed steps:
+    ``ap[p * MR + r]`` and ``bp[p * NR + c]``, ``p`` ascending."""
+    return f"""DP_FN void {TOKEN}_micro(const double* __restrict__ ap, const double* __restrict__ bp, int kc,
+                              double* __restrict__ acc) {{
+    double s[{MR}][{NR}];
+    for (int r = 0; r < {MR}; ++r)
+        for (int c = 0; c < {NR}; ++c) s[r][c] = acc[r * {NR} + c];
+    for (int p = 0; p < kc; ++p) {{
+        for (int r = 0; r < {MR}; ++r) {{
+            const double av = ap[p * {MR} + r];
+            for (int c = 0; c < {NR}; ++c) s[r][c] = dp_fma_d(av, bp[p * {NR} + c], s[r][c]);
+        }}
+    }}
+    for (int r = 0; r < {MR}; ++r)
+        for (int c = 0; c < {NR}; ++c) acc[r * {NR} + c] = s[r][c];
+}}"""
+
+
+def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
+    """Task ``t``: the `TM` x `TN` output block of one batch (see the module docstring). Built
+    for a CUDA launch (``cuda``: the export's CPU replay of a CUDA plan), task ``t`` is a CUDA
+    thread: the first thread of each block computes the block's `TILE` x `TILE` tile, the others
+    nothing."""
+    ct = p.ct
+    tm, tn = (TILE, TILE) if cuda else (TM, TN)
+    blocks_n = max(1, -(-ct.n // tn))  # >= 1: an empty product launches nothing, but its text still compiles
+    per_batch = max(1, -(-ct.m // tm) * blocks_n)
+    task = [f"if (t % {BLOCK} != 0) return;", f"const int task = t / {BLOCK};"] if cuda else ["const int task = t;"]
+    body = [
+        *task,
+        f"const int bt = task / {per_batch}, rem = task % {per_batch};",
+        f"const int i0 = (rem / {blocks_n}) * {tm}, j0 = (rem % {blocks_n}) * {tn};",
+        f"const int mr = {ct.m} - i0 < {tm} ? {ct.m} - i0 : {tm};",
+        f"const int nc = {ct.n} - j0 < {tn} ? {ct.n} - j0 : {tn};",
+        f"const int mt = (mr + {MR - 1}) / {MR}, nt = (nc + {NR - 1}) / {NR};",
+        *_bases(ct, "bt"),
+        f"double acc[{tm * tn}];",
+        f"for (int e = 0; e < {tm * tn}; ++e) acc[e] = 0.0;",
+        f"double ap[{tm * KC}];",
+        f"double bp[{KC * tn}];",
+        f"for (int p0 = 0; p0 < {ct.k}; p0 += {KC}) {{",
+        f"    const int kc = {ct.k} - p0 < {KC} ? {ct.k} - p0 : {KC};",
+        "    for (int mi = 0; mi < mt; ++mi)",
+        "        for (int p = 0; p < kc; ++p)",
+        f"            for (int r = 0; r < {MR}; ++r) {{",
+        f"                const int i = mi * {MR} + r;",
+        f"                ap[(mi * {KC} + p) * {MR} + r] = i < mr ? "
+        f"(double)a0[ab + (i0 + i) * {ct.a_row} + (p0 + p) * {ct.a_col}] : 0.0;",
+        "            }",
+        "    for (int nj = 0; nj < nt; ++nj)",
+        "        for (int p = 0; p < kc; ++p)",
+        f"            for (int c = 0; c < {NR}; ++c) {{",
+        f"                const int j = nj * {NR} + c;",
+        f"                bp[(nj * {KC} + p) * {NR} + c] = j < nc ? "
+        f"(double)a1[bb + (p0 + p) * {ct.b_row} + (j0 + j) * {ct.b_col}] : 0.0;",
+        "            }",
+        "    for (int mi = 0; mi < mt; ++mi)",
+        "        for (int nj = 0; nj < nt; ++nj)",
+        f"            {TOKEN}_micro(ap + mi * {KC * MR}, bp + nj * {KC * NR}, kc, "
+        f"acc + (mi * {tn // NR} + nj) * {MR * NR});",
+        "}",
+        "int bad = 0;",
+        "for (int i = 0; i < mr; ++i)",
+        "    for (int j = 0; j < nc; ++j) {",
+        f"        const int e = ((i / {MR}) * {tn // NR} + j / {NR}) * {MR * NR} + (i % {MR}) * {NR} + j % {NR};",
+        f"        const {p.c_type} v = ({p.c_type})acc[e];",
+        f"        const int co = (bt * {ct.m} + i0 + i) * {ct.n} + j0 + j;",
+        *("        " + s for s in _store(checks)),
+        "    }",
+        *_status(checks),
+    ]
+    return "\n".join([f"DP_FN void {TOKEN}_cpu({sig}) {{", *("    " + s for s in body), "}"])
+
+
+def _tile_load(ct: Contraction, c_type: str) -> str:
+    """The loads thread ``(ty, tx)`` of a block does for the ``k`` tile at ``p0``: one element
+    of the A tile (``As[row][p]``) and one of the B tile (``Bs[p][column]``), ``tx`` along each
+    operand's contiguous axis (coalesced), 0 past an edge."""
+    a_rows = ct.a_col != 1 and ct.a_row == 1  # A stored transposed: rows are contiguous
+    b_cols = ct.b_col == 1 or ct.b_row != 1  # B's columns contiguous (or neither axis is)
+    ar, ap = ("tx", "ty") if a_rows else ("ty", "tx")
+    bq, bc = ("ty", "tx") if b_cols else ("tx", "ty")
+    return f"""DP_FN void {TOKEN}_load(const {c_type}* a0, const {c_type}* a1, int ab, int bb, int i0, int j0, int p0,
+                             int ty, int tx, {c_type}* As, {c_type}* Bs) {{
+    const int ai = i0 + {ar}, apk = p0 + {ap};
+    As[{ar} * {PAD} + {ap}] = (ai < {ct.m} && apk < {ct.k}) ? a0[ab + ai * {ct.a_row} + apk * {ct.a_col}] : ({c_type})0;
+    const int bpk = p0 + {bq}, bj = j0 + {bc};
+    Bs[{bq} * {PAD} + {bc}] = (bpk < {ct.k} && bj < {ct.n}) ? a1[bb + bpk * {ct.b_row} + bj * {ct.b_col}] : ({c_type})0;
+}}"""
+
+
+def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
+    """Thread ``t``: output element ``(ty, tx)`` of tile ``t / BLOCK`` (see the module docstring)."""
+    ct, t_ = p.ct, p.c_type
+    grid_m, grid_n = max(1, -(-ct.m // TILE)), max(1, -(-ct.n // TILE))  # >= 1, as in `cpu_driver`
+    device = "defined(__CUDACC__) || defined(__CUDACC_RTC__)"
+    body = [
+        f"const int blk = t / {BLOCK}, lane = t % {BLOCK};",
+        f"const int ty = lane / {TILE}, tx = lane % {TILE};",
+        f"const int bt = blk / {grid_m * grid_n}, tile = blk % {grid_m * grid_n};",
+        f"const int i0 = (tile / {grid_n}) * {TILE}, j0 = (tile % {grid_n}) * {TILE};",
+        *_bases(ct, "bt"),
+        f"#if {device}",
+        f"if (blockDim.x != {BLOCK}) __trap();  // the tile mapping and the barriers need whole blocks of {BLOCK}",
+        f"__shared__ {t_} As[{TILE * PAD}];",
+        f"__shared__ {t_} Bs[{TILE * PAD}];",
+        "#else",
+        f"{t_} As[{TILE * PAD}];",
+        f"{t_} Bs[{TILE * PAD}];",
+        "#endif",
+        "double s = 0.0;",
+        f"for (int p0 = 0; p0 < {ct.k}; p0 += {TILE}) {{",
+        f"#if {device}",
+        f"    {TOKEN}_load(a0, a1, ab, bb, i0, j0, p0, ty, tx, As, Bs);",
+        "    __syncthreads();",
+        "#else  // host replay (DP_CUDA on the CPU): this thread does its whole block's loads",
+        f"    for (int l = 0; l < {BLOCK}; ++l)",
+        f"        {TOKEN}_load(a0, a1, ab, bb, i0, j0, p0, l / {TILE}, l % {TILE}, As, Bs);",
+        "#endif",
+        f"    const int pe = {ct.k} - p0 < {TILE} ? {ct.k} - p0 : {TILE};",
+        "    for (int pp = 0; pp < pe; ++pp)",
+        f"        s = dp_fma_d((double)As[ty * {PAD} + pp], (double)Bs[pp * {PAD} + tx], s);",
+        f"#if {device}",
+        "    __syncthreads();",
+        "#endif",
+        "}",
+        "int bad = 0;",
+        f"if (i0 + ty < {ct.m} && j0 + tx < {ct.n}) {{",
+        f"    const {t_} v = ({t_})s;",
+        f"    const int co = (bt * {ct.m} + i0 + ty) * {ct.n} + j0 + tx;",
+        *("    " + s for s in _store(checks)),
+        "}",
+        *_status(checks),
+    ]
+    return "\n".join([f"DP_FN void {TOKEN}_cuda({sig}) {{", *("    " + s for s in body), "}"])
+
+
+def contraction_kernels(
+    graph: Graph, group: dict[str, Any], name: str, slots: list[Any], checks: bool, device: str
+) -> tuple[list[Any], dict[str, tuple[str, str]]]:
+    """The one launch of contraction group ``group`` on ``device`` and its native definition
+    (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
+    from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
+    from dpt_ir.backends.warp.launches import StatusSlot
+
+    (root,) = group["roots"]
+    node = graph.node_map[root]
+    p = plan(graph, root, device)
+    a, b = node.inputs
+    params = [a, b, root]  # a0, a1, a2: the drivers name the operands by position
+    unit = Unit(graph, params, {root}, {})
+    slot_base = len(slots)
+    if checks:
+        slots.append(StatusSlot(name, root, node.opdef.name, "nonfinite", "", origin_of(graph, root)))
+    sig = f"{unit.sig()}, int* st, int sb, int t"
+    cpu = cpu_driver(p, sig, checks, device != "cpu")
+    pieces = [micro_kernel(), cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]
+    fn, cxx = _hashed("\n".join(pieces) + "\n")
+    natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
+    return [_launch(name, unit, fn, checks, p.dim, group["id"], {}, slot_base)], natives
