@@ -152,11 +152,13 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
 
 def stencil_kernels(program: Any) -> int:
     """Distinct generated kernels of ``program`` whose fusion group holds a stencil op."""
+    from dpt_ir.passes.kernel_ir import plan_of
+
     out = set()
     for plan in program.plans.values():
-        groups = {g["id"]: g for g in plan.graph.meta["groups"]}
+        groups = {g.id: g for g in plan_of(plan.graph).groups}
         for k in plan.kernels:
-            nodes = groups[k.group]["nodes"] if k.group in groups else []
+            nodes = groups[k.group].nodes if k.group in groups else ()
             if any(plan.graph.node_map[n].opdef.kind == "stencil" for n in nodes):
                 out.add(k.function)
     return len(out)

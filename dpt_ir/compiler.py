@@ -57,6 +57,7 @@ from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
 from dpt_ir.passes import dumps
 from dpt_ir.passes.dumps import resolve_dump_dir
+from dpt_ir.passes.kernel_ir import plan_of
 from dpt_ir.runtime import Program
 
 if TYPE_CHECKING:
@@ -406,7 +407,7 @@ def _report(
                 "forward_launches": len(p.launches_of("forward")),
                 "backward_launches": len(p.launches_of("backward")),
                 "saved_bytes": p.graph.meta.get("saved_bytes", 0),
-                "workspace_bytes": p.graph.meta["schedule"]["workspace_bytes"],
+                "workspace_bytes": plan_of(p.graph).scheduled().workspace_bytes,
             }
             for name, p in plans.items()
         },

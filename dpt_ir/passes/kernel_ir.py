@@ -180,6 +180,12 @@ class KernelPlan(FrozenModel):
                 return g
         raise ContractError(f"kernel plan: no group {gid!r}; groups are {[g.id for g in self.groups]}")
 
+    def scheduled(self) -> Schedule:
+        """The schedule; ContractError when the `schedule` pass has not run."""
+        if self.schedule is None:
+            raise ContractError("kernel plan: no schedule (the schedule pass has not run)")
+        return self.schedule
+
     def to_meta(self) -> dict[str, Any]:
         """The JSON records the plan serialises to, by `PLAN_KEYS` key (no ``schedule`` before
         `schedule` ran)."""

@@ -137,7 +137,7 @@ class ElementWriter:
         key = (name, sites.offset(coords, shape, ext))
         if key in self.vars:
             return self.vars[key]
-        if name not in self.nest.group["nodes"]:
+        if name not in self.nest.group.nodes:
             self.vars[key] = self.load(*key)
             return self.vars[key]
         node = self.graph.node_map[name]

@@ -38,6 +38,7 @@ from dpt_ir.backends.warp.launches import WP_TYPES, KernelSource, StatusSlot, pa
 from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.registry import Contraction
+from dpt_ir.passes.kernel_ir import KernelGroup
 
 ROW_BLOCK = 8  # CPU: columns per task, one float64 accumulator (register) each; 16 measured no faster
 BLOCK_DIM = 256  # Warp's CUDA launch default, the block a tile kernel is compiled for
@@ -59,7 +60,7 @@ def contraction_of(graph: Graph, root: str) -> Contraction:
 
 
 def matmul_kernels(
-    graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool, device: str
+    graph: Graph, group: KernelGroup, name: str, slots: list[StatusSlot], checks: bool, device: str
 ) -> tuple[list[KernelSource], list[str]]:
     """The one launch of contraction group ``group`` on ``device``, and the module-level
     line its CUDA kernel needs (`SCALAR_GEMM`)."""
@@ -76,8 +77,8 @@ def _bases(w: KernelWriter, ct: Contraction, bt: str) -> tuple[str, str]:
     return w.let(a, "ab"), w.let(b, "bb")
 
 
-def cpu_kernel(graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool) -> KernelSource:
-    (root,) = group["roots"]
+def cpu_kernel(graph: Graph, group: KernelGroup, name: str, slots: list[StatusSlot], checks: bool) -> KernelSource:
+    (root,) = group.roots
     node = graph.node_map[root]
     ct = contraction_of(graph, root)
     out_t = WP_TYPES[node.type.dtype]
@@ -179,8 +180,8 @@ def _load(w: KernelWriter, array: str, base: str, item: int, dtype: str, plain: 
     return t
 
 
-def cuda_kernel(graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool) -> KernelSource:
-    (root,) = group["roots"]
+def cuda_kernel(graph: Graph, group: KernelGroup, name: str, slots: list[StatusSlot], checks: bool) -> KernelSource:
+    (root,) = group.roots
     node = graph.node_map[root]
     ct = contraction_of(graph, root)
     dtype = node.type.dtype
@@ -227,7 +228,7 @@ def _flag_nonfinite(w: KernelWriter, root: str, tile: tuple[int, int], ct: Contr
 
 
 def _finish_tasks(
-    w: KernelWriter, graph: Graph, group: dict[str, Any], name: str, dim: int, tasks: bool = True
+    w: KernelWriter, graph: Graph, group: KernelGroup, name: str, dim: int, tasks: bool = True
 ) -> KernelSource:
     """The launch of ``w``'s kernel: positional parameters (`codegen._positional`), and
     with ``tasks`` a trailing ``a__task0``, the launch's first task (`plan.scalar_argument`)."""
@@ -240,4 +241,4 @@ def _finish_tasks(
         signature += f", {param_name(TASK0)}: wp.int32"
         params.append(TASK0)
     text = f"@wp.kernel\ndef {name}({signature}):\n{body}\n"
-    return KernelSource(name, text, params, dim, group["id"], {}, {}, name, w.slot_base)
+    return KernelSource(name, text, params, dim, group.id, {}, {}, name, w.slot_base)
