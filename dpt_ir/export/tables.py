@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp.launches import STATUS, KernelSource
 from dpt_ir.export.bundle import BufferSpec, Checkpoint, LaunchSpec, PlanSpec, Result
 from dpt_ir.export.cuda import Unit, pointer_params
 from dpt_ir.graph import Graph
 from dpt_ir.passes.kernel_ir import plan_of
 
-BLOCK = 256  # CUDA threads per block of every launch
+BLOCK = target_for("cuda").cuda_block  # CUDA threads per block of every launch (`Target.cuda_block`)
 CHECKPOINTS = {
     "run": [Checkpoint(name="forward", phases=["forward"])],
     "value_and_grad": [Checkpoint(name="value_and_grad", phases=["forward", "backward"])],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx import columns, drivers
 from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
 from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
@@ -112,15 +113,13 @@ def group_kernels(
 ) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
     """The launches of ``group`` on the C++ path and the native definitions they need
     (stub name -> C++ and stub text); None when the group is not covered."""
-    from dpt_ir.backends.warp.reductions import partial_count
-
     nest = cover(graph, group)
     if nest is None:
         return None
     if nest.columns:
         lay = columns.layout(nest, device)
     else:
-        lay = drivers.layout(nest, device, partial_count(group, nest.rows, nest.inner, "cuda"))
+        lay = drivers.layout(nest, device, target_for("cuda").partial_count(nest.rows, nest.inner))
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = w.body()

@@ -13,20 +13,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp.codegen import KernelWriter, _bind_index, _finish, _warm
 from dpt_ir.backends.warp.launches import WP_TYPES, KernelSource, StatusSlot, param_name
 from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
 from dpt_ir.passes.kernel_ir import KernelGroup
-
-
-def partial_count(group: KernelGroup, n_out: int, count: int, device: str) -> int:
-    """How many partials each output of a reduction is split into. The CPU backend runs
-    one thread, so one partial (no combine kernel); CUDA needs enough threads in flight."""
-    if device == "cpu" or count < 8192:
-        return 1
-    want = max(1, 65536 // max(n_out, 1))
-    return max(1, min(want, count // 4096))
 
 
 def reduction_kernels(
@@ -36,7 +28,7 @@ def reduction_kernels(
     kept = tuple(d for k, d in enumerate(space) if k not in axes)
     red = tuple(d for k, d in enumerate(space) if k in axes)
     n_out, count = math.prod(kept), math.prod(red)
-    parts = partial_count(group, n_out, count, device)
+    parts = target_for(device).partial_count(n_out, count)  # one partial on the CPU
     chunk = -(-count // parts) if count else 0
     roots = [v for v in group.roots if graph.node_map[v].opdef.kind == "reduction"]
     epilogue = group.epilogue
