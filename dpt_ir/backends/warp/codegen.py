@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -488,7 +489,7 @@ def _warm(
     w: KernelWriter,
     graph: Graph,
     group: KernelGroup,
-    seeds: list[str],
+    seeds: Sequence[str],
     index: tuple[str, ...],
     space: tuple[int, ...],
 ) -> None:

@@ -11,6 +11,7 @@ when it meets a reduction group).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from dpt_ir.backends.base import target_for
@@ -109,7 +110,7 @@ def _emit_template(w: KernelWriter, template: str, root: str, values: dict[str, 
         w.emit(line)
 
 
-def _write_result(w: KernelWriter, root: str, t: Any, count: int, outputs: list[str]) -> None:
+def _write_result(w: KernelWriter, root: str, t: Any, count: int, outputs: Sequence[str]) -> None:
     """Finalise reduction ``root`` for output ``o``; write it if other kernels read it.
     Epilogue nodes then read the finished value (`KernelWriter.finished`)."""
     subst = {f"acc_{a}": _acc(w, root, a) for a in "msi"}
@@ -125,7 +126,7 @@ def _out_index(w: KernelWriter, shape: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(w.let(e) for e in idx.delinearize("o", shape)) if shape else ()
 
 
-def _epilogue(w: KernelWriter, graph: Graph, epilogue: list[str], outputs: list[str]) -> None:
+def _epilogue(w: KernelWriter, graph: Graph, epilogue: Sequence[str], outputs: Sequence[str]) -> None:
     """Pointwise roots computed from the finished reductions, at output ``o``."""
     for root in epilogue:
         index = _out_index(w, graph.types[root].shape)
