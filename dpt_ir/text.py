@@ -15,6 +15,11 @@ grammar is documented in ``docs/ir-format.md``. One statement per line::
       output loss = %mul_1
     }
 
+A fused graph's kernel plan (its ``meta`` records ``groups``, ``boundaries``, ``halo`` and
+``schedule``) prints as readable ``kernel``/``boundary``/``halo``/``schedule``/``buffer``
+statements after the nodes, not as JSON, and parses back to the same records
+(`dpt_ir.passes.kernel_ir_text`).
+
 A malformed text raises `ContractError` with ``line L, column C``, what was expected and
 what was found; a well-formed text describing an invalid graph raises the graph's own
 `ContractError`, prefixed with the line of the statement it names.
