@@ -106,7 +106,8 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
     import numpy as np
 
     import dpt_ir as dp
-    from dpt_ir.compiler import CPU_HALO_BUDGET, CPU_RECOMPUTE_BUDGET, _pipelines
+    from dpt_ir.backends.base import target_for
+    from dpt_ir.compiler import _pipelines, options_of
     from dpt_ir.passes import fusion_steps
     from dpt_ir.passes.manager import run_pipeline
 
@@ -114,13 +115,7 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
         fusion_steps.MAX_KERNEL_NODES = max_kernel_nodes
 
     graph = build(kind, nodes)
-    base = {
-        "checks": True,
-        "fuse": True,
-        "recompute": True,
-        "halo_budget": CPU_HALO_BUDGET,
-        "recompute_budget": CPU_RECOMPUTE_BUDGET,
-    }
+    base = options_of(target_for("cpu"))
     res: dict[str, Any] = {"kind": kind, "nodes": len(graph.nodes), "max_kernel_nodes": fusion_steps.MAX_KERNEL_NODES}
     t, cpu = time.perf_counter(), time.process_time()
     per_pass: dict[str, float] = {}
@@ -152,11 +147,13 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
 
 def stencil_kernels(program: Any) -> int:
     """Distinct generated kernels of ``program`` whose fusion group holds a stencil op."""
+    from dpt_ir.passes.kernel_ir import plan_of
+
     out = set()
     for plan in program.plans.values():
-        groups = {g["id"]: g for g in plan.graph.meta["groups"]}
+        groups = {g.id: g for g in plan_of(plan.graph).groups}
         for k in plan.kernels:
-            nodes = groups[k.group]["nodes"] if k.group in groups else []
+            nodes = groups[k.group].nodes if k.group in groups else ()
             if any(plan.graph.node_map[n].opdef.kind == "stencil" for n in nodes):
                 out.add(k.function)
     return len(out)

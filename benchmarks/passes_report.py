@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import dpt_ir as dp
 from benchmarks.graphs import BENCHMARK_GRAPHS
+from dpt_ir.passes.kernel_ir import plan_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 from dpt_ir.passes.util import phase_of
@@ -56,8 +57,8 @@ def measure(name: str, graph: dp.Graph) -> Row:
     joint = result.stages[passes.index("saved_attributes") - 1]  # the joint graph, unpartitioned
     final = result.graph
     kernels = {"forward": 0, "backward": 0}
-    for g in final.meta["groups"]:
-        kernels[g["phase"]] += 1
+    for g in plan_of(final).groups:
+        kernels[g.phase] += 1
     return Row(name, baseline_saved_bytes(joint), final.meta["saved_bytes"], ops_per_phase(joint), kernels)
 
 

@@ -36,6 +36,7 @@ import pydantic
 import warp as wp
 
 from dpt_ir.autodiff import check_wrt, default_loss
+from dpt_ir.backends.base import Target, target_for
 from dpt_ir.backends.warp import codegen, launches
 from dpt_ir.backends.warp.launches import KernelSource, StatusSlot
 from dpt_ir.backends.warp.module import (
@@ -57,6 +58,7 @@ from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
 from dpt_ir.passes import dumps
 from dpt_ir.passes.dumps import resolve_dump_dir
+from dpt_ir.passes.kernel_ir import plan_of
 from dpt_ir.runtime import Program
 
 if TYPE_CHECKING:
@@ -66,17 +68,6 @@ from dpt_ir.version import __version__
 _PROGRAMS: dict[str, Program] = {}
 _COMPILE_LOCK = BUILD_LOCK  # one compile or module build at a time per process: caches, sys.modules, Warp's loader
 log = logging.getLogger("dpt_ir.compile")
-# Work per element a stencil may spend recomputing its producers rather than reading them
-# from memory (see CompileOptions.halo_budget): the CPU backend runs one thread and is
-# compute bound; a GPU is bandwidth bound, so recomputing over the halo pays longer.
-CPU_HALO_BUDGET = 48
-CUDA_HALO_BUDGET = 160
-# Work per element the backward may spend recomputing one forward value before it is saved
-# instead (see CompileOptions.recompute_budget). On the one-thread CPU backend a long
-# chain of transcendental ops costs more to recompute than to save and read back; on a GPU
-# memory traffic is the cost, so CUDA has no limit (saved bytes alone decide).
-CPU_RECOMPUTE_BUDGET = 16
-CUDA_RECOMPUTE_BUDGET = None
 
 
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -119,6 +110,18 @@ def resolve_device(device: str | None) -> str:
             )
         return name
     return device
+
+
+def options_of(target: Target, checks: bool = True, fuse: bool = True, recompute: bool = True) -> dict[str, Any]:
+    """The compile options every pipeline of a program shares (and the cache keys): the
+    switches, and the budgets of ``target`` that the passes plan with."""
+    return {
+        "checks": checks,
+        "fuse": fuse,
+        "recompute": recompute,
+        "halo_budget": target.halo_budget,
+        "recompute_budget": target.recompute_budget,
+    }
 
 
 def _pipelines(graph: Graph, wrt: tuple[str, ...], loss: str | None, base: dict[str, Any]) -> dict[str, Any]:
@@ -175,17 +178,13 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         n_threads = CompileOptions(threads=threads).resolved_threads()
     except pydantic.ValidationError:
         raise ContractError(f"compile: threads must be None or an integer >= 1, found {threads!r}") from None
-    if halo_budget is None:
-        halo_budget = CPU_HALO_BUDGET if dev == "cpu" else CUDA_HALO_BUDGET
-    if recompute_budget is None:
-        recompute_budget = CPU_RECOMPUTE_BUDGET if dev == "cpu" else CUDA_RECOMPUTE_BUDGET
-    base = {
-        "checks": bool(checks),
-        "fuse": bool(fuse),
-        "recompute": bool(recompute),
-        "halo_budget": int(halo_budget),
-        "recompute_budget": None if recompute_budget is None else int(recompute_budget),
-    }
+    target = Target.for_device(
+        dev,
+        n_threads,
+        None if halo_budget is None else int(halo_budget),
+        None if recompute_budget is None else int(recompute_budget),
+    )
+    base = options_of(target, checks=bool(checks), fuse=bool(fuse), recompute=bool(recompute))
     if any(n.opdef.kind == "loop" for n in graph.nodes):  # a trait: loop ops compile their bodies once
         from dpt_ir.backends.warp.loop_program import LoopProgram
 
@@ -206,7 +205,7 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
             cached.report = {**cached.report, "cache": "memory", "compile_seconds": time.perf_counter() - start}
             return cached
         log.info("compiling %r for %s (cache entry %s)", graph.name, dev, key)
-        program = _build(graph, wrt_names, loss, dev, base, key, out_dir, start, n_threads)
+        program = _build(graph, wrt_names, loss, dev, base, key, out_dir, start, target)
         _PROGRAMS[f"{key}:{dev}:{n_threads}"] = program
         return program
 
@@ -220,10 +219,11 @@ def _build(
     key: str,
     out_dir: Path | None,
     start: float,
-    threads: int = 1,
+    target: Target,
 ) -> Program:
     """The passes and code generation of every pipeline (or their disk-cache record), run
-    now; each pipeline's Warp module is built on its plan's first use (`GeneratedModule`)."""
+    now, for ``target`` (whose budgets ``base`` holds); each pipeline's Warp module is built
+    on its plan's first use (`GeneratedModule`)."""
     entry, stem = cache_root() / key, f"dpt_ir_gen_{key}"
     results: dict[str, PipelineResult] = {}
     record, texts, problem = read_entry(entry, key)
@@ -241,9 +241,10 @@ def _build(
         results = {name: run_pipeline(graph, opts) for name, opts in options.items()}
         log.debug("compile %r: passes done in %.2f s", graph.name, time.perf_counter() - start)
         header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
-        target = "cpu" if dev == "cpu" else "cuda"
         sources = {  # one module per pipeline, so that a call builds only the module it launches
-            f"{stem}_{_PREFIX[n]}": codegen.generate({_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target)
+            f"{stem}_{_PREFIX[n]}": codegen.generate(
+                {_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target.kind
+            )
             for n, r in results.items()
         }
         built = Built(
@@ -257,9 +258,8 @@ def _build(
     for name, g in built.graphs.items():
         module = _module(built, f"{stem}_{_PREFIX[name]}", entry, key, dev, record if cache == "disk" else None)
         mine = [k for k in built.kernels if k.name.startswith(_PREFIX[name] + "_")]
-        plans[name] = ExecutionPlan(
-            g, mine, module, dev, built.slots[module.name], base["checks"], grad_outputs=name == "tape", threads=threads
-        )
+        slots, checks, tape = built.slots[module.name], base["checks"], name == "tape"
+        plans[name] = ExecutionPlan(g, mine, module, dev, slots, checks, grad_outputs=tape, threads=target.threads)
     report = _report(graph, plans, built.kernels, cache, time.perf_counter() - start, dev, stem, base)
     program = Program(graph, wrt, loss, dev, plans, base["checks"], report, stem)
     log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report["compile_seconds"], cache)
@@ -349,9 +349,8 @@ def compile_pieces(
             results = {name: run_pipeline(g, _pipelines(g, (), None, base)["run"]) for name, g in pieces.items()}
             graphs = {name: r.graph for name, r in results.items()}
             header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
-            target = "cpu" if dev == "cpu" else "cuda"
             source = codegen.generate(
-                {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target
+                {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target_for(dev).kind
             )
             built = Built(graphs, source.kernels, {module_name: source.slots}, {module_name: source.text})
             _store(entry, key, built)
@@ -406,7 +405,7 @@ def _report(
                 "forward_launches": len(p.launches_of("forward")),
                 "backward_launches": len(p.launches_of("backward")),
                 "saved_bytes": p.graph.meta.get("saved_bytes", 0),
-                "workspace_bytes": p.graph.meta["schedule"]["workspace_bytes"],
+                "workspace_bytes": plan_of(p.graph).scheduled().workspace_bytes,
             }
             for name, p in plans.items()
         },

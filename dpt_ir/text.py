@@ -15,6 +15,11 @@ grammar is documented in ``docs/ir-format.md``. One statement per line::
       output loss = %mul_1
     }
 
+A fused graph's kernel plan (its ``meta`` records ``groups``, ``boundaries``, ``halo`` and
+``schedule``) prints as readable ``kernel``/``boundary``/``halo``/``schedule``/``buffer``
+statements after the nodes, not as JSON, and parses back to the same records
+(`dpt_ir.passes.kernel_ir_text`).
+
 A malformed text raises `ContractError` with ``line L, column C``, what was expected and
 what was found; a well-formed text describing an invalid graph raises the graph's own
 `ContractError`, prefixed with the line of the statement it names.
@@ -28,6 +33,8 @@ from typing import Any
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, Input, Node, Output
+from dpt_ir.passes.kernel_ir_text import KEYWORDS as PLAN_KEYWORDS
+from dpt_ir.passes.kernel_ir_text import PlanReader, plan_lines
 from dpt_ir.types import FROM_SHORT, SHORT_NAMES, TensorType
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -52,11 +59,13 @@ def _graph_lines(graph: Graph, indent: str) -> list[str]:
     """The block of ``graph``, each line prefixed with ``indent`` (a loop body is printed
     as a nested block, one level deeper than its node)."""
     lines = [f"graph {json.dumps(graph.name)} {{"]
-    if graph.meta:
-        lines.append(f"  meta {_dump(graph.meta, f'meta of graph {graph.name!r}')}")
+    plan, meta = plan_lines(graph.meta)  # the kernel plan as statements, not JSON in the meta line
+    if meta:
+        lines.append(f"  meta {_dump(meta, f'meta of graph {graph.name!r}')}")
     lines += [_print_input(i) for i in graph.inputs]
     for n in graph.nodes:
         lines += _print_node(n)
+    lines += plan
     lines += [f"  output {o.name} = %{o.value}" for o in graph.outputs]
     lines.append("}")
     return [indent + line for line in lines]
@@ -131,6 +140,7 @@ class _Parser:
         self.meta: dict[str, Any] | None = None
         self.meta_line = 0
         self.lines: dict[tuple[str, str], int] = {}
+        self.plan = PlanReader()
 
     # -- positions and errors --
     def location(self, pos: int) -> tuple[int, int]:
@@ -312,8 +322,14 @@ class _Parser:
             self.output_statement(line)
         elif keyword == "meta":
             self.meta_statement(line, start)
+        elif keyword in PLAN_KEYWORDS:
+            self.plan.statement(self, keyword, line)
         else:
-            raise self.error("a statement: 'input', 'output', 'meta', '%name : type = op(...)' or '}'", start)
+            raise self.error(
+                "a statement: 'input', 'output', 'meta', '%name : type = op(...)', a kernel plan statement "
+                f"({', '.join(repr(k) for k in PLAN_KEYWORDS)}) or '}}'",
+                start,
+            )
 
     def input_statement(self, line: int) -> None:
         name = self.value_ref("the input's name, '%name'")
@@ -385,13 +401,14 @@ class _Parser:
 
     def build(self, name: str, header_line: int) -> Graph:
         """The Graph; its validation errors get the line of the statement they name."""
+        meta = self.plan.merge(self.meta or {})
         try:
             return Graph(
                 name=name,
                 inputs=tuple(self.inputs),
                 nodes=tuple(self.nodes),
                 outputs=tuple(self.outputs),
-                meta=self.meta or {},
+                meta=meta,
             )
         except ContractError as exc:
             match = _SEMANTIC_RE.match(str(exc))

@@ -28,6 +28,7 @@ from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE, KernelSource, StatusSlot
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
+from dpt_ir.passes.kernel_ir import plan_of
 from dpt_ir.passes.options import CompileOptions
 
 PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
@@ -75,10 +76,10 @@ def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool)
 def _refuse_warp(title: str, plan: str, graph: Graph, k: KernelSource) -> None:
     if k.path == "cxx" and not k.constants:
         return
-    group = next(g for g in graph.meta["groups"] if g["id"] == k.group)
-    ops = sorted({graph.node_map[n].op for n in group["nodes"]})
+    group = plan_of(graph).group(k.group)
+    ops = sorted({graph.node_map[n].op for n in group.nodes})
     raise ContractError(
-        f"export of {title!r}: plan {plan!r}, launch {k.name!r} (group {k.group}, {group['kind']}, ops {ops}) "
+        f"export of {title!r}: plan {plan!r}, launch {k.name!r} (group {k.group}, {group.kind}, ops {ops}) "
         f"is a Warp-Python kernel; expected only C++ launches (elementwise ops and reductions over trailing "
         f"axes), which is what can run without warp-lang; leave the plan out (plans=[...], --plans)"
     )

@@ -1,7 +1,8 @@
 """A plan's buffer table and launch list, as `dpt_ir.backends.warp.plan.ExecutionPlan` binds them.
 
-Assumes: a scheduled graph (``meta["schedule"]``, ``meta["groups"]``, ``meta["gradients"]``,
-``meta["cotangents"]``) and its C++ launches (`dpt_ir.export.cuda.cuda_plans`). Guarantees:
+Assumes: a scheduled graph (its kernel plan, `dpt_ir.passes.kernel_ir.plan_of`, with a
+schedule; ``meta["gradients"]``, ``meta["cotangents"]``) and its C++ launches
+(`dpt_ir.export.cuda.cuda_plans`). Guarantees:
 the table mirrors a `Workspace`: one buffer per schedule buffer (values with disjoint live
 ranges share it), graph inputs and cotangent inputs bound by name, reduction partials by
 their parameter name, the status word as ``$status``, and an output that is an input after
@@ -15,12 +16,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp.launches import STATUS, KernelSource
 from dpt_ir.export.bundle import BufferSpec, Checkpoint, LaunchSpec, PlanSpec, Result
 from dpt_ir.export.cuda import Unit, pointer_params
 from dpt_ir.graph import Graph
+from dpt_ir.passes.kernel_ir import plan_of
 
-BLOCK = 256  # CUDA threads per block of every launch
+BLOCK = target_for("cuda").cuda_block  # CUDA threads per block of every launch (`Target.cuda_block`)
 CHECKPOINTS = {
     "run": [Checkpoint(name="forward", phases=["forward"])],
     "value_and_grad": [Checkpoint(name="value_and_grad", phases=["forward", "backward"])],
@@ -33,11 +36,11 @@ def _phase_of_values(graph: Graph) -> tuple[dict[str, str], dict[str, set[str]]]
     """Value -> the phase of the group producing it; value -> phases of groups reading it."""
     made: dict[str, str] = {}
     read: dict[str, set[str]] = {}
-    for g in graph.meta["groups"]:
-        for n in g["nodes"]:
-            made[n] = g["phase"]
-        for v in g["inputs"]:
-            read.setdefault(v, set()).add(g["phase"])
+    for g in plan_of(graph).groups:
+        for n in g.nodes:
+            made[n] = g.phase
+        for v in g.inputs:
+            read.setdefault(v, set()).add(g.phase)
     return made, read
 
 
@@ -45,17 +48,17 @@ def _value_buffers(graph: Graph, results: dict[str, str]) -> tuple[list[BufferSp
     """Schedule buffers and the value -> buffer name map."""
     made, read = _phase_of_values(graph)
     specs, where = [], {}
-    for buf in graph.meta["schedule"]["buffers"]:
-        values = buf["values"]
-        if buf["output"]:
+    for buf in plan_of(graph).scheduled().buffers:
+        values = buf.values
+        if buf.output:
             (value,) = values
             role = results[value]
             shape = list(graph.types[value].shape)
         else:
             saved = any(made.get(v) == "forward" and "backward" in read.get(v, ()) for v in values)
-            role, shape = ("saved" if saved else "workspace"), [buf["size"]]
-        specs.append(BufferSpec(name=buf["id"], role=role, dtype=buf["dtype"], shape=shape, size=max(buf["size"], 1)))
-        where.update({v: buf["id"] for v in values})
+            role, shape = ("saved" if saved else "workspace"), [buf.size]
+        specs.append(BufferSpec(name=buf.id, role=role, dtype=buf.dtype, shape=shape, size=max(buf.size, 1)))
+        where.update({v: buf.id for v in values})
     return specs, where
 
 
@@ -87,8 +90,8 @@ def plan_spec(
     ]
     if status:
         specs.append(BufferSpec(name=STATUS, role="status", dtype="int32", shape=[status], size=status))
-    phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
-    ops = {g["id"]: sorted({graph.node_map[n].op for n in g["nodes"]}) for g in graph.meta["groups"]}
+    phases = {g.id: g.phase for g in plan_of(graph).groups}
+    ops = {g.id: sorted({graph.node_map[n].op for n in g.nodes}) for g in plan_of(graph).groups}
     launches = [
         LaunchSpec(
             name=k.name,

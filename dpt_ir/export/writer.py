@@ -28,12 +28,12 @@ TOLERANCE = Tolerance(rtol=2e-4, atol_rel=2e-5)  # tests/backend/harness.py MODE
 
 
 def _pipelines(program: Any, plans: list[str]) -> dict[str, Any]:
-    from dpt_ir.compiler import CUDA_HALO_BUDGET, CUDA_RECOMPUTE_BUDGET
+    from dpt_ir.backends.base import target_for
+    from dpt_ir.compiler import options_of
     from dpt_ir.passes.options import CompileOptions
 
     opts = program.report["options"]
-    base = {k: opts[k] for k in ("checks", "fuse", "recompute")}
-    base.update(halo_budget=CUDA_HALO_BUDGET, recompute_budget=CUDA_RECOMPUTE_BUDGET)
+    base = options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute")})
     wrt, loss = tuple(program.wrt), program.loss
     every = {
         "run": lambda: CompileOptions(**base),

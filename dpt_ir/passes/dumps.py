@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from dpt_ir.graph import Graph
+from dpt_ir.passes.kernel_ir import has_plan, plan_of
 from dpt_ir.passes.util import phase_of
 
 if TYPE_CHECKING:
@@ -66,13 +67,13 @@ def to_dot(graph: Graph) -> str:
     members: dict[str, list[str]] = {}
     for n in graph.nodes:
         members.setdefault(n.meta.get("group", ""), []).append(n.name)
-    groups = {g["id"]: g for g in graph.meta.get("groups", [])}
+    groups = {g.id: g for g in plan_of(graph).groups} if has_plan(graph) else {}
     for gid, names in members.items():
         indent = "  "
         if gid:
-            g = groups.get(gid, {})
-            colour = PHASE_COLOURS.get(g.get("phase", "forward"), "#eeeeee")
-            label = f"{gid}: {g.get('kind', '')} {g.get('space', '')}"
+            g = groups.get(gid)
+            colour = PHASE_COLOURS.get(g.phase if g else "forward", "#eeeeee")
+            label = f"{gid}: {g.kind} {list(g.space)}" if g else f"{gid}:  "
             lines += [
                 f"  subgraph {_quote('cluster_' + gid)} {{",
                 f"    label={_quote(label)};",
@@ -160,30 +161,26 @@ def saved_table(graph: Graph) -> str:
 def fusion_table(graph: Graph, shared: list[SharedKernel] | None = None) -> str:
     """``fusion.txt``: each kernel with its nodes and bytes, then why boundaries exist, then
     (given the launches, ``shared``) each distinct generated kernel and the launches using it."""
-    groups = graph.meta.get("groups")
-    if groups is None:
+    if not has_plan(graph):
         return "no fusion: the pipeline did not run the fusion pass\n"
-    text = [f"fusion of {graph.name!r}: {len(groups)} kernel(s)", ""]
-    for g in groups:
-        axes = f" reduce axes {g['axes']}" if g["kind"] == "reduction" else ""
+    plan = plan_of(graph)
+    text = [f"fusion of {graph.name!r}: {len(plan.groups)} kernel(s)", ""]
+    for g in plan.groups:
+        axes = f" reduce axes {list(g.axes)}" if g.kind == "reduction" else ""
         text.append(
-            f"{g['id']} [{g['phase']}] {g['kind']} over {g['space']}{axes}: "
-            f"{len(g['nodes'])} node(s), reads {g['bytes_read']} B, writes {g['bytes_written']} B"
+            f"{g.id} [{g.phase}] {g.kind} over {list(g.space)}{axes}: "
+            f"{len(g.nodes)} node(s), reads {g.bytes_read} B, writes {g.bytes_written} B"
         )
-        text.append(f"  nodes:   {', '.join(g['nodes'])}")
-        text.append(f"  reads:   {', '.join(g['inputs']) or '-'}")
-        text.append(f"  writes:  {', '.join(g['outputs'])}")
-        if "scatter" in g:
-            text.append(f"  scatter: {g['scatter']['node']}: {g['scatter']['form']}: {g['scatter']['reason']}")
+        text.append(f"  nodes:   {', '.join(g.nodes)}")
+        text.append(f"  reads:   {', '.join(g.inputs) or '-'}")
+        text.append(f"  writes:  {', '.join(g.outputs)}")
+        if g.scatter is not None:
+            text.append(f"  scatter: {g.scatter.node}: {g.scatter.form}: {g.scatter.reason}")
     text += ["", "boundaries (a value written by one kernel and read by another):"]
-    bounds = graph.meta.get("boundaries", [])
-    text += [f"  {b['value']}: {b['from']} -> {b['to']}: {b['reason']}" for b in bounds] or ["  (none)"]
-    halo = graph.meta.get("halo", [])
-    if halo:
+    text += [f"  {b.value}: {b.from_} -> {b.to}: {b.reason}" for b in plan.boundaries] or ["  (none)"]
+    if plan.halo:
         text += ["", "recomputed over a stencil's halo instead of materialised:"]
-        text += [
-            f"  {h['value']} inside {h['stencil']}: {h['cost']} op(s) x {h['reads']} reads per element" for h in halo
-        ]
+        text += [f"  {h.value} inside {h.stencil}: {h.cost} op(s) x {h.reads} reads per element" for h in plan.halo]
     if shared is not None:
         text += ["", *sharing_table(shared)]
     return "\n".join(text) + "\n"
@@ -202,7 +199,8 @@ def sharing_table(shared: list[SharedKernel]) -> list[str]:
 
 def report(result: PipelineResult, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     g = result.graph
-    groups = g.meta.get("groups", [])
+    plan = plan_of(g) if has_plan(g) else None
+    groups = plan.groups if plan is not None else ()
     out = {
         "graph": g.name,
         "passes": [
@@ -219,17 +217,17 @@ def report(result: PipelineResult, extra: dict[str, Any] | None = None) -> dict[
         "kernel_count": len(groups),
         "kernels": [
             {
-                "id": k["id"],
-                "phase": k["phase"],
-                "kind": k["kind"],
-                "nodes": len(k["nodes"]),
-                "bytes_read": k["bytes_read"],
-                "bytes_written": k["bytes_written"],
+                "id": k.id,
+                "phase": k.phase,
+                "kind": k.kind,
+                "nodes": len(k.nodes),
+                "bytes_read": k.bytes_read,
+                "bytes_written": k.bytes_written,
             }
             for k in groups
         ],
         "saved_bytes": g.meta.get("saved_bytes", 0),
-        "workspace_bytes": g.meta.get("schedule", {}).get("workspace_bytes", 0),
+        "workspace_bytes": plan.schedule.workspace_bytes if plan is not None and plan.schedule is not None else 0,
     }
     out.update(extra or {})
     return out

@@ -1,16 +1,18 @@
 """fusion: group the nodes of each phase into kernels.
 
 Assumes: every node is tagged with a phase (`saved_attributes` ran).
-Guarantees: ``meta["groups"]`` lists the kernels of the program, each a dict with
-``id``, ``phase``, ``kind`` (``pointwise``, ``reduction``, ``scatter``: one scatter
-node, never merged, with ``scatter``: how it is made deterministic and why, or
-``contraction``: one matrix product, never merged, whose operands are written to memory
-first: its kernel loads them as tiles), ``space`` (the iteration
-space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
-``nodes`` (topological order), ``roots`` (the values it computes for others),
-``inputs``/``outputs`` (values read from / written to memory) and bytes moved;
-``meta["boundaries"]`` says why each materialised value was not fused into its
-readers. Nested inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
+Guarantees: the graph's kernel plan (`kernel_ir.KernelPlan`, read with
+`kernel_ir.plan_of`; an earlier plan and its schedule are dropped) lists the kernels of
+the program, each a `kernel_ir.KernelGroup` with ``id``, ``phase``, ``kind``
+(``pointwise``, ``reduction``, ``scatter``: one scatter node, never merged, with
+``scatter``: how it is made deterministic and why, or ``contraction``: one matrix
+product, never merged, whose operands are written to memory first: its kernel loads them
+as tiles), ``space`` (the iteration space: the output shape, or the reduced input's
+shape), ``axes`` (reduced axes), ``nodes`` (topological order), ``roots`` (the values it
+computes for others), ``inputs``/``outputs`` (values read from / written to memory) and
+bytes moved; its ``boundaries`` say why each materialised value was not fused into its
+readers, its ``halo`` which producers are recomputed over a stencil's halo. Nested
+inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
 (ops declare their copies with ``code_copies``), and a kernel inlines a bounded number of
 nodes (`fusion_steps.MAX_KERNEL_NODES` per value, every strand a cut cone carries on cut
 with it); a repeated step (`fusion_steps.step_cuts`) is one kernel, the same for every
@@ -33,6 +35,7 @@ from dpt_ir.graph import Graph, Node
 from dpt_ir.passes import fusion_traits as traits
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
 from dpt_ir.passes.fusion_steps import bound_kernel_nodes, step_cuts
+from dpt_ir.passes.kernel_ir import Boundary, Halo, KernelGroup, KernelPlan, ScatterForm, with_plan
 from dpt_ir.passes.util import phase_of
 
 NAME = "fusion"
@@ -92,7 +95,7 @@ def _gather_reuse(graph: Graph, node: Node) -> int:
     return max(1, -(-node.type.size // max(source, 1)))
 
 
-def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[dict[str, Any]]:
+def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[Halo]:
     """Decide, for each node that reads its input several times per element (a stencil's
     taps, a fold's images, a gather's average reuse of its source), whether what it reads
     is recomputed inline at every read (cheap) or materialised (its cost times the reads
@@ -124,7 +127,7 @@ def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[dict[str, 
                     f"at each read would cost {cost * reads} per element; written once instead"
                 )
             else:
-                notes.append({"value": value, "stencil": node.name, "reads": reads, "cost": cost})
+                notes.append(Halo(value=value, stencil=node.name, reads=reads, cost=cost))
     return notes
 
 
@@ -150,7 +153,7 @@ def _bound_code_copies(graph: Graph, reasons: dict[str, str]) -> None:
 
 def _materialised(
     graph: Graph, fuse: bool, limit: int, budget: int
-) -> tuple[list[str], dict[str, str], list[dict[str, Any]], set[str]]:
+) -> tuple[list[str], dict[str, str], list[Halo], set[str]]:
     """Nodes whose value is written to memory, why each one is, the halo notes, and the
     step values (`fusion_steps.step_cuts`) whose groups are merged with no other."""
     outputs = {o.value for o in graph.outputs}
@@ -188,13 +191,13 @@ def _materialised(
         if not over and not shared:
             break
     order = {n.name: k for k, n in enumerate(graph.nodes)}
-    notes = [h for h in halo if h["value"] not in reasons]
+    notes = [h for h in halo if h.value not in reasons]
     return sorted(reasons, key=order.__getitem__), reasons, notes, steps
 
 
 def _contraction_operands(graph: Graph, reasons: dict[str, str]) -> None:
     """Materialise the operands of every contraction (matmul): its kernels load operand
-    tiles straight from memory (`dpt_ir.backends.warp.matmul`), so nothing is inlined
+    tiles straight from memory (`dpt_ir.backends.cxx.contraction`), so nothing is inlined
     into them; each operand element is read many times, which inlining would recompute."""
     for node in graph.nodes:
         if node.opdef.kind != "contraction":
@@ -270,7 +273,7 @@ def _closures(graph: Graph, roots: list[str], steps: set[str]) -> list[Group]:
     return groups
 
 
-def scatter_form(graph: Graph, root: str) -> dict[str, str]:
+def scatter_form(graph: Graph, root: str) -> ScatterForm:
     """How scatter node ``root`` is made deterministic (no float atomics): ``transpose``
     when its positions depend on no program input (the backend builds their transpose at
     compile time, and the scatter is an ordered gather), else ``sort`` (a counting sort of
@@ -286,22 +289,22 @@ def scatter_form(graph: Graph, root: str) -> dict[str, str]:
             continue
         seen.add(v)
         if v in graph.input_map:
-            return {
-                "node": root,
-                "form": "sort",
-                "reason": f"positions {positions} depend on program input {v}: counting sort by destination "
+            return ScatterForm(
+                node=root,
+                form="sort",
+                reason=f"positions {positions} depend on program input {v}: counting sort by destination "
                 "per evaluation, then an ordered segmented sum",
-            }
+            )
         stack.extend(graph.node_map[v].inputs)
-    return {
-        "node": root,
-        "form": "transpose",
-        "reason": f"positions {positions} are a compile-time constant: transposed at compile time "
+    return ScatterForm(
+        node=root,
+        form="transpose",
+        reason=f"positions {positions} are a compile-time constant: transposed at compile time "
         "(stable sort by destination), summed as an ordered gather",
-    }
+    )
 
 
-def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: list[dict[str, Any]]) -> Graph:
+def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: list[Halo]) -> Graph:
     dag = group_dag(graph, groups)
     by_id = {g.id: g for g in groups}
     order = list(
@@ -331,32 +334,31 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
         # A root read only inside its own kernel (a reduction feeding its epilogue) stays in registers;
         # one that another kernel reads is written, even if its direct consumers are recomputed here too.
         writes = [r for r in roots if r in graph_outputs or read_by.get(r, set()) - {gid}]
-        extra = {"scatter": scatter_form(graph, roots[0])} if g.kind == "scatter" else {}
         records.append(
-            {
-                **extra,
-                "id": renumber[gid],
-                "phase": g.phase,
-                "kind": g.kind,
-                "space": list(g.space),
-                "axes": list(g.axes),
-                "epilogue": sorted(g.epilogue, key=node_order.__getitem__),
-                "nodes": nodes,
-                "roots": roots,
-                "inputs": reads,
-                "outputs": writes,
-                "bytes_read": sum(graph.types[v].nbytes for v in reads),
-                "bytes_written": sum(graph.types[v].nbytes for v in writes),
-            }
+            KernelGroup(
+                id=renumber[gid],
+                phase=g.phase,
+                kind=g.kind,
+                space=g.space,
+                axes=g.axes,
+                epilogue=tuple(sorted(g.epilogue, key=node_order.__getitem__)),
+                nodes=tuple(nodes),
+                roots=tuple(roots),
+                inputs=tuple(reads),
+                outputs=tuple(writes),
+                bytes_read=sum(graph.types[v].nbytes for v in reads),
+                bytes_written=sum(graph.types[v].nbytes for v in writes),
+                scatter=scatter_form(graph, roots[0]) if g.kind == "scatter" else None,
+            )
         )
         for n in nodes:
             first_group.setdefault(n, renumber[gid])
     boundaries = [
-        {"value": v, "from": renumber[owner[v]], "to": r["id"], "reason": reasons[v]}
+        Boundary(value=v, from_=renumber[owner[v]], to=r.id, reason=reasons[v])
         for r in records
-        for v in r["inputs"]
+        for v in r.inputs
         if v in owner
     ]
     nodes = tuple(n.model_copy(update={"meta": {**n.meta, "group": first_group[n.name]}}) for n in graph.nodes)
-    meta = {**graph.meta, "groups": records, "boundaries": boundaries, "halo": halo}
-    return graph.replace(nodes=nodes, meta=meta)
+    plan = KernelPlan(groups=tuple(records), boundaries=tuple(boundaries), halo=tuple(halo))
+    return with_plan(graph, plan, nodes=nodes)

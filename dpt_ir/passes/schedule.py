@@ -1,8 +1,8 @@
 """schedule: kernel order, buffer liveness and reuse, workspace size.
 
-Assumes: ``meta["groups"]`` from `fusion`, listed in a valid order (producers first,
-forward before backward).
-Guarantees: ``meta["schedule"]`` holds ``order`` (group ids), ``buffers`` (each with its
+Assumes: the kernel plan of `fusion` (`kernel_ir.plan_of`), its groups listed in a valid
+order (producers first, forward before backward); none: no kernels.
+Guarantees: the plan's `kernel_ir.Schedule` holds ``order`` (group ids), ``buffers`` (each with its
 dtype, element count, bytes and the values that share it over disjoint live ranges),
 ``assignment`` (value -> buffer), ``workspace_bytes`` (intermediates, reused) and
 ``output_bytes`` (graph outputs, never reused). A value lives from the kernel that
@@ -15,20 +15,23 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
+from dpt_ir.passes.kernel_ir import Buffer, KernelPlan, Schedule, has_plan, plan_of, with_plan
 from dpt_ir.passes.util import live_ranges
 
 NAME = "schedule"
 
 
 def run(graph: Graph, options: Any = None) -> Graph:
-    groups = graph.meta.get("groups", [])
-    order = [g["id"] for g in groups]
+    if not has_plan(graph):
+        raise ContractError(f"schedule: graph {graph.name!r} has no kernel plan; expected the fusion pass to run first")
+    plan = plan_of(graph)
+    groups = plan.groups
     outputs = {o.value for o in graph.outputs}
     written, last_read = live_ranges(groups)
-    buffers: list[dict[str, Any]] = []
+    buffers: list[dict[str, Any]] = []  # Buffer fields, values still growing
     pools: dict[tuple[str, int], _Pool] = {}
-    assignment: dict[str, str] = {}
     for v in sorted(written, key=lambda v: (written[v], v)):
         t = graph.types[v]
         start = written[v]
@@ -37,28 +40,22 @@ def run(graph: Graph, options: Any = None) -> Graph:
         slot = None if pool is None else pool.take(start)
         if slot is None:
             buffers.append(
-                {
-                    "id": f"buf{len(buffers)}",
-                    "dtype": t.dtype,
-                    "size": t.size,
-                    "bytes": t.nbytes,
-                    "output": v in outputs,
-                    "values": [],
-                }
-            )
+                {"id": f"buf{len(buffers)}", "dtype": t.dtype, "size": t.size, "bytes": t.nbytes,
+                 "output": v in outputs, "values": []}
+            )  # fmt: skip
             slot = len(buffers) - 1
         if pool is not None:
             pool.hold(slot, end)
         buffers[slot]["values"].append(v)
-        assignment[v] = buffers[slot]["id"]
-    schedule = {
-        "order": order,
-        "buffers": buffers,
-        "assignment": assignment,
-        "workspace_bytes": sum(b["bytes"] for b in buffers if not b["output"]),
-        "output_bytes": sum(b["bytes"] for b in buffers if b["output"]),
-    }
-    return graph.replace(meta={**graph.meta, "schedule": schedule})
+    made = tuple(Buffer(**b) for b in buffers)
+    schedule = Schedule(
+        order=tuple(g.id for g in groups),
+        buffers=made,
+        assignment={v: b.id for b in made for v in b.values},
+        workspace_bytes=sum(b.bytes for b in made if not b.output),
+        output_bytes=sum(b.bytes for b in made if b.output),
+    )
+    return with_plan(graph, KernelPlan(groups=groups, boundaries=plan.boundaries, halo=plan.halo, schedule=schedule))
 
 
 class _Pool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dpt_ir.graph import Graph, Node, Output
+
+if TYPE_CHECKING:
+    from dpt_ir.passes.kernel_ir import KernelGroup
 
 
 def resolve(name: str, subst: Mapping[str, str]) -> str:
@@ -46,15 +49,15 @@ def unique_name(base: str, taken: set[str]) -> str:
     return candidate
 
 
-def live_ranges(groups: Sequence[Mapping[str, Any]]) -> tuple[dict[str, int], dict[str, int]]:
+def live_ranges(groups: Sequence[KernelGroup]) -> tuple[dict[str, int], dict[str, int]]:
     """For kernels in order: the index of the kernel that writes each value, and of the
     last kernel that reads it (values never read have no entry)."""
     written: dict[str, int] = {}
     last_read: dict[str, int] = {}
     for k, g in enumerate(groups):
-        for v in g["outputs"]:
+        for v in g.outputs:
             written[v] = k
-        for v in g["inputs"]:
+        for v in g.inputs:
             last_read[v] = k
     return written, last_read
 

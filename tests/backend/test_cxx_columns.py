@@ -14,6 +14,7 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.backends.cxx.nest import cover
+from dpt_ir.passes.kernel_ir import plan_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -54,9 +55,9 @@ def programs() -> tuple[dp.Program, dp.Program]:
 
 def test_leading_and_middle_axis_reductions_are_column_nests() -> None:
     g = run_pipeline(columns_graph(), CompileOptions()).graph
-    reductions = [grp for grp in g.meta["groups"] if grp.get("kind") == "reduction"]
+    reductions = [grp for grp in plan_of(g).groups if grp.kind == "reduction"]
     nests = [cover(g, grp) for grp in reductions]
-    missing = [grp["axes"] for grp, n in zip(reductions, nests, strict=True) if n is None]
+    missing = [grp.axes for grp, n in zip(reductions, nests, strict=True) if n is None]
     assert not missing, missing
     want = {(40, 3, 1, 700), (1, 120, 1, 700), (1, 40, 3, 700)}  # (P, R, M, C); mix0 makes axis 0 M = 3
     assert {n.columns for n in nests if n is not None and n.columns} >= want

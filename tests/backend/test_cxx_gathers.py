@@ -19,6 +19,7 @@ import dpt_ir as dp
 from dpt_ir.backends.cxx import gathers
 from dpt_ir.backends.cxx.nest import cover
 from dpt_ir.ops.gather import table_attrs
+from dpt_ir.passes.kernel_ir import KernelGroup, plan_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -111,10 +112,10 @@ def test_a_runtime_position_out_of_range_is_a_numerical_error(programs: tuple[dp
     np.testing.assert_array_equal(program.run(**ins)["cols"], ins["x"][:, ins["i"]])  # still usable
 
 
-def _groups(graph: dp.Graph, wrt: tuple[str, ...]) -> list[tuple[object, dict]]:
+def _groups(graph: dp.Graph, wrt: tuple[str, ...]) -> list[tuple[dp.Graph, KernelGroup]]:
     options = CompileOptions(wrt=wrt, seeds=(OUTPUT,) if wrt else (), loss=None)
     scheduled = run_pipeline(graph, options).graph
-    return [(scheduled, group) for group in scheduled.meta["groups"]]
+    return [(scheduled, group) for group in plan_of(scheduled).groups]
 
 
 def test_every_gather_group_of_the_op_table_is_covered() -> None:
@@ -128,8 +129,8 @@ def test_every_gather_group_of_the_op_table_is_covered() -> None:
             graph = case.build(dtype)
             for wrt in ((), tuple(case.wrt)):
                 for scheduled, group in _groups(graph, wrt):
-                    ops = {scheduled.node_map[n].op for n in group["nodes"]}
-                    if group["kind"] in ("pointwise", "reduction") and ops & GATHER_OPS:
+                    ops = {scheduled.node_map[n].op for n in group.nodes}
+                    if group.kind in ("pointwise", "reduction") and ops & GATHER_OPS:
                         seen += 1
                         if cover(scheduled, group) is None:
                             refused.append((case.name, dtype, wrt, sorted(ops)))
@@ -143,7 +144,7 @@ def test_a_table_over_the_limit_stays_on_warp_python() -> None:
     x = g.input("x", (n,), "float32")
     table = g.emit("index_array", [], table_attrs(np.arange(n)[::-1]))
     g.output("y", dp.take(x, table))
-    groups = [(s, grp) for s, grp in _groups(g.build(), ()) if grp["kind"] == "pointwise"]
+    groups = [(s, grp) for s, grp in _groups(g.build(), ()) if grp.kind == "pointwise"]
     assert groups and all(cover(s, grp) is None for s, grp in groups)
 
 

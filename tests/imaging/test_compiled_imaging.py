@@ -13,7 +13,7 @@ import pytest
 import scipy.ndimage as ndi
 
 import dpt_ir as dp
-from dpt_ir.compiler import CPU_HALO_BUDGET, CUDA_HALO_BUDGET
+from dpt_ir.backends.base import target_for
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -154,13 +154,14 @@ def transmission() -> dp.Program:
     # The launch goal holds with the GPU cost model, which recomputes exp(-x) over the
     # first blur's halo; the CPU default writes it once instead (one more launch, less
     # work on a one-thread CPU: see the next test and docs/benchmarks.md).
-    return dp.compile(transmission_graph(), wrt=["x"], device="cpu", halo_budget=CUDA_HALO_BUDGET)
+    return dp.compile(transmission_graph(), wrt=["x"], device="cpu", halo_budget=target_for("cuda").halo_budget)
 
 
 def test_transmission_cpu_cost_model_trades_a_launch_for_less_work() -> None:
     """With the CPU halo budget the value_and_grad plan takes 5 kernels, and fusion.txt
     says the extra boundary is exp(-x), read 13 times per element by the blur."""
-    options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, halo_budget=CPU_HALO_BUDGET)
+    budget = target_for("cpu").halo_budget
+    options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, halo_budget=budget)
     fused = run_pipeline(transmission_graph(), options).graph
     assert len(fused.meta["groups"]) == 5
     reasons = [b["reason"] for b in fused.meta["boundaries"]]

@@ -9,8 +9,9 @@ import pytest
 
 import dpt_ir as dp
 from benchmarks.compile_scaling import chain
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
-from dpt_ir.compiler import CPU_HALO_BUDGET, CPU_RECOMPUTE_BUDGET, _pipelines
+from dpt_ir.compiler import _pipelines, options_of
 from dpt_ir.passes.fusion_steps import MAX_KERNEL_NODES
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
@@ -48,8 +49,7 @@ def test_a_long_chain_needs_few_kernels_and_no_recursion() -> None:
 def chain_plans() -> tuple[dict[str, dp.Graph], float]:
     """A 333-step chain (1,999 nodes) through the three pipelines of `dp.compile` (run,
     value_and_grad, tape) at the CPU budgets: the scheduled graphs and the CPU seconds."""
-    base = {"checks": True, "fuse": True, "recompute": True, "halo_budget": CPU_HALO_BUDGET}
-    base["recompute_budget"] = CPU_RECOMPUTE_BUDGET
+    base = options_of(target_for("cpu"))
     graph = chain(333, (16,))
     assert len(graph.nodes) == 1999
     start = time.process_time()

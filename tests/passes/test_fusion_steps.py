@@ -13,19 +13,14 @@ import pytest
 
 import dpt_ir as dp
 from benchmarks.compile_scaling import LAPLACIAN, chain, heat, wide
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
-from dpt_ir.compiler import CPU_HALO_BUDGET, CPU_RECOMPUTE_BUDGET, _pipelines
+from dpt_ir.compiler import _pipelines, options_of
 from dpt_ir.passes import fusion_steps
 from dpt_ir.passes.dumps import fusion_table
 from dpt_ir.passes.manager import run_pipeline
 
-BASE = {
-    "checks": True,
-    "fuse": True,
-    "recompute": True,
-    "halo_budget": CPU_HALO_BUDGET,
-    "recompute_budget": CPU_RECOMPUTE_BUDGET,
-}
+BASE = options_of(target_for("cpu"))
 STEPS = 20
 
 

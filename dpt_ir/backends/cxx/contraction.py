@@ -44,6 +44,7 @@ from dpt_ir.backends.cxx.nest import C_TYPES
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, origin_of
 from dpt_ir.ops.registry import Contraction
+from dpt_ir.passes.kernel_ir import KernelGroup
 
 TM, TN = 32, 32  # CPU: a task's output block
 MR, NR = 4, 8  # CPU: the micro tile, MR x NR double accumulators (8 AVX2 registers)
@@ -256,14 +257,14 @@ def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
 
 
 def contraction_kernels(
-    graph: Graph, group: dict[str, Any], name: str, slots: list[Any], checks: bool, device: str
+    graph: Graph, group: KernelGroup, name: str, slots: list[Any], checks: bool, device: str
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
     """The one launch of contraction group ``group`` on ``device`` and its native definition
     (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
     from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
     from dpt_ir.backends.warp.launches import StatusSlot
 
-    (root,) = group["roots"]
+    (root,) = group.roots
     node = graph.node_map[root]
     p = plan(graph, root, device)
     a, b = node.inputs
@@ -277,4 +278,4 @@ def contraction_kernels(
     pieces = [micro_kernel(), cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]
     fn, cxx = _hashed("\n".join(pieces) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
-    return [_launch(name, unit, fn, checks, p.dim, group["id"], {}, slot_base)], natives
+    return [_launch(name, unit, fn, checks, p.dim, group.id, {}, slot_base)], natives

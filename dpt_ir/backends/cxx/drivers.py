@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx.nest import Nest
 
-BLOCK = 512
-CPU_TASK = 65536  # elements per CPU task (the fixed partition)
+BLOCK = target_for("cpu").block  # elements per block of the CPU driver (`Target.block`)
+CPU_TASK = target_for("cpu").cpu_task  # elements per CPU task (the fixed partition, `Target.cpu_task`)
 
 
 @dataclass(frozen=True)

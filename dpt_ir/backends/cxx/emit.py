@@ -88,7 +88,7 @@ class ElementWriter:
             if r.mode == "row" and r.step:
                 where += " + j" if r.step == 1 else f" + j * {r.step}"
         var = f"r{len(self.vars)}"
-        member_table = value in self.nest.group["nodes"] and gathers.is_table(self.graph, value)
+        member_table = value in self.nest.group.nodes and gathers.is_table(self.graph, value)
         array = gathers.table_ref(self, value) if member_table else self.param(value)
         self.lines.append(f"const {C_TYPES[self.graph.types[value].dtype]} {var} = {array}[{where}];")
         return var
@@ -140,7 +140,7 @@ class ElementWriter:
         key = (name, sites.offset(coords, shape, ext))
         if key in self.vars:
             return self.vars[key]
-        if name not in self.nest.group["nodes"] or gathers.is_table(self.graph, name):
+        if name not in self.nest.group.nodes or gathers.is_table(self.graph, name):
             self.vars[key] = self.load(*key)
             return self.vars[key]
         node = self.graph.node_map[name]

@@ -13,10 +13,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx import columns, contraction, drivers
 from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
 from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
 from dpt_ir.graph import Graph
+from dpt_ir.passes.kernel_ir import KernelGroup
 
 TASK0 = "$task0"  # scalar kernel argument: the launch's first task
 WP_STATE = {"double": "wp.float64", "float": "wp.float32", "int": "wp.int32", "unsigned": "wp.uint32"}
@@ -101,19 +103,17 @@ def _finalize(nest: Nest, w: ElementWriter, q: int, index: str, subst: dict[str,
     check = w.nonfinite(root, f"res{q}")
     if check:
         lines.append(check)
-    if root in nest.group["outputs"]:
+    if root in nest.group.outputs:
         lines.append(f"{w.param(root)}[{index}] = res{q};")
     return lines
 
 
 def group_kernels(
-    graph: Graph, group: dict[str, Any], name: str, slots: list[Any], checks: bool, device: str
+    graph: Graph, group: KernelGroup, name: str, slots: list[Any], checks: bool, device: str
 ) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
     """The launches of ``group`` on the C++ path and the native definitions they need
     (stub name -> C++ and stub text); None when the group is not covered."""
-    from dpt_ir.backends.warp.reductions import partial_count
-
-    if group.get("kind") == "contraction":  # a matrix product: its own drivers (`contraction`)
+    if group.kind == "contraction":  # a matrix product: its own drivers (`contraction`)
         return contraction.contraction_kernels(graph, group, name, slots, checks, device)
     nest = cover(graph, group)
     if nest is None:
@@ -121,7 +121,7 @@ def group_kernels(
     if nest.columns:
         lay = columns.layout(nest, device)
     else:
-        lay = drivers.layout(nest, device, partial_count(group, nest.rows, nest.inner, "cuda"))
+        lay = drivers.layout(nest, device, target_for("cuda").partial_count(nest.rows, nest.inner))
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = w.body()
@@ -157,7 +157,7 @@ def group_kernels(
         drv = drivers.pointwise_drivers(nest, lay, unit.args(), sig, w.uses_big, nflags, checks)
     fn, cxx = _hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
-    main = _launch(name, unit, fn, checks, lay.dim, group["id"], dict(partials), w.slot_base)
+    main = _launch(name, unit, fn, checks, lay.dim, group.id, dict(partials), w.slot_base)
     if lay.parts == 1:
         return [main], natives
     final, more = _final_kernel(graph, nest, name + "_final", slots, checks, lay, partials)
@@ -218,6 +218,6 @@ def _final_kernel(
     lines += [*("    " + s for s in body), "}"]
     fn, cxx = _hashed("\n".join(lines) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_final", f"{fn}_final", checks))}
-    kernel = _launch(name, unit, fn, checks, nest.rows, nest.group["id"],
+    kernel = _launch(name, unit, fn, checks, nest.rows, nest.group.id,
                      {p: v for p, v in partials.items() if p in params}, w.slot_base)  # fmt: skip
     return kernel, natives

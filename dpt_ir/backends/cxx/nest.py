@@ -1,6 +1,6 @@
 """Which fusion groups the C++ path covers, and how their loop nest reads.
 
-Assumes: a scheduled graph whose ``meta["groups"]`` are fusion's groups (``kind``, ``space``,
+Assumes: a scheduled graph whose kernel plan holds fusion's groups (``kind``, ``space``,
 ``axes``, ``nodes`` in topological order, ``roots``, ``outputs``, ``epilogue``), and the op
 table's ``cxx`` / ``cxx_domain`` / ``cxx_reduce`` / ``view_affine`` fields. Guarantees: `cover`
 accepts a group only when every member is an elementwise op with a C++ expression, a layout
@@ -26,6 +26,7 @@ from dpt_ir.backends.cxx import gathers, sites
 from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import CxxReduce
+from dpt_ir.passes.kernel_ir import KernelGroup
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
 WP_TYPES = {d: f"wp.{d}" for d in C_TYPES}
@@ -51,7 +52,7 @@ class Nest:
     """A covered group's loop nest: ``rows`` x ``inner`` elements over the outer shape
     ``outer``; reduction groups reduce the inner axes (one row per output element)."""
 
-    group: dict[str, Any]
+    group: KernelGroup
     space: tuple[int, ...]
     outer: tuple[int, ...]
     inner: int
@@ -131,15 +132,15 @@ def _is_view(op: Any) -> bool:
     return op.view_affine is not None or op.axis_images is not None or stencil
 
 
-def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
+def cover(graph: Graph, group: KernelGroup) -> Nest | None:
     """The loop nest of ``group`` on the C++ path, or None when the group stays on the
     Warp-Python path (see the module docstring for what is covered)."""
-    kind, space = group.get("kind"), tuple(group["space"])
+    kind, space = group.kind, tuple(group.space)
     if kind not in ("pointwise", "reduction") or not 0 < math.prod(space) < 2**31:
         return None
-    members = set(group["nodes"])
+    members = set(group.nodes)
     roots, templates = [], {}
-    for name in group["nodes"]:
+    for name in group.nodes:
         node = graph.node_map[name]
         op = node.opdef
         if op.kind == "reduction" and kind == "reduction" and op.cxx_reduce is not None:
@@ -155,11 +156,11 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
             continue
         elif not _is_view(op) and (op.kind != "elementwise" or op.cxx is None):
             return None
-    if not _types_ok(graph, [*group["nodes"], *group["inputs"]]):
+    if not _types_ok(graph, [*group.nodes, *group.inputs]):
         return None
     late = _descendants(graph, members, roots)  # computed from finished reductions: the epilogue
-    after = [v for v in group["outputs"] if v in late]
-    stores = [v for v in group["outputs"] if v not in roots and v not in late]
+    after = [v for v in group.outputs if v in late]
+    stores = [v for v in group.outputs if v not in roots and v not in late]
     seeds = [*(graph.node_map[r].inputs[0] for r in roots), *stores]
     if any(tuple(graph.types[v].shape) != space for v in stores):
         return None
@@ -174,7 +175,7 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     most = 1 if guards else len(space)  # the interior split runs along the last axis
     columns = None
     if kind == "reduction":
-        axes = tuple(group["axes"])
+        axes = tuple(group.axes)
         if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()) or not roots:
             return None
         kept = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block

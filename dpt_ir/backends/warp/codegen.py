@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,15 +43,16 @@ from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, origin_of
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.registry import WarpSite
+from dpt_ir.passes.kernel_ir import KernelGroup, plan_of
 from dpt_ir.passes.util import same_index_members
 
 
 class KernelWriter:
     """Builds one kernel body: memoised value expressions at symbolic indices."""
 
-    def __init__(self, graph: Graph, group: dict[str, Any], kernel: str, slots: list[StatusSlot], checks: bool) -> None:
+    def __init__(self, graph: Graph, group: KernelGroup, kernel: str, slots: list[StatusSlot], checks: bool) -> None:
         self.graph = graph
-        self.members = set(group["nodes"])
+        self.members = set(group.nodes)
         self.kernel = kernel
         self.slots = slots
         self.slot_base = len(slots)  # this kernel's flags are slots[slot_base:], at a__status_base + k
@@ -454,28 +456,28 @@ def _positional(params: list[str]) -> dict[str, str]:
 _PARAM_TOKEN = re.compile(r"\ba_\w+")
 
 
-def _header(group: dict[str, Any]) -> str:
-    nodes = ", ".join(group["nodes"])
+def _header(group: KernelGroup) -> str:
+    nodes = ", ".join(group.nodes)
     return (
-        f"# {group['id']} [{group['phase']}] {group['kind']} over {group['space']}: "
-        f"{len(group['nodes'])} node(s): {nodes}"
+        f"# {group.id} [{group.phase}] {group.kind} over {list(group.space)}: "
+        f"{len(group.nodes)} node(s): {nodes}"
     )
 
 
 def pointwise_kernel(
-    graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool, device: str = "cuda"
+    graph: Graph, group: KernelGroup, name: str, slots: list[StatusSlot], checks: bool, device: str = "cuda"
 ) -> tuple[list[KernelSource], list[str]]:
     """One thread per element on CUDA; on the CPU (one thread runs the whole launch) one
     thread loops over every element, which saves Warp's per-element call overhead."""
     w = KernelWriter(graph, group, name, slots, checks)
-    space = tuple(group["space"])
+    space = tuple(group.space)
     size = math.prod(space)
     per_thread = w.begin_elements(size, device)
     index = tuple(idx.delinearize("tid", space)) if space else ()
     index = _bind_index(w, index)
     w.flat[(index, space)] = "tid"
-    _warm(w, graph, group, group["outputs"], index, space)
-    for root in group["outputs"]:
+    _warm(w, graph, group, group.outputs, index, space)
+    for root in group.outputs:
         v = w.value_at(root, index)
         w.check_finite(root, v)
         w.emit(f"{w.param(root)}[tid] = {v}")
@@ -486,8 +488,8 @@ def pointwise_kernel(
 def _warm(
     w: KernelWriter,
     graph: Graph,
-    group: dict[str, Any],
-    seeds: list[str],
+    group: KernelGroup,
+    seeds: Sequence[str],
     index: tuple[str, ...],
     space: tuple[int, ...],
 ) -> None:
@@ -496,8 +498,8 @@ def _warm(
     recursion then nests only through views and stencils, never through an elementwise
     chain, however long (time-stepped models unroll into chains of thousands of ops).
     Computes nothing the seeds would not compute anyway."""
-    at = same_index_members(graph, group["nodes"], seeds, space)
-    for name in group["nodes"]:
+    at = same_index_members(graph, group.nodes, seeds, space)
+    for name in group.nodes:
         if name in at:
             w.value_at(name, index)
 
@@ -517,7 +519,7 @@ def _bind_index(w: KernelWriter, index: tuple[str, ...]) -> tuple[str, ...]:
 def _finish(
     w: KernelWriter,
     graph: Graph,
-    group: dict[str, Any],
+    group: KernelGroup,
     name: str,
     dim: int,
     partials: dict[str, tuple[str, int]],
@@ -529,7 +531,7 @@ def _finish(
     signature = _signature(params, names, graph, partials, w.constants)
     text = f"@wp.kernel\ndef {name}({signature}):\n{body}\n"
     constants = {p: (t, constant_array(t, v)) for p, (t, v) in w.constants.items()}
-    return KernelSource(name, text, list(params), dim, group["id"], dict(partials), constants, name, w.slot_base)
+    return KernelSource(name, text, list(params), dim, group.id, dict(partials), constants, name, w.slot_base)
 
 
 @dataclass
@@ -583,18 +585,18 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
     natives: dict[str, tuple[str, str]] = {}
     headers: dict[str, str] = {}  # launch -> its group's description
     for prefix, graph in plans.items():
-        for group in graph.meta["groups"]:
-            name = f"{prefix}_{group['id']}"
+        for group in plan_of(graph).groups:
+            name = f"{prefix}_{group.id}"
             native = cxx_kernels.group_kernels(graph, group, name, slots, checks, device)
             if native is not None:
                 ks, more = native
                 natives.update(more)
-            elif group["kind"] == "reduction":
+            elif group.kind == "reduction":
                 from dpt_ir.backends.warp.reductions import reduction_kernels  # builds on this module
 
                 ks, hs = reduction_kernels(graph, group, name, slots, checks, device)
                 helpers += [h for h in hs if h not in helpers]
-            elif group["kind"] == "scatter":
+            elif group.kind == "scatter":
                 from dpt_ir.backends.warp.scatter import scatter_kernels  # builds on this module
 
                 ks, hs = scatter_kernels(graph, group, name, slots, checks, device)

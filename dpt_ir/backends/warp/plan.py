@@ -30,6 +30,7 @@ from dpt_ir.backends.warp.module import GeneratedModule
 from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
+from dpt_ir.passes.kernel_ir import plan_of
 
 SCALARS = (STATUS_BASE, TASK0)  # the scalar parameters a launch binds (`scalar_argument`)
 WP_DTYPES = {
@@ -70,17 +71,17 @@ class Workspace:
         self.copies: dict[str, wp.array] = {}  # input value -> flat view of its output array
         self.staging: dict[str, wp.array] = {}
         self.status = wp.zeros(plan.status_size, dtype=wp.int32, device=device) if plan.status_size else None
-        for buf in graph.meta["schedule"]["buffers"]:
-            dtype = WP_DTYPES[buf["dtype"]]
-            if buf["output"]:
-                (value,) = buf["values"]
+        for buf in plan_of(graph).scheduled().buffers:
+            dtype = WP_DTYPES[buf.dtype]
+            if buf.output:
+                (value,) = buf.values
                 shape = graph.types[value].shape or (1,)
                 arr = wp.zeros(shape, dtype=dtype, device=device, requires_grad=plan.grad_outputs)
                 self.shaped[value] = arr
                 self.buffers[value] = arr.flatten()
                 continue
-            arr = wp.zeros(buf["size"], dtype=dtype, device=device)
-            for v in buf["values"]:
+            arr = wp.zeros(buf.size, dtype=dtype, device=device)
+            for v in buf.values:
                 self.buffers[v] = arr
         self.buffers.update(plan.constants)  # read-only: shared by every workspace
         for k in plan.kernels:
@@ -133,7 +134,7 @@ class ExecutionPlan:
                 if id(values) not in made:
                     made[id(values)] = wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
                 self.constants[p] = made[id(values)]
-        phases = {g["id"]: g["phase"] for g in graph.meta["groups"]}
+        phases = {g.id: g.phase for g in plan_of(graph).groups}
         self.launches = [Launch(k.name, k.function, k.dim, k.params, phases[k.group], k.status_base) for k in kernels]
         self._ready = False
         self.outputs = {o.name: o.value for o in graph.outputs}

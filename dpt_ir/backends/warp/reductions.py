@@ -11,35 +11,29 @@ when it meets a reduction group).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp.codegen import KernelWriter, _bind_index, _finish, _warm
 from dpt_ir.backends.warp.launches import WP_TYPES, KernelSource, StatusSlot, param_name
 from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
-
-
-def partial_count(group: dict[str, Any], n_out: int, count: int, device: str) -> int:
-    """How many partials each output of a reduction is split into. The CPU backend runs
-    one thread, so one partial (no combine kernel); CUDA needs enough threads in flight."""
-    if device == "cpu" or count < 8192:
-        return 1
-    want = max(1, 65536 // max(n_out, 1))
-    return max(1, min(want, count // 4096))
+from dpt_ir.passes.kernel_ir import KernelGroup
 
 
 def reduction_kernels(
-    graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool, device: str
+    graph: Graph, group: KernelGroup, name: str, slots: list[StatusSlot], checks: bool, device: str
 ) -> tuple[list[KernelSource], list[str]]:
-    space, axes = tuple(group["space"]), tuple(group["axes"])
+    space, axes = tuple(group.space), tuple(group.axes)
     kept = tuple(d for k, d in enumerate(space) if k not in axes)
     red = tuple(d for k, d in enumerate(space) if k in axes)
     n_out, count = math.prod(kept), math.prod(red)
-    parts = partial_count(group, n_out, count, device)
+    parts = target_for(device).partial_count(n_out, count)  # one partial on the CPU
     chunk = -(-count // parts) if count else 0
-    roots = [v for v in group["roots"] if graph.node_map[v].opdef.kind == "reduction"]
-    epilogue = group.get("epilogue", [])
-    pointwise_roots = [v for v in group["outputs"] if v not in roots and v not in epilogue]
+    roots = [v for v in group.roots if graph.node_map[v].opdef.kind == "reduction"]
+    epilogue = group.epilogue
+    pointwise_roots = [v for v in group.outputs if v not in roots and v not in epilogue]
     w = KernelWriter(graph, group, name, slots, checks)
     w.emit("tid = wp.tid()")
     w.emit(f"o = tid // {parts}" if parts > 1 else "o = tid")
@@ -81,7 +75,7 @@ def reduction_kernels(
     for root in roots:
         t = templates[root]
         if parts == 1:
-            _write_result(w, root, t, count, group["outputs"])
+            _write_result(w, root, t, count, group.outputs)
         else:
             for acc, acc_t, _ in t.accumulators:
                 p = f"$partial:{root}:{acc}"
@@ -89,7 +83,7 @@ def reduction_kernels(
                 w.param(p)
                 w.emit(f"{param_name(p)}[tid] = {_acc(w, root, acc)}")
     if parts == 1:
-        _epilogue(w, graph, epilogue, group["outputs"])
+        _epilogue(w, graph, epilogue, group.outputs)
     kernels = [_finish(w, graph, group, name, n_out * parts, partials)]
     if parts > 1:
         kernels.append(
@@ -116,7 +110,7 @@ def _emit_template(w: KernelWriter, template: str, root: str, values: dict[str, 
         w.emit(line)
 
 
-def _write_result(w: KernelWriter, root: str, t: Any, count: int, outputs: list[str]) -> None:
+def _write_result(w: KernelWriter, root: str, t: Any, count: int, outputs: Sequence[str]) -> None:
     """Finalise reduction ``root`` for output ``o``; write it if other kernels read it.
     Epilogue nodes then read the finished value (`KernelWriter.finished`)."""
     subst = {f"acc_{a}": _acc(w, root, a) for a in "msi"}
@@ -132,7 +126,7 @@ def _out_index(w: KernelWriter, shape: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(w.let(e) for e in idx.delinearize("o", shape)) if shape else ()
 
 
-def _epilogue(w: KernelWriter, graph: Graph, epilogue: list[str], outputs: list[str]) -> None:
+def _epilogue(w: KernelWriter, graph: Graph, epilogue: Sequence[str], outputs: Sequence[str]) -> None:
     """Pointwise roots computed from the finished reductions, at output ``o``."""
     for root in epilogue:
         index = _out_index(w, graph.types[root].shape)
@@ -144,7 +138,7 @@ def _epilogue(w: KernelWriter, graph: Graph, epilogue: list[str], outputs: list[
 
 def _combine_kernel(
     graph: Graph,
-    group: dict[str, Any],
+    group: KernelGroup,
     name: str,
     roots: list[str],
     templates: dict[str, Any],
@@ -170,6 +164,6 @@ def _combine_kernel(
             w.emit(f"{_other(w, root, acc)} = {param_name(f'$partial:{root}:{acc}')}[o * {parts} + q]")
         _emit_template(w, t.combine, root, {})
         w.indent -= 1
-        _write_result(w, root, t, count, group["outputs"])
-    _epilogue(w, graph, group.get("epilogue", []), group["outputs"])
+        _write_result(w, root, t, count, group.outputs)
+    _epilogue(w, graph, group.epilogue, group.outputs)
     return _finish(w, graph, group, name, n_out, partials)

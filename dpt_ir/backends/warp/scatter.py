@@ -1,7 +1,7 @@
 """Warp kernels of a scatter group (``add_at``): deterministic by construction, no float atomics.
 
 Assumes: a fusion group of kind ``scatter`` (one root, an op with a `ScatterLayout`,
-``group["scatter"]["form"]`` chosen by the fusion pass) whose members are the root and
+``group.scatter.form`` chosen by the fusion pass) whose members are the root and
 the pointwise producers of its inputs, which kernels recompute inline.
 
 Guarantees: each output element ``o`` is ``base[o]`` plus the values sent to it, summed
@@ -38,6 +38,7 @@ from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.gather import normalise
 from dpt_ir.ops.registry import ScatterLayout
+from dpt_ir.passes.kernel_ir import KernelGroup
 
 ROWS, COLS, HIST = "$rows", "$cols", "$hist"
 
@@ -100,9 +101,9 @@ def _constant_positions(graph: Graph, value: str) -> np.ndarray:
 
 
 def scatter_kernels(
-    graph: Graph, group: dict[str, Any], name: str, slots: list[StatusSlot], checks: bool, device: str
+    graph: Graph, group: KernelGroup, name: str, slots: list[StatusSlot], checks: bool, device: str
 ) -> tuple[list[KernelSource], list[str]]:
-    (root,) = group["roots"]
+    (root,) = group.roots
     node = graph.node_map[root]
     layout = layout_of(graph, root)
     positions = node.inputs[layout.indices]
@@ -112,7 +113,7 @@ def scatter_kernels(
     csr: dict[str, tuple[str, list[int]]] = {}
     partials: dict[str, tuple[str, int]] = {}
     rows, cols = f"{ROWS}:{root}", f"{COLS}:{root}"
-    if group["scatter"]["form"] == "transpose":
+    if group.scatter.form == "transpose":
         offsets, order = constant_csr(layout, _constant_positions(graph, positions), root)
         csr = {rows: ("wp.int32", offsets), cols: ("wp.int32", order)}
     else:
@@ -132,7 +133,7 @@ def scatter_kernels(
 
 def _sort_kernel(
     graph: Graph,
-    group: dict[str, Any],
+    group: KernelGroup,
     name: str,
     stage: str,
     layout: ScatterLayout,
@@ -141,7 +142,7 @@ def _sort_kernel(
     slots: list[StatusSlot],
     checks: bool,
 ) -> tuple[KernelSource, list[str]]:
-    (root,) = group["roots"]
+    (root,) = group.roots
     node = graph.node_map[root]
     positions = node.inputs[layout.indices]
     shape = graph.types[positions].shape
@@ -184,7 +185,7 @@ def _sort_kernel(
 
 def _sum_kernel(
     graph: Graph,
-    group: dict[str, Any],
+    group: KernelGroup,
     name: str,
     layout: ScatterLayout,
     csr: dict[str, tuple[str, list[int]]],
@@ -195,7 +196,7 @@ def _sum_kernel(
 ) -> tuple[KernelSource, list[str]]:
     """out[o] = base[o] + the values of o's row, in CSR order; one element per thread on
     CUDA, every element in one thread's loop on the CPU."""
-    (root,) = group["roots"]
+    (root,) = group.roots
     node = graph.node_map[root]
     shape = node.type.shape
     size = math.prod(shape)

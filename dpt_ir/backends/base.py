@@ -1,0 +1,100 @@
+"""`Target`: the device facts a compilation plans with, in one validated model.
+
+Assumes: nothing (a pure model; the backend modules and the compiler import it, the passes
+never do: `dp.compile` hands the budgets to them through `CompileOptions`).
+Guarantees: `Target.for_device` gives the facts of a device kind (``cpu`` or ``cuda``) with
+the budgets the user left unset filled in, the numbers every plan and kernel was built with
+before they moved here (so plans are unchanged): the halo and recompute budgets the passes
+use, the CPU threads a launch may use, how a reduction is split into partials, the C++ CPU
+driver's element block and task size, and the CUDA launch block. `target_for(kind)` is the
+default target of a kind, which the backends read where a kind's partition is fixed by
+shapes alone (a CPU build also emits, and tests, the CUDA driver's partition).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from dpt_ir.errors import ContractError
+from dpt_ir.types import FrozenModel
+
+TargetKind = Literal["cpu", "cuda"]
+
+
+class Target(FrozenModel):
+    """What a device kind asks of the plan.
+
+    - ``kind``: ``cpu`` or ``cuda``; ``threads``: CPU threads per launch (results never
+      depend on it: the task partition is fixed by shapes).
+    - ``halo_budget``: work per element a stencil may spend recomputing its producers
+      rather than reading them (`CompileOptions.halo_budget`): the CPU is compute bound, a
+      GPU bandwidth bound, so recomputing over the halo pays longer there.
+    - ``recompute_budget``: work per element the backward may spend recomputing one forward
+      value before saving it (None: no limit, saved bytes alone decide; a GPU's cost is
+      memory traffic).
+    - ``partials_from``, ``partial_threads``, ``partial_chunk``: a reduction of at least
+      ``partials_from`` elements per output is split into partials (CUDA: enough threads in
+      flight, about ``partial_threads`` in all, each partial at least ``partial_chunk``
+      elements), combined in order by a final kernel; the CPU runs one partial per output.
+    - ``block``: elements per block of the C++ CPU driver (stack buffers, column blocks);
+      ``cpu_task``: elements per task of its fixed partition; ``cuda_block``: threads per
+      block of a CUDA launch.
+    """
+
+    kind: TargetKind
+    threads: int = Field(default=1, ge=1, le=1024)
+    halo_budget: int = Field(ge=0)
+    recompute_budget: int | None = Field(default=None, ge=0)
+    partials_from: int = Field(default=8192, ge=1)
+    partial_threads: int = Field(default=65536, ge=1)
+    partial_chunk: int = Field(default=4096, ge=1)
+    block: int = Field(default=512, ge=8)
+    cpu_task: int = Field(default=65536, ge=1)
+    cuda_block: int = Field(default=256, ge=32, le=1024)
+
+    @classmethod
+    def for_device(
+        cls, device: str, threads: int = 1, halo_budget: int | None = None, recompute_budget: int | None = None
+    ) -> Target:
+        """The target of ``device`` (``cpu`` or ``cuda[:N]``), the budgets left None at the
+        kind's defaults."""
+        kind = _kind(device)
+        defaults = _DEFAULT_BUDGETS[kind]
+        return cls(
+            kind=kind,
+            threads=threads,
+            halo_budget=defaults[0] if halo_budget is None else halo_budget,
+            recompute_budget=defaults[1] if recompute_budget is None else recompute_budget,
+        )
+
+    def partial_count(self, n_out: int, count: int) -> int:
+        """How many partials each of ``n_out`` outputs of a reduction over ``count``
+        elements is split into: 1 on the CPU (no combine kernel) and for small reductions."""
+        if self.kind == "cpu" or count < self.partials_from:
+            return 1
+        want = max(1, self.partial_threads // max(n_out, 1))
+        return max(1, min(want, count // self.partial_chunk))
+
+
+# Halo and recompute budgets by kind (see Target): measured on the one-thread CPU backend, a
+# long chain of transcendentals costs more to recompute than to save and read back.
+_DEFAULT_BUDGETS: dict[str, tuple[int, int | None]] = {"cpu": (48, 16), "cuda": (160, None)}
+
+
+def _kind(device: str) -> TargetKind:
+    if device == "cpu":
+        return "cpu"
+    if isinstance(device, str) and device.startswith("cuda"):
+        return "cuda"
+    raise ContractError(f"target: device must be 'cpu' or 'cuda[:N]', found {device!r}")
+
+
+_DEFAULTS = {kind: Target.for_device(kind) for kind in ("cpu", "cuda")}
+
+
+def target_for(device: str) -> Target:
+    """The default target of ``device``'s kind (one thread, default budgets)."""
+    return _DEFAULTS[_kind(device)]
+
