@@ -60,6 +60,16 @@ def _passes(nest: Nest) -> list[tuple[bool, list[int]]]:
     return [(p == n - 1, [q for q, r in enumerate(nest.roots) if p < len(nest.templates[r].passes)]) for p in range(n)]
 
 
+def _row(nest: Nest) -> list[str]:
+    """``row``: the row of reduced row ``rr`` of column group ``pm`` = (p, m): ``(p R + rr) M +
+    m`` for one reduced block, through the row map for non-adjacent axes (`rowmap`)."""
+    assert nest.columns is not None
+    _, rows, mid, _ = nest.columns
+    if nest.row_map is not None:
+        return nest.row_map.statements("row", "pm", "rr")
+    return [f"const int row = (p * {rows} + rr) * {mid} + m;"]
+
+
 def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]) -> list[str]:
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
@@ -76,7 +86,7 @@ def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, fin
         for q in active:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ca{q}_{name}[{COLS}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
-        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = (p * {rows} + rr) * {mid} + m;"]
+        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
         body += [*_bases(nest, "row"), "const int jb = clo, je = chi;"]
         body += [f"{x_types[q]} buf{q}[{COLS}];" for q in range(len(nest.roots))]
         w = "true" if last else "false"
@@ -105,7 +115,7 @@ def _cuda(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, fi
         for q in active:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
-        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = (p * {rows} + rr) * {mid} + m;"]
+        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
         body += [*_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in range(len(nest.roots)))]
         ys = [f"y{q}" for q in range(len(nest.roots))]
         body += _guarded(nest, args, "true" if last else "false", f"row * {cols} + c", "c", ys, uses_big, nf)

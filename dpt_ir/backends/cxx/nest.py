@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpt_ir.backends.cxx import sites
+from dpt_ir.backends.cxx.rowmap import RowMap
 from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import CxxReduce
@@ -71,6 +72,10 @@ class Nest:
     # are the P x R x M rows of C columns, and each column accumulates over its R rows
     # (`columns`: (P, R, M, C)); None otherwise.
     columns: tuple[int, int, int, int] | None = None
+    # A reduction over non-adjacent axes: the rows (sub-rows, or the columns' rows) of the
+    # space in the order the reduction folds them (`rowmap`): output o's reduced row r is
+    # row ``row_map`` (o, r) of ``base_outer``; None when the reduced axes are one block.
+    row_map: RowMap | None = None
 
     @property
     def rows(self) -> int:
@@ -172,8 +177,11 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     columns = None
     if kind == "reduction":
         axes = tuple(group["axes"])
-        if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()) or not roots:
+        if not roots:
             return None
+        if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()):
+            parts = (roots, stores, templates, after, after_shape, guards)
+            return _spread(group, space, axes, walked, most, *parts)
         kept = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block
         if kept:  # the columns: the most trailing kept axes every read is contiguous over
             k = _inner_axes(walked, space, min(kept, most))
@@ -197,6 +205,47 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     return Nest(
         group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards, columns
     )
+
+
+def _spread(
+    group: dict[str, Any],
+    space: tuple[int, ...],
+    axes: tuple[int, ...],
+    walked: list[Site],
+    most: int,
+    roots: list[str],
+    stores: list[str],
+    templates: dict[str, CxxReduce],
+    after: list[str],
+    after_shape: tuple[int, ...],
+    guards: list[Guard],
+) -> Nest | None:
+    """The nest of a reduction over non-adjacent ``axes`` (`rowmap`), no transpose: with the
+    last axis reduced, one output per kept element reduces its sub-rows (the trailing
+    reduced axes every read is contiguous over) in row-major order of the reduced axes;
+    with the last axis kept, columns over the trailing kept axes (every read contiguous
+    over them) accumulate over their rows, found through the row map."""
+    n = len(space)
+    if axes[-1] == n - 1:
+        block = n - next(a for a in range(n) if all(b in axes for b in range(a, n)))
+        k = _inner_axes(walked, space, min(block, most))
+    else:
+        k = _inner_axes(walked, space, min(n - 1 - axes[-1], most))
+    cut = n - k
+    reads = {}
+    for site in walked:
+        r = classify(site, space, k)
+        if r is None:
+            return None
+        reads[site] = r
+    row_map = RowMap(space[:cut], tuple(a in axes for a in range(cut)))
+    sub = math.prod(space[cut:])
+    if axes[-1] == n - 1:  # one row per output, of R elements: sub-rows of `sub` elements
+        outer, inner, columns = tuple(d for a, d in enumerate(space) if a not in axes), row_map.count * sub, None
+    else:
+        outer, inner, columns = space[:cut], sub, (1, row_map.count, row_map.kept, sub)
+    parts = (roots, stores, templates, after, after_shape, sub, space[:cut], guards, columns, row_map)
+    return Nest(group, space, outer, inner, reads, *parts)
 
 
 def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:

@@ -9,12 +9,16 @@ under a guard (the interior's condition, for the driver's interior/edge loop spl
 Guarantees: `walk` visits every (value, coordinates) a set of seeds needs,
 iteratively, and returns the memory reads as (value, flat offset form); a value is
 identified by its flat offset (two maps with one offset are the same element: a
-layout-preserving reshape of a member is an alias, not a second evaluation). A walk fails
+layout-preserving reshape of a member is an alias, not a second evaluation). A reshape
+whose offset does not split into coordinates in range reads its input at flat coordinates
+(`indexing.flat_coords`): a value read from memory there is a load at that offset, a
+layout-preserving view passes them on, any other member there fails the walk. A walk fails
 (None) when a view is not affine there or a member is needed where it cannot be computed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -24,6 +28,8 @@ from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords, ImageMap
 
 Site = tuple[str, Affine]  # a value and the flat offset of the element read
+Shape = tuple[int, ...]
+Reads = list[tuple[str, Coords]]  # (input, coordinates it is read at)
 Guard = tuple[Affine, int, int]  # lo <= form <= hi: where a per-axis view is its interior shift
 
 
@@ -98,6 +104,27 @@ def join_ranges(graph: Graph, node: Node) -> list[tuple[str, int, int]]:
     return out
 
 
+def _flat_children(node: Node, coords: Coords, out_shape: Shape, shapes: list[Shape]) -> Reads | None:
+    """The reads of ``node`` at flat coordinates: a layout-preserving view reads its input at
+    the same offset; an elementwise op (with inputs) reads each input of its own shape there;
+    both, and a layout view, read an input of one element at 0; anything else (a source, a
+    broadcast operand, a transpose) cannot be evaluated there."""
+    op = node.opdef
+    if op.preserves_layout:
+        return [(node.inputs[0], coords)]
+    if not node.inputs or (op.kind != "elementwise" and op.view_affine is None):
+        return None
+    out = []
+    for i, s in zip(node.inputs, shapes, strict=True):
+        if s == out_shape and op.kind == "elementwise":
+            out.append((i, coords))
+        elif math.prod(s) == 1:
+            out.append((i, tuple(idx.zero(len(coords[0].w)) for _ in s)))
+        else:
+            return None
+    return out
+
+
 def children(
     graph: Graph,
     node: Node,
@@ -112,6 +139,8 @@ def children(
     None when the node cannot be evaluated there."""
     op, out_shape = node.opdef, tuple(node.type.shape)
     shapes = [tuple(graph.types[i].shape) for i in node.inputs]
+    if idx.is_flat(coords, out_shape):
+        return _flat_children(node, coords, out_shape, shapes)
     if op.kind == "elementwise":
         return [(i, idx.aligned_coords(coords, out_shape, s)) for i, s in zip(node.inputs, shapes, strict=True)]
     if op.join_axis is not None and variable is not None:
