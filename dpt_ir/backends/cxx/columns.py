@@ -4,7 +4,8 @@ Assumes: a `Nest` whose ``columns`` is (P, R, M, C): the space is P kept x R red
 kept elements x C kept, contiguous columns; output ``o = (p * M + m) * C + c`` reduces the
 elements ``(p, r, m, c)`` over ``r``; the element function ``elem<P, W>(.., i, j, rb, ..)``
 of `dpt_ir.backends.cxx.emit` evaluates element ``i = row * C + c`` with inner counter
-``j = c`` and the row bases of ``row = (p * R + r) * M + m``. Guarantees:
+``j = c`` and the row bases of ``row = (p * R + r) * M + m`` (for non-adjacent reduced axes
+P = 1 and ``row`` is the nest's row map of (m, r): `rowmap`). Guarantees:
 
 - Every column folds its R elements in order ``r = 0 .. R - 1`` into lane 0 of its lane
   template (`CxxReduce`), the other 7 lanes left at their initial values (the template's

@@ -7,7 +7,10 @@ Guarantees:
 
 - A launch runs tasks ``t`` of a partition fixed by the shapes and the device (`Layout`),
   never by the thread count: pointwise groups cut the flat space into chunks; reductions give
-  each task whole rows, or, for one output, a chunk of its row and a partial per task.
+  each task whole rows, or, for one output, a chunk of its row and a partial per task. An
+  output's row is its reduced elements in order: for non-adjacent reduced axes, sub-rows
+  found through the nest's row map (`rowmap`), whose flat index and row bases are computed
+  once per sub-row.
 - CPU: element loops (each after ``DP_VEC_LOOP``, empty unless a build defines a loop
   pragma there: the vectorisation guard's scalar build) carry no floating-point state. Elements go through blocks of
   `BLOCK`, reduction inputs into stack buffers, then into 8 lanes fixed by the element's
