@@ -46,10 +46,3 @@ class RowMap:
             out.append(f"{row} += ({q} % {n}){term}; {q} /= {n};")
         return [*out, "}"]
 
-
-def spread(space: tuple[int, ...], axes: tuple[int, ...]) -> bool:
-    """Whether ``axes`` (sorted) of ``space`` are not one contiguous block, ignoring axes of
-    extent 1 (an axis of one element is contiguous with anything)."""
-    wide = [a for a in range(len(space)) if space[a] > 1]
-    red = [wide.index(a) for a in axes if a in wide]
-    return bool(red) and red != list(range(red[0], red[-1] + 1))

@@ -12,7 +12,8 @@ identified by its flat offset (two maps with one offset are the same element: a
 layout-preserving reshape of a member is an alias, not a second evaluation). A reshape
 whose offset does not split into coordinates in range reads its input at flat coordinates
 (`indexing.flat_coords`): a value read from memory there is a load at that offset, a
-layout-preserving view passes them on, any other member there fails the walk. A walk fails
+layout-preserving view passes them on, an elementwise member reads its operands of its own
+shape there (and of one element at 0), any other member there fails the walk. A walk fails
 (None) when a view is not affine there or a member is needed where it cannot be computed.
 """
 
