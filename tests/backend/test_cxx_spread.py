@@ -8,7 +8,8 @@ C++ path (issue 11): `dpt_ir.backends.cxx.rowmap`, `nest._spread`, flat coordina
   producers (``where``, constants) and an epilogue; argmax / argmin over (0, 2) with ties
   (first index, as NumPy) and NaN (the first NaN, as NumPy), max / min with NaN.
 - Reshapes whose offset does not split (3x4x5 as 6x10 through a member, 12x20x700 as 6x40x700
-  in the loss and its gradient, a lone copy).
+  in the loss and its gradient, a lone copy), and of a transpose (6x4 as 24, 3x8 and 2x12,
+  pointwise and reduced: a finer loop space, `sites.refine`).
 - Every launch takes ``[cxx]``; values and gradients equal the interpreter's (argmax exactly,
   NaN where NumPy has NaN); ``threads=1`` and ``threads=2`` give the same bits.
 - A probe over the op table (no build): every pointwise or reduction group of the cases of
@@ -48,6 +49,7 @@ def spread_graph() -> dp.Graph:
     c = g.input("c", C, "float32", requires_grad=False)
     n = g.input("n", N, "float32", requires_grad=False)
     k = g.input("k", N, "int32", requires_grad=False)
+    t = dp.transpose(g.input("t", (4, 6), "float32", requires_grad=False))  # (6, 4) read as (3, 8): (3, 2, 4)
     y = dp.where(x > 0.5, x * 2.0, dp.sin(x))
     g.output("sum02", dp.sum(y, axis=(0, 2)))
     g.output("mean02", dp.mean(x, axis=(0, 2), keepdims=True))
@@ -68,6 +70,10 @@ def spread_graph() -> dp.Graph:
     g.output("tieargmin", _arg("argmin", k, [0, 2]))
     g.output("flat", dp.reshape(dp.exp(n), (6, 10)) * 2.0)  # 3x4x5 read as 6x10 through a member
     g.output("copy", dp.reshape(k, (2, 30)))  # a lone copy
+    g.output("flatT", dp.reshape(t, (24,)) * 2.0)  # iterated as 6x4: the transpose stays affine
+    g.output("rowsT", dp.sum(dp.reshape(t, (3, 8)), axis=1))  # iterated as 3x2x4, axes (1, 2)
+    g.output("colsT", dp.max(dp.reshape(t, (3, 8)), axis=0))  # axis 0: columns
+    g.output("allT", dp.sum(dp.square(dp.reshape(t, (2, 12)))))  # iterated as 2x3x4
     w = dp.square(dp.reshape(dp.cos(x), (6, 40, 700))) * 0.5  # 12x20 read as 6x40
     loss = dp.sum(dp.square(dp.sum(y, axis=(0, 2)))) + dp.sum(dp.max(x, axis=(0, 2)) * 3.0)
     g.output("loss", loss + dp.sum(dp.logsumexp(x, axis=(0, 2))) + dp.sum(w))
@@ -86,6 +92,7 @@ def feed(seed: int) -> dict[str, np.ndarray]:
         "c": rng.uniform(-1.0, 1.0, C).astype(np.float32),
         "n": n,
         "k": rng.integers(0, 3, N).astype(np.int32),
+        "t": rng.uniform(-1.0, 1.0, (4, 6)).astype(np.float32),
     }
 
 
@@ -106,6 +113,8 @@ def test_every_launch_takes_the_cxx_path(programs: tuple[dp.Program, dp.Program]
     nests = [cover(g, grp) for grp in g.meta["groups"] if grp.get("kind") == "reduction"]
     maps = {(n.row_map.extents, n.columns is not None) for n in nests if n is not None and n.row_map}
     assert ((12, 20), False) in maps and ((4, 3, 6), True) in maps and ((20, 1), False) in maps, maps
+    spaces = {n.space for grp in g.meta["groups"] if (n := cover(g, grp)) is not None}
+    assert {(6, 4), (3, 2, 4), (2, 3, 4)} <= spaces, spaces
 
 
 def test_values_match_the_interpreter_and_numpy(programs: tuple[dp.Program, dp.Program]) -> None:

@@ -171,13 +171,15 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
         return None
     found: list[sites.Guard] = []
     walked = sites.walk(graph, members, seeds, space, guards=found)
+    axes = tuple(group.get("axes") or ())
+    if walked is None:  # a reshape that does not split: a finer space may make it affine
+        space, axes, walked = _refined(graph, members, seeds, space, axes, found)
     if walked is None:
         return None
     guards = list(dict.fromkeys(found))
     most = 1 if guards else len(space)  # the interior split runs along the last axis
     columns = None
     if kind == "reduction":
-        axes = tuple(group["axes"])
         if not roots:
             return None
         if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()):
@@ -206,6 +208,24 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     return Nest(
         group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards, columns
     )
+
+
+def _refined(
+    graph: Graph, members: set[str], seeds: list[str], space: tuple[int, ...], axes: tuple[int, ...], found: list[Guard]
+) -> tuple[tuple[int, ...], tuple[int, ...], list[Site] | None]:
+    """A group iterated over the factorisation of its space that refines every
+    layout-preserving view's shapes (`sites.refine`): that space, the reduced ``axes`` in it
+    (each original axis is a run of refined ones: the same flat order, the same outputs) and
+    its walk; (space, axes, None) when there is none or its walk fails too."""
+    finer = sites.refine(graph, members, space)
+    if finer is None:
+        return space, axes, None
+    found.clear()
+    ends = [math.prod(finer[: b + 1]) for b in range(len(finer))]
+    lo = [math.prod(space[:a]) for a in range(len(space))]
+    owner = [max(a for a in range(len(space)) if lo[a] < e) for e in ends]  # the original axis of each
+    walked = sites.walk(graph, members, seeds, finer, guards=found)
+    return finer, tuple(b for b, a in enumerate(owner) if a in axes), walked
 
 
 def _spread(

@@ -36,11 +36,43 @@ Guard = tuple[Affine, int, int]  # lo <= form <= hi: where a per-axis view is it
 
 def identity(shape: Sequence[int], space: Sequence[int]) -> Coords | None:
     """The coordinates at which a value of ``shape`` is read when it NumPy-broadcasts to the
-    space's element; None when it does not broadcast to ``space``."""
+    space's element, or, for a value of the space's size that does not (the space refines its
+    shape: `refine`), at the space's flat index split into its shape; None otherwise."""
     n, lead = len(space), len(space) - len(shape)
     if lead < 0 or any(d not in (1, space[lead + k]) for k, d in enumerate(shape)):
-        return None
+        if math.prod(shape) != math.prod(space):
+            return None
+        return idx.split(Affine(0, tuple(idx.strides(space))), shape, space)
     return tuple(idx.zero(n) if d == 1 else idx.axis(lead + k, n) for k, d in enumerate(shape))
+
+
+def refine(graph: Graph, members: set[str], space: Shape) -> Shape | None:
+    """The coarsest factorisation of the space's elements (row-major, the same flat order)
+    that refines the space and the shapes on both sides of every layout-preserving view
+    among ``members`` with the space's size (a flatten of 3x4 to 12 iterates 12 as 3x4, so a
+    transpose or slice below it stays affine); None when there is none other than the space
+    (3x4 and 2x6: no common refinement) or it is the space itself."""
+    size = math.prod(space)
+    marks = set(_prefix_products(space))
+    for name in members:
+        node = graph.node_map[name]
+        if node.opdef.preserves_layout:
+            for shape in (tuple(graph.types[node.inputs[0]].shape), tuple(node.type.shape)):
+                marks |= set(_prefix_products(shape)) if math.prod(shape) == size else set()
+    chain = sorted(marks)
+    if not chain or any(b % a for a, b in zip(chain, chain[1:], strict=False)):
+        return None
+    refined = tuple([chain[0], *(b // a for a, b in zip(chain, chain[1:], strict=False))])
+    return None if refined == tuple(d for d in space if d != 1) else refined
+
+
+def _prefix_products(shape: Sequence[int]) -> list[int]:
+    out, p = [], 1
+    for d in shape:
+        p *= d
+        if d != 1:
+            out.append(p)
+    return out
 
 
 def _canonical(form: Affine, space: Sequence[int]) -> Affine:
