@@ -11,7 +11,9 @@ the rows, `Nest.columns`) or over non-adjacent axes (the same nests, with the ro
 reduces found through `Nest.row_map`: `rowmap`); every value is float32, float64,
 int32, uint8 or bool; an epilogue (if any) has one output shape; and every read from memory (through
 views: `sites.walk`) is at the iteration index, a scalar, or a per-row base plus (or not) the
-inner counter (or, with one inner axis, a multiple of it). Anything else stays on the
+inner counter (or, with one inner axis, a multiple of it), over the group's space or, where
+a reshape does not split there, over the finer factorisation of it that every
+layout-preserving view refines (`sites.refine`, `_refined`). Anything else stays on the
 Warp-Python path (`dpt_ir.backends.warp.codegen`). The loop nest is rows x inner, the inner
 axes contiguous and innermost, and no read divides or takes the modulus of the inner counter.
 """
