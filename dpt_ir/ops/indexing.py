@@ -143,7 +143,10 @@ def aligned_coords(coords: Coords, out_shape: Sequence[int], in_shape: Sequence[
 
 
 def flat(coords: Coords, shape: Sequence[int], rank: int) -> Affine:
-    """The row-major flat offset of ``coords`` in an array of ``shape``."""
+    """The row-major flat offset of ``coords`` (per axis, or flat: `flat_coords`) in an array
+    of ``shape``."""
+    if is_flat(coords, shape):
+        return coords[0].padded(rank)
     total = zero(rank)
     for c, s in zip(coords, strides(shape), strict=True):
         total = total + c.scaled(s)
@@ -175,6 +178,19 @@ def split(offset: Affine, shape: Sequence[int], extents: Sequence[int]) -> Coord
         if lo < 0 or hi >= n:
             return None
     return out
+
+
+def flat_coords(offset: Affine) -> Coords:
+    """Flat coordinates: the element at row-major ``offset`` of an array of any rank, as one
+    form (a view that preserves the layout reads its input at the same flat offset). An
+    array of rank other than 1 read at flat coordinates can be loaded, not evaluated
+    coordinate-wise (`is_flat`)."""
+    return (offset,)
+
+
+def is_flat(coords: Coords, shape: Sequence[int]) -> bool:
+    """Whether ``coords`` are flat coordinates (`flat_coords`) of an array of ``shape``."""
+    return len(coords) != len(shape)
 
 
 @dataclass(frozen=True)

@@ -309,7 +309,11 @@ def _broadcast_affine(attrs: Any, in_shape: Shape, out_shape: Shape, out: Coords
 
 
 def _reshape_affine(attrs: Any, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords | None:
-    return idx.split(idx.flat(out, out_shape, len(ext)), in_shape, ext)
+    # Where the offset does not split into coordinates in range (3x4 read as 2x6), the
+    # element is the input's at the same flat offset: flat coordinates (`idx.flat_coords`).
+    offset = idx.flat(out, out_shape, len(ext))
+    coords = idx.split(offset, in_shape, ext)
+    return idx.flat_coords(offset) if coords is None else coords
 
 
 def _expand_affine(attrs: AxesAttrs, in_shape: Shape, out_shape: Shape, out: Coords, ext: Shape) -> Coords:

@@ -16,9 +16,9 @@ Two kinds of module are compiled ahead of time:
   cross-entropy, normalisation; forward, ``value_and_grad`` and tape pipelines) and an op
   sampler, one forward case of every op for each combination of dtypes in the op table,
   and the stencil graph of `test_cxx_stencils` (pads in every mode: edge functions and
-  their constant image tables), the column-reduction and float64 graphs of
-  `test_cxx_columns` and `test_cxx_float64`, and the gathers and index tables of
-  `test_cxx_gathers`.
+  their constant image tables), the column-reduction, non-adjacent-reduction and
+  float64 graphs of `test_cxx_columns`, `test_cxx_spread` and `test_cxx_float64`, and the
+  gathers and index tables of `test_cxx_gathers`.
 
 Artifacts go to a directory under Warp's kernel cache, so a later run with the same
 generated source skips NVRTC.
@@ -195,12 +195,14 @@ def test_cuda_variant_of_stencils_compiles() -> None:
 
 
 def test_cuda_variant_of_columns_and_float64_compiles() -> None:
-    """Column reductions (one thread per output column) and float64 groups (dp_math.h's
+    """Column reductions (one thread per output column), reductions over non-adjacent axes
+    (row maps; one output split into strided partials) and float64 groups (dp_math.h's
     libm overloads) on the C++ path under NVRTC."""
     from .test_cxx_columns import columns_graph
     from .test_cxx_float64 import f64_graph
+    from .test_cxx_spread import spread_graph
 
-    for graph in (columns_graph(), f64_graph()):
+    for graph in (columns_graph(), spread_graph(), f64_graph()):
         module = cuda_variant(graph, ("x",), "loss")
         source = Path(module.__file__).read_text()
         assert "[warp]" not in source, graph.name

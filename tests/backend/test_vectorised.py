@@ -42,6 +42,7 @@ MIN_PACKED = 200  # the vectorised chain16 kernel holds thousands; its scalar bu
 MIN_STENCIL = 100  # the blur's two 13-tap interior loops (measured counts: docs/backend.md)
 MIN_LANES = 350  # softmax_xent 64x64 module: 543 measured; 174 with DP_LANE_LOOP empty, 162 scalar
 MIN_COLUMNS = 150  # a column sum: 352 packed in its vectorised build, 64 (init and merge loops) in its scalar one
+MIN_SPREAD = 150  # sum over axes (0, 2) of 8x16x256 (row map): 256 packed vectorised, 64 scalar (measured)
 SCALAR = '_Pragma("clang loop vectorize(disable) interleave(disable)")'
 
 pytestmark = pytest.mark.skipif(OBJDUMP is None, reason="needs objdump or llvm-objdump for the census")
@@ -143,3 +144,20 @@ def test_column_sum_loops_are_vectorised(column_sum_text: str) -> None:
     assert count >= MIN_COLUMNS, f"{count} packed ymm instructions; the column sum's loops went scalar"
     scalar = packed_ymm(build(scalar_build(column_sum_text), "columns_scalar"))
     assert scalar < MIN_COLUMNS, f"{scalar} packed ymm instructions in a build with vectorisation disabled"
+
+
+@pytest.fixture(scope="module")
+def spread_sum_text() -> str:
+    g = dp.GraphBuilder("spread_sum")
+    x = g.input("x", (8, 16, 256), "float32")
+    g.output("y", dp.sum(x * x, axis=(0, 2)))
+    return generated(g.build(), CompileOptions())
+
+
+def test_non_adjacent_reduction_loops_are_vectorised(spread_sum_text: str) -> None:
+    """Sub-rows found through the row map (`rowmap`) run the trailing case's element and
+    lane loops: they vectorise."""
+    count = packed_ymm(build(spread_sum_text, "spread"))
+    assert count >= MIN_SPREAD, f"{count} packed ymm instructions; the row-map reduction's loops went scalar"
+    scalar = packed_ymm(build(scalar_build(spread_sum_text), "spread_scalar"))
+    assert scalar < MIN_SPREAD, f"{scalar} packed ymm instructions in a build with vectorisation disabled"

@@ -4,7 +4,8 @@ Assumes: a `Nest` whose ``columns`` is (P, R, M, C): the space is P kept x R red
 kept elements x C kept, contiguous columns; output ``o = (p * M + m) * C + c`` reduces the
 elements ``(p, r, m, c)`` over ``r``; the element function ``elem<P, W>(.., i, j, rb, ..)``
 of `dpt_ir.backends.cxx.emit` evaluates element ``i = row * C + c`` with inner counter
-``j = c`` and the row bases of ``row = (p * R + r) * M + m``. Guarantees:
+``j = c`` and the row bases of ``row = (p * R + r) * M + m`` (for non-adjacent reduced axes
+P = 1 and ``row`` is the nest's row map of (m, r): `rowmap`). Guarantees:
 
 - Every column folds its R elements in order ``r = 0 .. R - 1`` into lane 0 of its lane
   template (`CxxReduce`), the other 7 lanes left at their initial values (the template's
@@ -60,6 +61,16 @@ def _passes(nest: Nest) -> list[tuple[bool, list[int]]]:
     return [(p == n - 1, [q for q, r in enumerate(nest.roots) if p < len(nest.templates[r].passes)]) for p in range(n)]
 
 
+def _row(nest: Nest) -> list[str]:
+    """``row``: the row of reduced row ``rr`` of column group ``pm`` = (p, m): ``(p R + rr) M +
+    m`` for one reduced block, through the row map for non-adjacent axes (`rowmap`)."""
+    assert nest.columns is not None
+    _, rows, mid, _ = nest.columns
+    if nest.row_map is not None:
+        return nest.row_map.statements("row", "pm", "rr")
+    return [f"const int row = (p * {rows} + rr) * {mid} + m;"]
+
+
 def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]) -> list[str]:
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
@@ -76,7 +87,7 @@ def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, fin
         for q in active:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ca{q}_{name}[{COLS}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
-        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = (p * {rows} + rr) * {mid} + m;"]
+        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
         body += [*_bases(nest, "row"), "const int jb = clo, je = chi;"]
         body += [f"{x_types[q]} buf{q}[{COLS}];" for q in range(len(nest.roots))]
         w = "true" if last else "false"
@@ -105,7 +116,7 @@ def _cuda(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, fi
         for q in active:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
-        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", f"const int row = (p * {rows} + rr) * {mid} + m;"]
+        body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
         body += [*_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in range(len(nest.roots)))]
         ys = [f"y{q}" for q in range(len(nest.roots))]
         body += _guarded(nest, args, "true" if last else "false", f"row * {cols} + c", "c", ys, uses_big, nf)

@@ -7,7 +7,10 @@ Guarantees:
 
 - A launch runs tasks ``t`` of a partition fixed by the shapes and the device (`Layout`),
   never by the thread count: pointwise groups cut the flat space into chunks; reductions give
-  each task whole rows, or, for one output, a chunk of its row and a partial per task.
+  each task whole rows, or, for one output, a chunk of its row and a partial per task. An
+  output's row is its reduced elements in order: for non-adjacent reduced axes, sub-rows
+  found through the nest's row map (`rowmap`), whose flat index and row bases are computed
+  once per sub-row.
 - CPU: element loops (each after ``DP_VEC_LOOP``, empty unless a build defines a loop
   pragma there: the vectorisation guard's scalar build) carry no floating-point state. Elements go through blocks of
   `BLOCK`, reduction inputs into stack buffers, then into 8 lanes fixed by the element's
@@ -255,6 +258,14 @@ def _units(nest: Nest, lay: Layout, blocked: bool) -> list[str]:
     return [f"for (int o = t * {lay.rows}; o < {o1}; ++o) {{", f"const int j0 = 0, j1 = {nest.inner};"]
 
 
+def _sub_row(nest: Nest) -> list[str]:
+    """The row bases of sub-row ``sr`` of output ``o``: its row is ``o * per + sr`` when the
+    reduced axes are one trailing block, else the row map's (``srow``, `rowmap`)."""
+    if nest.row_map is None:
+        return _bases(nest, f"o * {nest.inner // nest.sub} + sr")
+    return [*nest.row_map.statements("srow", "o", "sr"), *_bases(nest, "srow")]
+
+
 def reduction_drivers(
     nest: Nest,
     lay: Layout,
@@ -271,9 +282,9 @@ def reduction_drivers(
     nf = max(nflags, 1)
     npass = max(len(t.passes) for t in nest.templates.values())
     step = lay.parts if lay.parts > 1 else 1  # the CUDA loop's stride: the parts interleave
-    whole = nest.sub == nest.inner  # one base per output row (else per sub-row)
-    per = nest.inner // nest.sub
+    whole = nest.sub == nest.inner and nest.row_map is None  # one base per output row (else per sub-row)
     jr = "j" if whole else f"j - sr * {nest.sub}"
+    i = f"o * {nest.inner} + j" if nest.row_map is None else f"(srow - sr) * {nest.sub} + j"
     out = {}
     for blocked in (True, False):
         units = _units(nest, lay, blocked)
@@ -287,12 +298,11 @@ def reduction_drivers(
                 for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                     body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
             ys = [f"buf{q}[j - jb]" if blocked else f"y{q}" for q in range(len(nest.roots))]
-            i = f"o * {nest.inner} + j"
             if blocked:
                 s0, s1 = "j0", "j1"
                 if not whole:
                     body.append(f"for (int sr = j0 / {nest.sub}; sr * {nest.sub} < j1; ++sr) {{")
-                    body += _bases(nest, f"o * {per} + sr")
+                    body += _sub_row(nest)
                     body.append(f"const int s0 = (j0 > sr * {nest.sub}) ? j0 : sr * {nest.sub};")
                     body.append(f"const int s1 = {_min(f'(sr + 1) * {nest.sub}', 'j1')};")
                     s0, s1 = "s0", "s1"
@@ -306,7 +316,7 @@ def reduction_drivers(
             else:
                 body.append(f"for (int j = j0; j < j1; j += {step}) {{")
                 if not whole:
-                    body += [f"const int sr = j / {nest.sub};", *_bases(nest, f"o * {per} + sr")]
+                    body += [f"const int sr = j / {nest.sub};", *_sub_row(nest)]
                 body += [f"{x_types[q]} y{q};" for q in range(len(nest.roots))]
                 body += _guarded(nest, args, w, i, jr, ys, uses_big, nf)
                 for q in active:

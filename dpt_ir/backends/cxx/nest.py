@@ -6,12 +6,15 @@ table's ``cxx`` / ``cxx_domain`` / ``cxx_reduce`` / ``view_affine`` fields. Guar
 accepts a group only when every member is an elementwise op with a C++ expression, a layout
 view with affine index maps (`OpDef.view_affine`: no op is special-cased by name), a gather
 (`OpDef.gather_affine`) or a constant table (`OpDef.table`, see `gathers`), or a
-reduction over one contiguous block of axes with a C++ lane template (trailing axes: rows
+reduction with a C++ lane template over one contiguous block of axes (trailing axes: rows
 reduced along the inner counter; a leading or middle block: per-column accumulation over
-the rows, `Nest.columns`); every value is float32, float64,
+the rows, `Nest.columns`) or over non-adjacent axes (the same nests, with the rows an output
+reduces found through `Nest.row_map`: `rowmap`); every value is float32, float64,
 int32, uint8 or bool; an epilogue (if any) has one output shape; and every read from memory (through
 views: `sites.walk`) is at the iteration index, a scalar, or a per-row base plus (or not) the
-inner counter (or, with one inner axis, a multiple of it). Anything else stays on the
+inner counter (or, with one inner axis, a multiple of it), over the group's space or, where
+a reshape does not split there, over the finer factorisation of it that every
+layout-preserving view refines (`sites.refine`, `_refined`). Anything else stays on the
 Warp-Python path (`dpt_ir.backends.warp.codegen`). The loop nest is rows x inner, the inner
 axes contiguous and innermost, and no read divides or takes the modulus of the inner counter.
 """
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpt_ir.backends.cxx import gathers, sites
+from dpt_ir.backends.cxx.rowmap import RowMap
 from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import CxxReduce
@@ -73,6 +77,10 @@ class Nest:
     # are the P x R x M rows of C columns, and each column accumulates over its R rows
     # (`columns`: (P, R, M, C)); None otherwise.
     columns: tuple[int, int, int, int] | None = None
+    # A reduction over non-adjacent axes: the rows (sub-rows, or the columns' rows) of the
+    # space in the order the reduction folds them (`rowmap`): output o's reduced row r is
+    # row ``row_map`` (o, r) of ``base_outer``; None when the reduced axes are one block.
+    row_map: RowMap | None = None
 
     @property
     def rows(self) -> int:
@@ -169,15 +177,20 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
         return None
     found: list[sites.Guard] = []
     walked = sites.walk(graph, members, seeds, space, guards=found)
+    axes = tuple(group.axes)
+    if walked is None:  # a reshape that does not split: a finer space may make it affine
+        space, axes, walked = _refined(graph, members, seeds, space, axes, found)
     if walked is None:
         return None
     guards = list(dict.fromkeys(found))
     most = 1 if guards else len(space)  # the interior split runs along the last axis
     columns = None
     if kind == "reduction":
-        axes = tuple(group.axes)
-        if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()) or not roots:
+        if not roots:
             return None
+        if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()):
+            parts = (roots, stores, templates, after, after_shape, guards)
+            return _spread(group, space, axes, walked, most, *parts)
         kept = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block
         if kept:  # the columns: the most trailing kept axes every read is contiguous over
             k = _inner_axes(walked, space, min(kept, most))
@@ -201,6 +214,65 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
     return Nest(
         group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards, columns
     )
+
+
+def _refined(
+    graph: Graph, members: set[str], seeds: list[str], space: tuple[int, ...], axes: tuple[int, ...], found: list[Guard]
+) -> tuple[tuple[int, ...], tuple[int, ...], list[Site] | None]:
+    """A group iterated over the factorisation of its space that refines every
+    layout-preserving view's shapes (`sites.refine`): that space, the reduced ``axes`` in it
+    (each original axis is a run of refined ones: the same flat order, the same outputs) and
+    its walk; (space, axes, None) when there is none or its walk fails too."""
+    finer = sites.refine(graph, members, space)
+    if finer is None:
+        return space, axes, None
+    found.clear()
+    ends = [math.prod(finer[: b + 1]) for b in range(len(finer))]
+    lo = [math.prod(space[:a]) for a in range(len(space))]
+    owner = [max(a for a in range(len(space)) if lo[a] < e) for e in ends]  # the original axis of each
+    walked = sites.walk(graph, members, seeds, finer, guards=found)
+    return finer, tuple(b for b, a in enumerate(owner) if a in axes), walked
+
+
+def _spread(
+    group: KernelGroup,
+    space: tuple[int, ...],
+    axes: tuple[int, ...],
+    walked: list[Site],
+    most: int,
+    roots: list[str],
+    stores: list[str],
+    templates: dict[str, CxxReduce],
+    after: list[str],
+    after_shape: tuple[int, ...],
+    guards: list[Guard],
+) -> Nest | None:
+    """The nest of a reduction over non-adjacent ``axes`` (`rowmap`), no transpose: with the
+    last axis reduced, one output per kept element reduces its sub-rows (the trailing
+    reduced axes every read is contiguous over) in row-major order of the reduced axes;
+    with the last axis kept, columns over the trailing kept axes (every read contiguous
+    over them) accumulate over their rows, found through the row map."""
+    n = len(space)
+    if axes[-1] == n - 1:
+        block = n - next(a for a in range(n) if all(b in axes for b in range(a, n)))
+        k = _inner_axes(walked, space, min(block, most))
+    else:
+        k = _inner_axes(walked, space, min(n - 1 - axes[-1], most))
+    cut = n - k
+    reads = {}
+    for site in walked:
+        r = classify(site, space, k)
+        if r is None:
+            return None
+        reads[site] = r
+    row_map = RowMap(space[:cut], tuple(a in axes for a in range(cut)))
+    sub = math.prod(space[cut:])
+    if axes[-1] == n - 1:  # one row per output, of R elements: sub-rows of `sub` elements
+        outer, inner, columns = tuple(d for a, d in enumerate(space) if a not in axes), row_map.count * sub, None
+    else:
+        outer, inner, columns = space[:cut], sub, (1, row_map.count, row_map.kept, sub)
+    parts = (roots, stores, templates, after, after_shape, sub, space[:cut], guards, columns, row_map)
+    return Nest(group, space, outer, inner, reads, *parts)
 
 
 def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:

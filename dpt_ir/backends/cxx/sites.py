@@ -11,12 +11,17 @@ joins and gathers read at new coordinates (a clamped local index, a loaded posit
 Guarantees: `walk` visits every (value, coordinates) a set of seeds needs,
 iteratively, and returns the memory reads as (value, flat offset form); a value is
 identified by its flat offset (two maps with one offset are the same element: a
-layout-preserving reshape of a member is an alias, not a second evaluation). A walk fails
+layout-preserving reshape of a member is an alias, not a second evaluation). A reshape
+whose offset does not split into coordinates in range reads its input at flat coordinates
+(`indexing.flat_coords`): a value read from memory there is a load at that offset, a
+layout-preserving view passes them on, an elementwise member reads its operands of its own
+shape there (and of one element at 0), any other member there fails the walk. A walk fails
 (None) when a view is not affine there or a member is needed where it cannot be computed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -27,16 +32,50 @@ from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords, ImageMap
 
 Site = tuple[str, Affine]  # a value and the flat offset of the element read
+Shape = tuple[int, ...]
+Reads = list[tuple[str, Coords]]  # (input, coordinates it is read at)
 Guard = tuple[Affine, int, int]  # lo <= form <= hi: where a per-axis view is its interior shift
 
 
 def identity(shape: Sequence[int], space: Sequence[int]) -> Coords | None:
     """The coordinates at which a value of ``shape`` is read when it NumPy-broadcasts to the
-    space's element; None when it does not broadcast to ``space``."""
+    space's element, or, for a value of the space's size that does not (the space refines its
+    shape: `refine`), at the space's flat index split into its shape; None otherwise."""
     n, lead = len(space), len(space) - len(shape)
     if lead < 0 or any(d not in (1, space[lead + k]) for k, d in enumerate(shape)):
-        return None
+        if math.prod(shape) != math.prod(space):
+            return None
+        return idx.split(Affine(0, tuple(idx.strides(space))), shape, space)
     return tuple(idx.zero(n) if d == 1 else idx.axis(lead + k, n) for k, d in enumerate(shape))
+
+
+def refine(graph: Graph, members: set[str], space: Shape) -> Shape | None:
+    """The coarsest factorisation of the space's elements (row-major, the same flat order)
+    that refines the space and the shapes on both sides of every layout-preserving view
+    among ``members`` with the space's size (a flatten of 3x4 to 12 iterates 12 as 3x4, so a
+    transpose or slice below it stays affine); None when there is none other than the space
+    (3x4 and 2x6: no common refinement) or it is the space itself."""
+    size = math.prod(space)
+    marks = set(_prefix_products(space))
+    for name in members:
+        node = graph.node_map[name]
+        if node.opdef.preserves_layout:
+            for shape in (tuple(graph.types[node.inputs[0]].shape), tuple(node.type.shape)):
+                marks |= set(_prefix_products(shape)) if math.prod(shape) == size else set()
+    chain = sorted(marks)
+    if not chain or any(b % a for a, b in zip(chain, chain[1:], strict=False)):
+        return None
+    refined = tuple([chain[0], *(b // a for a, b in zip(chain, chain[1:], strict=False))])
+    return None if refined == tuple(d for d in space if d != 1) else refined
+
+
+def _prefix_products(shape: Sequence[int]) -> list[int]:
+    out, p = [], 1
+    for d in shape:
+        p *= d
+        if d != 1:
+            out.append(p)
+    return out
 
 
 def _canonical(form: Affine, space: Sequence[int]) -> Affine:
@@ -101,6 +140,27 @@ def join_ranges(graph: Graph, node: Node) -> list[tuple[str, int, int]]:
     return out
 
 
+def _flat_children(node: Node, coords: Coords, out_shape: Shape, shapes: list[Shape]) -> Reads | None:
+    """The reads of ``node`` at flat coordinates: a layout-preserving view reads its input at
+    the same offset; an elementwise op (with inputs) reads each input of its own shape there;
+    both, and a layout view, read an input of one element at 0; anything else (a source, a
+    broadcast operand, a transpose) cannot be evaluated there."""
+    op = node.opdef
+    if op.preserves_layout:
+        return [(node.inputs[0], coords)]
+    if not node.inputs or (op.kind != "elementwise" and op.view_affine is None):
+        return None
+    out = []
+    for i, s in zip(node.inputs, shapes, strict=True):
+        if s == out_shape and op.kind == "elementwise":
+            out.append((i, coords))
+        elif math.prod(s) == 1:
+            out.append((i, tuple(idx.zero(len(coords[0].w)) for _ in s)))
+        else:
+            return None
+    return out
+
+
 def children(
     graph: Graph,
     node: Node,
@@ -118,6 +178,8 @@ def children(
     node cannot be evaluated there."""
     op, out_shape = node.opdef, tuple(node.type.shape)
     shapes = [tuple(graph.types[i].shape) for i in node.inputs]
+    if idx.is_flat(coords, out_shape):
+        return _flat_children(node, coords, out_shape, shapes)
     if op.kind == "elementwise":
         return [(i, idx.aligned_coords(coords, out_shape, s)) for i, s in zip(node.inputs, shapes, strict=True)]
     if op.join_axis is not None and variable is not None:
@@ -128,8 +190,9 @@ def children(
         return None
     if op.view_affine is not None:
         c = op.view_affine(op.parse_attrs(node.attrs, node.name), shapes[0], out_shape, coords, tuple(space))
-        if c is None:  # through a gather's position: its digits
-            c = gathers.digits(op, shapes[0], out_shape, coords, space, fresh_from, variable)
+        if c is None or idx.is_flat(c, shapes[0]):  # through a gather's position: its digits
+            # (per-axis, so views below the reshape stay walkable; flat coordinates otherwise)
+            c = gathers.digits(op, shapes[0], out_shape, coords, space, fresh_from, variable) or c
         return None if c is None else [(node.inputs[0], c)]
     if op.kind == "stencil" and op.warp_weights is not None:
         shifted = [tuple(c.shifted(d) for c, d in zip(coords, t, strict=True)) for t, _ in taps(graph, node)]
