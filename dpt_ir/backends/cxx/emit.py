@@ -17,7 +17,7 @@ import itertools
 import math
 from typing import Any
 
-from dpt_ir.backends.cxx import sites
+from dpt_ir.backends.cxx import sites, sparse
 from dpt_ir.backends.cxx.nest import C_TYPES, Nest
 from dpt_ir.backends.cxx.sites import flat_index
 from dpt_ir.errors import ContractError
@@ -47,6 +47,7 @@ class ElementWriter:
         self.extra: list[int] = []  # extents of the edge's table coordinates q0, q1...
         self.tables: dict[str, str] = {}  # C++ table contents -> name
         self.slot_of: dict[tuple[str, str, str], int] = {}  # (node, kind, detail) -> status slot
+        self.constants: dict[str, tuple[str, Any]] = {}  # launch constants: param -> (Warp type, values)
 
     def param(self, value: str) -> str:
         if value not in self.params:
@@ -144,6 +145,8 @@ class ElementWriter:
         op = node.opdef
         if op.axis_images is not None and self.edge:
             var = self._images(node, coords)
+        elif sparse.is_sparse(op):  # a constant sparse map: its row loop (`sparse`)
+            var = sparse.row_sum(self, node, coords)
         else:
             found = sites.children(self.graph, node, coords, ext, [], self._clamped)
             if found is None:  # cover walked the same coordinates

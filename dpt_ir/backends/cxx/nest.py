@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpt_ir.backends.cxx import sites
+from dpt_ir.backends.cxx import sites, sparse
 from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import CxxReduce
@@ -150,6 +150,9 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
                 return None
             roots.append(name)
             templates[name] = t
+        elif sparse.is_sparse(op):  # a constant sparse map: its row loop (`sparse`)
+            if not sparse.covers(graph, node):
+                return None
         elif not _is_view(op) and (op.kind != "elementwise" or op.cxx is None):
             return None
     if not _types_ok(graph, [*group["nodes"], *group["inputs"]]):

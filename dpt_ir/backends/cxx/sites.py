@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from dpt_ir.backends.cxx import sparse
 from dpt_ir.graph import Graph, Node
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords, ImageMap
@@ -116,6 +117,8 @@ def children(
         return [(i, idx.aligned_coords(coords, out_shape, s)) for i, s in zip(node.inputs, shapes, strict=True)]
     if op.join_axis is not None and variable is not None:
         return _joined(graph, node, coords, variable)
+    if sparse.is_sparse(op) and variable is not None:  # a constant sparse map: a row loop (`sparse`)
+        return sparse.children(graph, node, coords, variable)
     if op.arity != 1:
         return None
     if op.view_affine is not None:
