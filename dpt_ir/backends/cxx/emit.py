@@ -17,7 +17,7 @@ import itertools
 import math
 from typing import Any
 
-from dpt_ir.backends.cxx import sites, sparse
+from dpt_ir.backends.cxx import scatter, sites, sparse
 from dpt_ir.backends.cxx.nest import C_TYPES, Nest
 from dpt_ir.backends.cxx.sites import flat_index
 from dpt_ir.errors import ContractError
@@ -48,6 +48,7 @@ class ElementWriter:
         self.tables: dict[str, str] = {}  # C++ table contents -> name
         self.slot_of: dict[tuple[str, str, str], int] = {}  # (node, kind, detail) -> status slot
         self.constants: dict[str, tuple[str, Any]] = {}  # launch constants: param -> (Warp type, values)
+        self.scratch: dict[str, tuple[str, int]] = {}  # scratch arrays (a scatter's sort): param -> (Warp type, size)
 
     def param(self, value: str) -> str:
         if value not in self.params:
@@ -147,6 +148,8 @@ class ElementWriter:
             var = self._images(node, coords)
         elif sparse.is_sparse(op):  # a constant sparse map: its row loop (`sparse`)
             var = sparse.row_sum(self, node, coords)
+        elif scatter.is_scatter(op):  # a scatter's root: base plus its CSR row (`scatter`)
+            var = scatter.row_sum(self, node, coords)
         else:
             found = sites.children(self.graph, node, coords, ext, [], self._clamped)
             if found is None:  # cover walked the same coordinates

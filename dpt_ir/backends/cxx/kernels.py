@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from dpt_ir.backends.cxx import columns, drivers
+from dpt_ir.backends.cxx import columns, drivers, scatter
 from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
 from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
 from dpt_ir.graph import Graph
@@ -126,6 +126,8 @@ def group_kernels(
     nest = cover(graph, group)
     if nest is None:
         return None
+    sort = group["kind"] == "scatter" and group["scatter"]["form"] == "sort"  # its CSR is built per run
+    pre, natives = scatter.sort_launches(graph, group, name, slots, checks) if sort else ([], {})
     if nest.columns:
         lay = columns.layout(nest, device)
     else:
@@ -134,7 +136,7 @@ def group_kernels(
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = w.body()
     edge = w.edge_body() if nest.guards else None
-    partials: dict[str, tuple[str, int]] = {}
+    partials: dict[str, tuple[str, int]] = dict(w.scratch)
     finish: list[str] = []
     for q, root in enumerate(nest.roots):
         subst = drivers.subst(nest, q)
@@ -164,10 +166,10 @@ def group_kernels(
     else:
         drv = drivers.pointwise_drivers(nest, lay, unit.args(), sig, w.uses_big, nflags, checks)
     fn, cxx = _hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
-    natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
+    natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
     main = _launch(name, unit, fn, checks, lay.dim, group["id"], dict(partials), w.slot_base)
     if lay.parts == 1:
-        return [main], natives
+        return [*pre, main], natives
     final, more = _final_kernel(graph, nest, name + "_final", slots, checks, lay, partials)
     natives.update(more)
     return [main, final], natives

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpt_ir.backends.cxx import sites, sparse
+from dpt_ir.backends.cxx import scatter, sites, sparse
 from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
 from dpt_ir.ops.registry import CxxReduce
@@ -134,13 +134,17 @@ def cover(graph: Graph, group: dict[str, Any]) -> Nest | None:
     """The loop nest of ``group`` on the C++ path, or None when the group stays on the
     Warp-Python path (see the module docstring for what is covered)."""
     kind, space = group.get("kind"), tuple(group["space"])
+    if kind == "scatter" and scatter.covers(graph, group):
+        kind = "pointwise"  # the root sums its output element's CSR row (`scatter`)
     if kind not in ("pointwise", "reduction") or not 0 < math.prod(space) < 2**31:
         return None
     members = set(group["nodes"])
     roots, templates = [], {}
-    for name in group["nodes"]:
+    for name in scatter.evaluated(graph, group):
         node = graph.node_map[name]
         op = node.opdef
+        if scatter.is_scatter(op) and group["kind"] == "scatter":
+            continue  # checked by `scatter.covers`
         if op.kind == "reduction" and kind == "reduction" and op.cxx_reduce is not None:
             src = graph.types[node.inputs[0]]
             if src.dtype not in C_TYPES or node.type.dtype not in C_TYPES or src.shape != space:

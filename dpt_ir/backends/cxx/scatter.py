@@ -1,0 +1,237 @@
+"""Scatter groups (``add_at``) on the C++ path: the plan of `dpt_ir.backends.warp.scatter`
+(an ordered gather over a destination-sorted CSR of the positions) as C++ element code.
+
+Assumes: a fusion group of kind ``scatter`` (one root whose op has a `ScatterLayout` with
+``key_form`` / ``row_form``; ``group["scatter"]["form"]``), float32 or float64 data. Guarantees:
+
+- `covers`: the group is lowered when its only output is the root, the data are floats and,
+  for the ``sort`` form, the positions are an int32 value read from memory (positions made in
+  the group stay on the Warp-Python path); `evaluated`: the members the sum reads (a
+  ``transpose`` form's position producers are evaluated at compile time, not in a kernel);
+- the root is a pointwise member of its output space (`nest.cover`): output ``o`` is
+  ``base[o]`` plus the values of its CSR row (`row_sum`), in CSR order (the increasing
+  flat order of the position elements: ``np.add.at``'s), float32 in float64, rounded once;
+  the base's and values' producers are element code, the values evaluated inside the loop;
+- ``transpose``: the CSR is built at compile time (`warp.scatter.constant_csr`) and bound as
+  launch constants; ``sort``: `sort_launches` builds it per evaluation with a stable counting
+  sort (count, scan, place: one task per chunk of positions, integer counters, no atomics)
+  into scratch arrays (``$partial:<root>:rows|cols|hist``); a position out of range under
+  ``raise`` raises the node's flag and is clamped, so every read stays in bounds.
+
+The chunks are fixed by the shapes (`warp.scatter.chunks`), each CPU or CUDA task runs one
+chunk, and each output element sums its own row on one thread: bit-identical for any
+thread count.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from dpt_ir.graph import Graph, Node, origin_of
+from dpt_ir.ops import indexing as idx
+from dpt_ir.ops.indexing import Affine, Coords
+from dpt_ir.ops.registry import ScatterLayout
+
+FLOATS = ("float32", "float64")
+
+
+def is_scatter(op: Any) -> bool:
+    """Whether the op is a scatter with a `ScatterLayout`."""
+    return op.scatter is not None
+
+
+def _layout(graph: Graph, node: Node) -> ScatterLayout:
+    from dpt_ir.backends.warp.scatter import layout_of
+
+    return layout_of(graph, node.name)
+
+
+def covers(graph: Graph, group: dict[str, Any]) -> bool:
+    """Whether the C++ path lowers scatter group ``group`` (see the module docstring)."""
+    (root,) = group["roots"]
+    node = graph.node_map[root]
+    layout = _layout(graph, node)
+    if layout.key_form is None or layout.row_form is None or list(group["outputs"]) != [root]:
+        return False
+    values, base = graph.types[node.inputs[layout.values]], graph.types[node.inputs[layout.base]]
+    if node.type.dtype not in FLOATS or values.dtype != node.type.dtype or base.dtype != node.type.dtype:
+        return False
+    positions = node.inputs[layout.indices]
+    if group["scatter"]["form"] == "sort":
+        return positions not in group["nodes"] and graph.types[positions].dtype == "int32"
+    return True
+
+
+def evaluated(graph: Graph, group: dict[str, Any]) -> list[str]:
+    """The members a kernel of the group evaluates, in the group's order: for a scatter
+    group, the root and the members its base and values need; every member otherwise."""
+    if group.get("kind") != "scatter":
+        return list(group["nodes"])
+    (root,) = group["roots"]
+    node = graph.node_map[root]
+    layout = _layout(graph, node)
+    members, needed = set(group["nodes"]), {root}
+    stack = [node.inputs[layout.base], node.inputs[layout.values]]
+    while stack:
+        v = stack.pop()
+        if v in members and v not in needed:
+            needed.add(v)
+            stack.extend(graph.node_map[v].inputs)
+    return [n for n in group["nodes"] if n in needed]
+
+
+def _position_coords(shape: tuple[int, ...], new: Any) -> Coords:
+    """Coordinates of a position element, each a new coordinate (`new(stride, extent)`)."""
+    return tuple(new(s, n) for s, n in zip(idx.strides(shape), shape, strict=True))
+
+
+def children(graph: Graph, node: Node, coords: Coords, variable: Any) -> list[tuple[str, Coords]]:
+    """What the root reads at output ``coords`` (for `sites.walk`): the base there, and the
+    values at their source for a position element (new coordinates, `variable`)."""
+    layout = _layout(graph, node)
+    positions = tuple(graph.types[node.inputs[layout.indices]].shape)
+    j = _position_coords(positions, lambda _s, n: variable(idx.zero(0), 0, n))
+    return [(node.inputs[layout.base], coords), (node.inputs[layout.values], layout.source_at(coords, j))]
+
+
+def _csr(w: Any, node: Node, layout: ScatterLayout, form: str) -> tuple[str, str]:
+    """The parameters of the CSR offsets and columns: launch constants (``transpose``) or
+    the sort's scratch arrays (``sort``)."""
+    from dpt_ir.backends.warp.scatter import _constant_positions, constant_csr
+
+    if form == "transpose":
+        positions = _constant_positions(w.graph, node.inputs[layout.indices])
+        offsets, order = constant_csr(layout, positions, node.name)
+        w.constants[f"$rows:{node.name}"] = ("wp.int32", offsets)
+        w.constants[f"$cols:{node.name}"] = ("wp.int32", order)
+        return w.param(f"$rows:{node.name}"), w.param(f"$cols:{node.name}")
+    scratch = _scratch(w.graph, node, layout)
+    w.scratch.update(scratch)
+    rows, cols, _ = scratch
+    return w.param(rows), w.param(cols)
+
+
+def _scratch(graph: Graph, node: Node, layout: ScatterLayout) -> dict[str, tuple[str, int]]:
+    """The sort's scratch arrays: CSR offsets, columns, and per-chunk counters."""
+    from dpt_ir.backends.warp.scatter import chunks
+
+    count = graph.types[node.inputs[layout.indices]].size
+    parts = chunks(count, layout.rows)
+    return {
+        f"$partial:{node.name}:rows": ("wp.int32", layout.rows + 1),
+        f"$partial:{node.name}:cols": ("wp.int32", max(count, 1)),
+        f"$partial:{node.name}:hist": ("wp.int32", parts * layout.rows),
+    }
+
+
+def row_sum(w: Any, node: Node, coords: Coords) -> str:
+    """Emit the root at output ``coords`` into `ElementWriter` ``w``: the base plus the
+    values of the output's CSR row, in order; the C++ variable holding it."""
+    from dpt_ir.backends.cxx.nest import C_TYPES
+
+    layout = _layout(w.graph, node)
+    rows, cols = _csr(w, node, layout, w.nest.group["scatter"]["form"])
+    out_t = C_TYPES[node.type.dtype]
+    base = w.value(node.inputs[layout.base], coords)
+    o = w.render(layout.row_form(coords))  # type: ignore[misc]
+    n = len(w.lines)
+    s, k = f"sc{n}", f"k{n}"
+    w.lines.append(f"double {s} = (double){base};")
+    w.lines.append(f"for (int {k} = {rows}[{o}]; {k} < {rows}[{o} + 1]; ++{k}) {{")
+    outside = dict(w.vars)  # the row's values stay in the loop's scope
+    positions = tuple(w.graph.types[node.inputs[layout.indices]].shape)
+    j = _position_coords(positions, lambda st, e: w._variable(f"(({cols}[{k}] / {st}) % {e})", e))
+    v = w.value(node.inputs[layout.values], layout.source_at(coords, j))
+    w.lines.append(f"{s} = {s} + (double){v};")
+    w.lines.append("}")
+    w.vars = outside
+    return w._define(out_t, f"({out_t}){s}")
+
+
+def _position(p: str, size: int, mode: str, flag: str | None) -> list[str]:
+    """Statements normalising int ``p`` in place along an axis of ``size`` (`GatherSite`'s
+    modes); under ``raise`` an out-of-range position ORs into ``flag`` and is clamped."""
+    if mode == "wrap":
+        return [f"{p} = (({p} % {size}) + {size}) % {size};"]
+    out = []
+    if mode == "raise":
+        if flag:
+            out.append(f"{flag} |= (int)({p} < {-size} || {p} >= {size});")
+        out.append(f"{p} = {p} < 0 ? {p} + {size} : {p};")
+    return [*out, f"{p} = dp_clampi({p}, 0, {size - 1});"]
+
+
+def _render(form: Affine, names: list[str]) -> str:
+    """C++ of ``form`` over the named integer coordinates."""
+    terms = [str(form.b)] if form.b else []
+    terms += [n if x == 1 else f"{n} * {x}" for x, n in zip(form.w, names, strict=True) if x]
+    return f"({' + '.join(terms)})" if terms else "0"
+
+
+def sort_launches(
+    graph: Graph, group: dict[str, Any], name: str, slots: list[Any], checks: bool
+) -> tuple[list[Any], dict[str, tuple[str, str]]]:
+    """The count, scan and place launches of a ``sort`` group (before its sum launch) and
+    their native definitions."""
+    from dpt_ir.backends.cxx.emit import TOKEN
+    from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
+    from dpt_ir.backends.warp.launches import StatusSlot
+    from dpt_ir.backends.warp.scatter import chunks
+
+    (root,) = group["roots"]
+    node = graph.node_map[root]
+    layout = _layout(graph, node)
+    positions = node.inputs[layout.indices]
+    shape = tuple(graph.types[positions].shape)
+    count, n = math.prod(shape), layout.rows
+    parts = chunks(count, n)
+    chunk = -(-count // parts) if count else 0
+    scratch = _scratch(graph, node, layout)
+    rows, cols, hist = scratch
+    launches, natives = [], {}
+    for stage in ("count", "scan", "place"):
+        params = [rows, hist] if stage == "scan" else [positions, hist, *([cols] if stage == "place" else [])]
+        unit = Unit(graph, params, {p for p in params if p != positions}, scratch)
+        a = {p: f"a{k}" for k, p in enumerate(params)}
+        slot_base, flagged = len(slots), checks and stage == "count" and layout.mode == "raise"
+        if flagged:
+            detail = f"a position outside [{-layout.size}, {layout.size}) along an axis of size {layout.size}"
+            slots.append(StatusSlot(f"{name}_{stage}", root, node.opdef.name, "domain", detail + " (mode 'raise')",
+                                    origin_of(graph, root)))  # fmt: skip
+        if stage == "scan":
+            body = [
+                "int running = 0;",
+                f"for (int d = 0; d < {n}; ++d) {{ {a[rows]}[d] = running;",
+                f"    for (int q = 0; q < {parts}; ++q) {{ const int c = {a[hist]}[q * {n} + d];"
+                f" {a[hist]}[q * {n} + d] = running; running += c; }} }}",
+                f"{a[rows]}[{n}] = running;",
+            ]
+        else:
+            body = ["const int q = t; int fl[1] = {0}; (void)fl;"]
+            if stage == "count":
+                body.append(f"for (int d = 0; d < {n}; ++d) {a[hist]}[q * {n} + d] = 0;")
+            body.append(f"for (int j = q * {chunk}; j < q * {chunk} + {chunk} && j < {count}; ++j) {{")
+            names = [f"c{d}" for d in range(len(shape))]
+            axes = zip(names, idx.strides(shape), shape, strict=True)
+            body += [f"    const int {c} = (j / {s}) % {e};" for c, s, e in axes]
+            body.append(f"    int p = {a[positions]}[j];")
+            body += ["    " + s for s in _position("p", layout.size, layout.mode, "fl[0]" if flagged else None)]
+            coords = tuple(idx.axis(d, len(shape) + 1) for d in range(len(shape)))
+            key = _render(layout.key_form(coords, idx.axis(len(shape), len(shape) + 1)), [*names, "p"])  # type: ignore[misc]
+            body.append(f"    const int slot = q * {n} + {key};")
+            if stage == "count":
+                body.append(f"    {a[hist]}[slot] += 1;")
+            else:
+                body.append(f"    const int at = {a[hist]}[slot]; {a[cols]}[at] = j; {a[hist]}[slot] = at + 1;")
+            body.append("}")
+            if flagged:
+                body.append("if (fl[0]) st[sb] = 1;")
+        head = f"DP_FN void {TOKEN}_task({unit.sig()}, int* st, int sb, int t) {{"
+        lines = [head, "    (void)st; (void)sb; (void)t;"]
+        fn, cxx = _hashed("\n".join([*lines, *("    " + s for s in body), "}"]) + "\n")
+        natives[fn] = (cxx, unit.stub(fn, f"{fn}_task", f"{fn}_task", checks))
+        dim = 1 if stage == "scan" else parts
+        used = {p: v for p, v in scratch.items() if p in params}
+        launches.append(_launch(f"{name}_{stage}", unit, fn, checks, dim, group["id"], used, slot_base))
+    return launches, natives
