@@ -174,6 +174,7 @@ def sort_launches(
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
     """The count, scan and place launches of a ``sort`` group (before its sum launch) and
     their native definitions."""
+    from dpt_ir.backends.cxx.drivers import _pair
     from dpt_ir.backends.cxx.emit import TOKEN
     from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
     from dpt_ir.backends.warp.launches import StatusSlot
@@ -227,10 +228,9 @@ def sort_launches(
             body.append("}")
             if flagged:
                 body.append("if (fl[0]) st[sb] = 1;")
-        head = f"DP_FN void {TOKEN}_task({unit.sig()}, int* st, int sb, int t) {{"
-        lines = [head, "    (void)st; (void)sb; (void)t;"]
-        fn, cxx = _hashed("\n".join([*lines, *("    " + s for s in body), "}"]) + "\n")
-        natives[fn] = (cxx, unit.stub(fn, f"{fn}_task", f"{fn}_task", checks))
+        body = ["(void)st; (void)sb; (void)t;", *body]  # the same task code on both devices
+        fn, cxx = _hashed(_pair(f"{unit.sig()}, int* st, int sb, int t", body, body).replace("F_", f"{TOKEN}_") + "\n")
+        natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
         dim = 1 if stage == "scan" else parts
         used = {p: v for p, v in scratch.items() if p in params}
         launches.append(_launch(f"{name}_{stage}", unit, fn, checks, dim, group["id"], used, slot_base))
