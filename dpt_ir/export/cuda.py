@@ -73,7 +73,7 @@ def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool)
 
 
 def _refuse_warp(title: str, plan: str, graph: Graph, k: KernelSource) -> None:
-    if k.path == "cxx" and not k.constants:
+    if k.path == "cxx":
         return
     group = next(g for g in graph.meta["groups"] if g["id"] == k.group)
     ops = sorted({graph.node_map[n].op for n in group["nodes"]})

@@ -26,6 +26,7 @@ thread count.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from dpt_ir.graph import Graph, Node, origin_of
@@ -169,11 +170,65 @@ def _render(form: Affine, names: list[str]) -> str:
     return f"({' + '.join(terms)})" if terms else "0"
 
 
+@dataclass(frozen=True)
+class _Sort:
+    """What the sort stages of a scatter read: its layout, positions (an int32 value of
+    ``shape``), the destination rows ``n`` and the fixed chunks (``parts`` of ``chunk``)."""
+
+    layout: ScatterLayout
+    positions: str
+    shape: tuple[int, ...]
+    n: int
+    parts: int
+    chunk: int
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.shape)
+
+
+def _scan_body(s: _Sort, rows: str, hist: str) -> list[str]:
+    """One task: the counters become offsets, destination-major then chunk (stable)."""
+    n = s.n
+    return [
+        "int running = 0;",
+        f"for (int d = 0; d < {n}; ++d) {{ {rows}[d] = running;",
+        f"    for (int q = 0; q < {s.parts}; ++q) {{ const int c = {hist}[q * {n} + d];"
+        f" {hist}[q * {n} + d] = running; running += c; }} }}",
+        f"{rows}[{n}] = running;",
+    ]
+
+
+def _chunk_body(s: _Sort, stage: str, a: dict[str, str], flagged: bool) -> list[str]:
+    """Task ``t`` walks chunk ``t`` of the positions in order: ``count`` zeroes its row of
+    counters and counts each position's destination row; ``place`` writes each position
+    element at its destination's next offset."""
+    n, chunk = s.n, s.chunk
+    body = ["const int q = t; int fl[1] = {0}; (void)fl;"]
+    if stage == "count":
+        body.append(f"for (int d = 0; d < {n}; ++d) {a['hist']}[q * {n} + d] = 0;")
+    body.append(f"for (int j = q * {chunk}; j < q * {chunk} + {chunk} && j < {s.count}; ++j) {{")
+    names = [f"c{d}" for d in range(len(s.shape))]
+    axes = zip(names, idx.strides(s.shape), s.shape, strict=True)
+    body += [f"    const int {c} = (j / {st}) % {e};" for c, st, e in axes]
+    body.append(f"    int p = {a['positions']}[j];")
+    body += ["    " + x for x in _position("p", s.layout.size, s.layout.mode, "fl[0]" if flagged else None)]
+    rank = len(s.shape) + 1
+    form = s.layout.key_form(tuple(idx.axis(d, rank) for d in range(rank - 1)), idx.axis(rank - 1, rank))  # type: ignore[misc]
+    body.append(f"    const int slot = q * {n} + {_render(form, [*names, 'p'])};")
+    if stage == "count":
+        body.append(f"    {a['hist']}[slot] += 1;")
+    else:
+        body.append(f"    const int at = {a['hist']}[slot]; {a['cols']}[at] = j; {a['hist']}[slot] = at + 1;")
+    body.append("}")
+    return body + (["if (fl[0]) st[sb] = 1;"] if flagged else [])
+
+
 def sort_launches(
     graph: Graph, group: dict[str, Any], name: str, slots: list[Any], checks: bool
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
     """The count, scan and place launches of a ``sort`` group (before its sum launch) and
-    their native definitions."""
+    their native definitions; each is one task body, the same for the CPU and CUDA drivers."""
     from dpt_ir.backends.cxx.drivers import _pair
     from dpt_ir.backends.cxx.emit import TOKEN
     from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
@@ -185,53 +240,26 @@ def sort_launches(
     layout = _layout(graph, node)
     positions = node.inputs[layout.indices]
     shape = tuple(graph.types[positions].shape)
-    count, n = math.prod(shape), layout.rows
-    parts = chunks(count, n)
-    chunk = -(-count // parts) if count else 0
+    parts = chunks(math.prod(shape), layout.rows)
+    s = _Sort(layout, positions, shape, layout.rows, parts, -(-math.prod(shape) // parts))
     scratch = _scratch(graph, node, layout)
     rows, cols, hist = scratch
     launches, natives = [], {}
     for stage in ("count", "scan", "place"):
         params = [rows, hist] if stage == "scan" else [positions, hist, *([cols] if stage == "place" else [])]
         unit = Unit(graph, params, {p for p in params if p != positions}, scratch)
-        a = {p: f"a{k}" for k, p in enumerate(params)}
+        roles = ("rows", "hist") if stage == "scan" else ("positions", "hist", "cols")[: len(params)]
+        a = dict(zip(roles, unit.args().split(", "), strict=True))  # role -> its C++ parameter
         slot_base, flagged = len(slots), checks and stage == "count" and layout.mode == "raise"
         if flagged:
             detail = f"a position outside [{-layout.size}, {layout.size}) along an axis of size {layout.size}"
             slots.append(StatusSlot(f"{name}_{stage}", root, node.opdef.name, "domain", detail + " (mode 'raise')",
                                     origin_of(graph, root)))  # fmt: skip
-        if stage == "scan":
-            body = [
-                "int running = 0;",
-                f"for (int d = 0; d < {n}; ++d) {{ {a[rows]}[d] = running;",
-                f"    for (int q = 0; q < {parts}; ++q) {{ const int c = {a[hist]}[q * {n} + d];"
-                f" {a[hist]}[q * {n} + d] = running; running += c; }} }}",
-                f"{a[rows]}[{n}] = running;",
-            ]
-        else:
-            body = ["const int q = t; int fl[1] = {0}; (void)fl;"]
-            if stage == "count":
-                body.append(f"for (int d = 0; d < {n}; ++d) {a[hist]}[q * {n} + d] = 0;")
-            body.append(f"for (int j = q * {chunk}; j < q * {chunk} + {chunk} && j < {count}; ++j) {{")
-            names = [f"c{d}" for d in range(len(shape))]
-            axes = zip(names, idx.strides(shape), shape, strict=True)
-            body += [f"    const int {c} = (j / {s}) % {e};" for c, s, e in axes]
-            body.append(f"    int p = {a[positions]}[j];")
-            body += ["    " + s for s in _position("p", layout.size, layout.mode, "fl[0]" if flagged else None)]
-            coords = tuple(idx.axis(d, len(shape) + 1) for d in range(len(shape)))
-            key = _render(layout.key_form(coords, idx.axis(len(shape), len(shape) + 1)), [*names, "p"])  # type: ignore[misc]
-            body.append(f"    const int slot = q * {n} + {key};")
-            if stage == "count":
-                body.append(f"    {a[hist]}[slot] += 1;")
-            else:
-                body.append(f"    const int at = {a[hist]}[slot]; {a[cols]}[at] = j; {a[hist]}[slot] = at + 1;")
-            body.append("}")
-            if flagged:
-                body.append("if (fl[0]) st[sb] = 1;")
-        body = ["(void)st; (void)sb; (void)t;", *body]  # the same task code on both devices
+        body = _scan_body(s, a["rows"], a["hist"]) if stage == "scan" else _chunk_body(s, stage, a, flagged)
+        body = ["(void)st; (void)sb; (void)t;", *body]
         fn, cxx = _hashed(_pair(f"{unit.sig()}, int* st, int sb, int t", body, body).replace("F_", f"{TOKEN}_") + "\n")
         natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
-        dim = 1 if stage == "scan" else parts
         used = {p: v for p, v in scratch.items() if p in params}
+        dim = 1 if stage == "scan" else parts
         launches.append(_launch(f"{name}_{stage}", unit, fn, checks, dim, group["id"], used, slot_base))
     return launches, natives
