@@ -99,10 +99,10 @@ def children(graph: Graph, node: Node, coords: Coords, variable: Any) -> list[tu
 def _csr(w: Any, node: Node, layout: ScatterLayout, form: str) -> tuple[str, str]:
     """The parameters of the CSR offsets and columns: launch constants (``transpose``) or
     the sort's scratch arrays (``sort``)."""
-    from dpt_ir.backends.warp.scatter import _constant_positions, constant_csr
+    from dpt_ir.backends.warp.scatter import constant_csr, constant_positions
 
     if form == "transpose":
-        positions = _constant_positions(w.graph, node.inputs[layout.indices])
+        positions = constant_positions(w.graph, node.inputs[layout.indices])
         offsets, order = constant_csr(layout, positions, node.name)
         w.constants[f"$rows:{node.name}"] = ("wp.int32", offsets)
         w.constants[f"$cols:{node.name}"] = ("wp.int32", order)
