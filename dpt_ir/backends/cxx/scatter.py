@@ -5,8 +5,8 @@ Assumes: a fusion group of kind ``scatter`` (one root whose op has a `ScatterLay
 ``key_form`` / ``row_form``; ``group["scatter"]["form"]``), float32 or float64 data. Guarantees:
 
 - `covers`: the group is lowered when its only output is the root, the data are floats and,
-  for the ``sort`` form, the positions are an int32 value read from memory (positions made in
-  the group stay on the Warp-Python path); `evaluated`: the members the sum reads (a
+  for the ``sort`` form, the positions are int32, read from memory or made in the group by
+  producers `nest.cover` lowers (element code of the count and place stages); `evaluated`: the members the sum reads (a
   ``transpose`` form's position producers are evaluated at compile time, not in a kernel);
 - the root is a pointwise member of its output space (`nest.cover`): output ``o`` is
   ``base[o]`` plus the values of its CSR row (`row_sum`), in CSR order (the increasing
@@ -25,16 +25,19 @@ thread count.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dpt_ir.graph import Graph, Node, origin_of
+from dpt_ir.graph import Graph, Node
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords
 from dpt_ir.ops.registry import ScatterLayout
 
 FLOATS = ("float32", "float64")
+Flag = Callable[[str], str]  # a condition -> the statement raising a status flag when it holds
 
 
 def is_scatter(op: Any) -> bool:
@@ -60,8 +63,32 @@ def covers(graph: Graph, group: dict[str, Any]) -> bool:
         return False
     positions = node.inputs[layout.indices]
     if group["scatter"]["form"] == "sort":
-        return positions not in group["nodes"] and graph.types[positions].dtype == "int32"
+        if graph.types[positions].dtype != "int32":
+            return False
+        return _positions_nest(graph, group) is not None
     return True
+
+
+def _positions_nest(graph: Graph, group: dict[str, Any]) -> Any:
+    """The nest over the positions' shape that reads a ``sort`` scatter's positions, or
+    evaluates them when they are made inside the group (casts, arithmetic, views of data);
+    None when `nest.cover` refuses their producers."""
+    from dpt_ir.backends.cxx.nest import cover
+
+    (root,) = group["roots"]
+    node = graph.node_map[root]
+    positions = node.inputs[_layout(graph, node).indices]
+    members, needed, stack = set(group["nodes"]), set(), [positions]
+    while stack:
+        v = stack.pop()
+        if v in members and v not in needed:
+            needed.add(v)
+            stack.extend(graph.node_map[v].inputs)
+    nodes = [n for n in group["nodes"] if n in needed]
+    inputs = sorted({i for n in nodes for i in graph.node_map[n].inputs if i not in needed})
+    space = list(graph.types[positions].shape)
+    sub = {**group, "kind": "pointwise", "space": space, "nodes": nodes, "roots": [], "outputs": [positions]}
+    return cover(graph, {**sub, "inputs": inputs, "axes": [], "epilogue": []})
 
 
 def evaluated(graph: Graph, group: dict[str, Any]) -> list[str]:
@@ -150,15 +177,15 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
     return w._define(out_t, f"({out_t}){s}")
 
 
-def _position(p: str, size: int, mode: str, flag: str | None) -> list[str]:
+def _position(p: str, size: int, mode: str, flag: Flag | None) -> list[str]:
     """Statements normalising int ``p`` in place along an axis of ``size`` (`GatherSite`'s
-    modes); under ``raise`` an out-of-range position ORs into ``flag`` and is clamped."""
+    modes); under ``raise`` an out-of-range position raises ``flag`` and is clamped."""
     if mode == "wrap":
         return [f"{p} = (({p} % {size}) + {size}) % {size};"]
     out = []
     if mode == "raise":
         if flag:
-            out.append(f"{flag} |= (int)({p} < {-size} || {p} >= {size});")
+            out.append(flag(f"{p} < {-size} || {p} >= {size}"))
         out.append(f"{p} = {p} < 0 ? {p} + {size} : {p};")
     return [*out, f"{p} = dp_clampi({p}, 0, {size - 1});"]
 
@@ -199,29 +226,31 @@ def _scan_body(s: _Sort, rows: str, hist: str) -> list[str]:
     ]
 
 
-def _chunk_body(s: _Sort, stage: str, a: dict[str, str], flagged: bool) -> list[str]:
+def _chunk_body(s: _Sort, stage: str, a: dict[str, str], position: list[str], flag: Flag | None) -> list[str]:
     """Task ``t`` walks chunk ``t`` of the positions in order: ``count`` zeroes its row of
     counters and counts each position's destination row; ``place`` writes each position
-    element at its destination's next offset."""
+    element at its destination's next offset. ``position``: statements setting ``p`` from
+    element ``i`` (a read, or the producers' element code); ``flag``: where an
+    out-of-range position raises (``raise``): a condition -> its statement, or None."""
     n, chunk = s.n, s.chunk
-    body = ["const int q = t; int fl[1] = {0}; (void)fl;"]
+    body = ["const int q = t;"]
     if stage == "count":
         body.append(f"for (int d = 0; d < {n}; ++d) {a['hist']}[q * {n} + d] = 0;")
     body.append(f"for (int j = q * {chunk}; j < q * {chunk} + {chunk} && j < {s.count}; ++j) {{")
     names = [f"c{d}" for d in range(len(s.shape))]
-    axes = zip(names, idx.strides(s.shape), s.shape, strict=True)
-    body += [f"    const int {c} = (j / {st}) % {e};" for c, st, e in axes]
-    body.append(f"    int p = {a['positions']}[j];")
-    body += ["    " + x for x in _position("p", s.layout.size, s.layout.mode, "fl[0]" if flagged else None)]
     rank = len(s.shape) + 1
     form = s.layout.key_form(tuple(idx.axis(d, rank) for d in range(rank - 1)), idx.axis(rank - 1, rank))  # type: ignore[misc]
+    axes = zip(names, idx.strides(s.shape), s.shape, form.padded(rank).w, strict=False)
+    body += [f"    const int {c} = (j / {st}) % {e};" for c, st, e, x in axes if x]  # the key's coordinates
+    body += ["    const int i = j; (void)i;", *("    " + x for x in position)]
+    body += ["    " + x for x in _position("p", s.layout.size, s.layout.mode, flag)]
     body.append(f"    const int slot = q * {n} + {_render(form, [*names, 'p'])};")
     if stage == "count":
         body.append(f"    {a['hist']}[slot] += 1;")
     else:
         body.append(f"    const int at = {a['hist']}[slot]; {a['cols']}[at] = j; {a['hist']}[slot] = at + 1;")
     body.append("}")
-    return body + (["if (fl[0]) st[sb] = 1;"] if flagged else [])
+    return body
 
 
 def sort_launches(
@@ -230,33 +259,45 @@ def sort_launches(
     """The count, scan and place launches of a ``sort`` group (before its sum launch) and
     their native definitions; each is one task body, the same for the CPU and CUDA drivers."""
     from dpt_ir.backends.cxx.drivers import _pair
-    from dpt_ir.backends.cxx.emit import TOKEN
+    from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
     from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
-    from dpt_ir.backends.warp.launches import StatusSlot
     from dpt_ir.backends.warp.scatter import chunks
 
     (root,) = group["roots"]
     node = graph.node_map[root]
     layout = _layout(graph, node)
     positions = node.inputs[layout.indices]
-    shape = tuple(graph.types[positions].shape)
+    shape, size = tuple(graph.types[positions].shape), layout.size
     parts = chunks(math.prod(shape), layout.rows)
     s = _Sort(layout, positions, shape, layout.rows, parts, -(-math.prod(shape) // parts))
     scratch = _scratch(graph, node, layout)
     rows, cols, hist = scratch
+    made = _positions_nest(graph, group)
     launches, natives = [], {}
     for stage in ("count", "scan", "place"):
-        params = [rows, hist] if stage == "scan" else [positions, hist, *([cols] if stage == "place" else [])]
-        unit = Unit(graph, params, {p for p in params if p != positions}, scratch)
-        roles = ("rows", "hist") if stage == "scan" else ("positions", "hist", "cols")[: len(params)]
-        a = dict(zip(roles, unit.args().split(", "), strict=True))  # role -> its C++ parameter
-        slot_base, flagged = len(slots), checks and stage == "count" and layout.mode == "raise"
-        if flagged:
-            detail = f"a position outside [{-layout.size}, {layout.size}) along an axis of size {layout.size}"
-            slots.append(StatusSlot(f"{name}_{stage}", root, node.opdef.name, "domain", detail + " (mode 'raise')",
-                                    origin_of(graph, root)))  # fmt: skip
-        body = _scan_body(s, a["rows"], a["hist"]) if stage == "scan" else _chunk_body(s, stage, a, flagged)
-        body = ["(void)st; (void)sb; (void)t;", *body]
+        params = [rows, hist] if stage == "scan" else [hist, *([cols] if stage == "place" else [])]
+        a = {"rows": "a0", "hist": "a1"} if stage == "scan" else {"hist": "a0", "cols": "a1"}
+        slot_base = len(slots)
+        flags = "int fl[1] = {0}; (void)fl;"
+        if stage == "scan":
+            body = _scan_body(s, a["rows"], a["hist"])
+        else:
+            # Flags (the producers' domain checks, an out-of-range position) in the count stage only.
+            w = ElementWriter(graph, made, params, slots, f"{name}_{stage}", checks and stage == "count")
+            w.edge = True  # every read at its rendered offset over the positions' element i
+            w.lines.append(f"int p = {w.value(positions)};")
+            position, w.lines = w.lines, []
+            flag = None
+            if checks and stage == "count" and layout.mode == "raise":
+                detail = f"a position outside [{-size}, {size}) along an axis of size {size} (mode 'raise')"
+                flag = functools.partial(w.flag, root, node.opdef.name, "domain", detail=detail)
+            body = _chunk_body(s, stage, a, position, flag)
+            nf = max(len(slots) - slot_base, 1)
+            flags = f"int fl[{nf}] = {{0}}; (void)fl; constexpr bool P = true; int big = 0; (void)P; (void)big;"
+            if len(slots) > slot_base:
+                body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
+        unit = Unit(graph, params, {rows, hist, cols} & set(params), scratch)
+        body = ["(void)st; (void)sb; (void)t;", flags, *body]
         fn, cxx = _hashed(_pair(f"{unit.sig()}, int* st, int sb, int t", body, body).replace("F_", f"{TOKEN}_") + "\n")
         natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
         used = {p: v for p, v in scratch.items() if p in params}
