@@ -50,7 +50,7 @@ class Unit:
         constants: dict[str, tuple[str, Any]] | None = None,
     ):
         self.graph, self.params, self.written, self.partials = graph, params, written, partials
-        # Launch constants (sparse rows: `sparse`), typed as partials are (param -> (Warp type, ...)).
+        # Launch constants (sparse rows, scatter tables), typed as partials are (param -> (Warp type, ...)).
         self.constants = constants or {}
         self.typed: dict[str, tuple[str, Any]] = {**partials, **self.constants}
 

@@ -7,7 +7,8 @@ accepts a group only when every member is an elementwise op with a C++ expressio
 view with affine index maps (`OpDef.view_affine`: no op is special-cased by name), or a
 reduction over one contiguous block of axes with a C++ lane template (trailing axes: rows
 reduced along the inner counter; a leading or middle block: per-column accumulation over
-the rows, `Nest.columns`); every value is float32, float64,
+the rows, `Nest.columns`), a constant sparse map (`OpDef.warp_sparse`: a row loop, `sparse`),
+or a scatter group's root (`scatter`: base plus its CSR row); every value is float32, float64,
 int32, uint8 or bool; an epilogue (if any) has one output shape; and every read from memory (through
 views: `sites.walk`) is at the iteration index, a scalar, or a per-row base plus (or not) the
 inner counter (or, with one inner axis, a multiple of it). Anything else stays on the
