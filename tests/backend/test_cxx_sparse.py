@@ -9,8 +9,8 @@ and gradients match the interpreter; threads 1 and 2 give the same bits (the rot
 sorted scatter are large enough to split into several tasks and chunks); a position out of
 range raises NumericalError naming the node.
 
-A probe (no compile) checks that `nest.cover` accepts every group of the op table's cases
-of these ops.
+A probe (no compile) checks that `nest.cover` accepts every group holding these ops and no
+``take`` in the op table's cases of them and of ``take`` (whose gradients are scatters).
 
 Cost: one graph compiled twice (threads 1 and 2; run, value_and_grad and tape pipelines).
 """
@@ -142,7 +142,7 @@ def test_a_position_out_of_range_raises_and_the_program_stays_usable(programs: t
 def test_cover_accepts_the_op_tables_sparse_and_scatter_groups() -> None:
     refused = []
     for case in CASES:
-        if case.op not in OPS or not compiled(case):
+        if case.op not in (*OPS, "take") or not compiled(case):  # take: its gradient is an add_at
             continue
         graph = case.build(case.dtypes[0])
         for wrt in ((), tuple(case.wrt)):
@@ -150,6 +150,6 @@ def test_cover_accepts_the_op_tables_sparse_and_scatter_groups() -> None:
             scheduled = run_pipeline(graph, opts).graph
             for group in scheduled.meta["groups"]:
                 ops = {scheduled.node_map[n].opdef.name for n in group["nodes"]}
-                if ops & set(OPS) and cover(scheduled, group) is None:
+                if ops & set(OPS) and "take" not in ops and cover(scheduled, group) is None:
                     refused.append((case.op, group["kind"], sorted(ops)))
     assert not refused, refused
