@@ -19,7 +19,7 @@ import numpy as np
 VERSION = 1
 FILES = ("plan.json", "ref.npz", "kernels.cu")
 DTYPES = {"float32", "float64", "int32", "uint32", "uint8", "bool"}
-ROLES = {"input", "cotangent", "output", "gradient", "saved", "workspace", "partial", "status"}
+ROLES = {"input", "cotangent", "output", "gradient", "saved", "workspace", "partial", "status", "constant"}
 NEED = {
     "bundle": ("format", "version", "graph", "inputs", "status_size", "status", "plans", "tolerance"),
     "plan": ("name", "buffers", "launches", "checkpoints", "results", "bytes_moved", "expect_flags"),
@@ -72,6 +72,8 @@ def _check_plan(plan: dict[str, Any], where: str, ref: dict[str, np.ndarray], fo
         _fields(b, "buffer", f"{where}.buffers[{k}]")
         if b["role"] not in ROLES or b["dtype"] not in DTYPES or int(np.prod(b["shape"])) not in (b["size"], 0):
             raise BundleError(f"{where}.buffers[{k}] ({b['name']!r}): role/dtype/shape/size {b} are inconsistent")
+        if b["role"] == "constant" and f"constant/{plan['name']}/{b['name']}" not in ref:
+            raise BundleError(f"{folder / 'ref.npz'}: field 'constant/{plan['name']}/{b['name']}' is missing")
         table[b["name"]] = b
     for k, launch in enumerate(plan["launches"]):
         _fields(launch, "launch", f"{where}.launches[{k}]")
@@ -90,6 +92,11 @@ def _check_plan(plan: dict[str, Any], where: str, ref: dict[str, np.ndarray], fo
                 f"{folder / 'ref.npz'}: field {key!r} has shape {list(ref[key].shape)}, "
                 f"{where}.results[{k}] says {r['shape']}"
             )
+
+
+def constants_of(plan: dict[str, Any], ref: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The launch constants of ``plan`` (sparse rows, scatter tables), from ref.npz."""
+    return {b["name"]: ref[f"constant/{plan['name']}/{b['name']}"] for b in plan["buffers"] if b["role"] == "constant"}
 
 
 def inputs_of(doc: dict[str, Any], ref: dict[str, np.ndarray], where: Path) -> dict[str, np.ndarray]:

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the peers and the bundle reader are imported from the repository
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.gpu_bundle_io import BundleError, inputs_of, load  # noqa: E402
+from benchmarks.gpu_bundle_io import BundleError, constants_of, inputs_of, load  # noqa: E402
 
 # -- back ends: the same launch sequence on host arrays (ctypes) or CuPy arrays ----------------
 
@@ -236,6 +236,7 @@ def check_bundle(folder: Path, args: argparse.Namespace, tmp: Path) -> int:
     for be in backends:
         for plan in doc["plans"]:
             given = {**data, **{ct: ref[f"tape/cotangent/{o}"] for o, ct in plan.get("cotangents", {}).items()}}
+            given.update(constants_of(plan, ref))
             results, raised, again = run_plan(be, plan, given)
             what = f"{doc['graph']} {plan['name']} [{be.name}]"
             messages = [doc["status"][k]["message"] for k in raised if k < len(doc["status"])]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 BUNDLE_FORMAT = "dpt_ir.cuda_bundle"
 BUNDLE_VERSION = 1
-Role = Literal["input", "cotangent", "output", "gradient", "saved", "workspace", "partial", "status"]
+Role = Literal["input", "cotangent", "output", "gradient", "saved", "workspace", "partial", "status", "constant"]
 Dtype = Literal["float32", "float64", "int32", "uint8", "bool", "uint32"]
 
 
@@ -30,7 +30,8 @@ class _Model(BaseModel):
 
 class BufferSpec(_Model):
     """One array a plan binds: inputs and cotangents are uploaded (from ``ref.npz`` or a
-    seed), the others allocated zeroed; ``copy_of``: an output that is, after the passes, an
+    seed), constants (a launch's sparse rows or scatter table) from ``ref.npz`` field
+    ``constant/<plan>/<name>``, the others allocated zeroed; ``copy_of``: an output that is, after the passes, an
     input (the runner copies the input into it before each checkpoint's phases)."""
 
     name: str

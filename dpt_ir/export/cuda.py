@@ -4,7 +4,7 @@ Assumes: a validated graph and the options `dp.compile` used. Guarantees: `cuda_
 the pass pipelines as `dp.compile` does for a GPU (the CUDA budgets, the CUDA partition of
 reductions into ordered partials) and generates their launches, with no GPU and no Warp
 module build; it raises ContractError naming the launch, its group and its ops when a plan
-holds a launch that is not on the C++ path (Warp-Python views, stencils, scatters, loops),
+holds a launch that is not on the C++ path (a Warp-Python kernel: a gather, a matmul...),
 since only C++ units can leave Warp. `kernels_cu` gives a file that builds three ways:
 
 - NVRTC / nvcc: the math header, each unit's element function and CUDA driver, and one
@@ -74,7 +74,7 @@ def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool)
 
 
 def _refuse_warp(title: str, plan: str, graph: Graph, k: KernelSource) -> None:
-    if k.path == "cxx" and not k.constants:
+    if k.path == "cxx":
         return
     group = plan_of(graph).group(k.group)
     ops = sorted({graph.node_map[n].op for n in group.nodes})

@@ -5,7 +5,8 @@ schedule; ``meta["gradients"]``, ``meta["cotangents"]``) and its C++ launches
 (`dpt_ir.export.cuda.cuda_plans`). Guarantees:
 the table mirrors a `Workspace`: one buffer per schedule buffer (values with disjoint live
 ranges share it), graph inputs and cotangent inputs bound by name, reduction partials by
-their parameter name, the status word as ``$status``, and an output that is an input after
+their parameter name, launch constants (sparse rows, scatter tables: role constant, data in
+``ref.npz``) by their parameter name, the status word as ``$status``, and an output that is an input after
 the passes as ``$copy:<input>`` (filled from the input before each checkpoint, as
 `ExecutionPlan.run` does). Roles: output / gradient for the plan's results, saved for a
 buffer a forward group writes and a backward group reads, workspace for the others.
@@ -88,6 +89,12 @@ def plan_spec(
         BufferSpec(name=p, role="partial", dtype=t.split(".")[1], shape=[n], size=n)  # type: ignore[arg-type]
         for p, (t, n) in partials.items()
     ]
+    consts = constants(kernels)
+    specs += [
+        BufferSpec(name=p, role="constant", dtype=t.split(".")[1], shape=[v.size], size=max(v.size, 1))  # type: ignore[arg-type]
+        for p, (t, v) in consts.items()
+    ]
+    where.update({p: p for p in consts})
     if status:
         specs.append(BufferSpec(name=STATUS, role="status", dtype="int32", shape=[status], size=status))
     phases = {g.id: g.phase for g in plan_of(graph).groups}
@@ -126,6 +133,15 @@ def plan_spec(
     )
 
 
+def constants(kernels: list[KernelSource]) -> dict[str, tuple[str, Any]]:
+    """The launch constants a plan binds (param -> (Warp type, flat values)), by name: a
+    constant bound by several launches is one buffer."""
+    out: dict[str, tuple[str, Any]] = {}
+    for k in kernels:
+        out.update(k.constants)
+    return out
+
+
 def _result_name(graph: Graph, value: str, gradients: dict[str, str]) -> str:
     if value in gradients:
         return gradients[value]
@@ -133,6 +149,8 @@ def _result_name(graph: Graph, value: str, gradients: dict[str, str]) -> str:
 
 
 def _bound(param: str, graph: Graph, where: dict[str, str]) -> str:
+    """The buffer bound to a launch parameter: inputs and partials by name, constants and
+    values through ``where``."""
     if param in graph.input_map or param.startswith("$partial:"):
         return param
     return where[param]

@@ -21,7 +21,7 @@ from dpt_ir.errors import ContractError
 from dpt_ir.export.bundle import BUNDLE_VERSION, Bundle, StatusSpec, Tolerance
 from dpt_ir.export.cuda import PREFIX, cuda_plans, kernels_cu
 from dpt_ir.export.reference import cotangents, input_specs, program_results, raises, store, tape_call
-from dpt_ir.export.tables import plan_spec
+from dpt_ir.export.tables import constants, plan_spec
 from dpt_ir.version import __version__
 
 TOLERANCE = Tolerance(rtol=2e-4, atol_rel=2e-5)  # tests/backend/harness.py MODERATE_TOLERANCES, float32
@@ -99,6 +99,8 @@ def export_cuda(
             store(ref, f"{name}/{key}", value)
         raised = call is not None and raises(call)  # program references exist only where nothing raised
         plan_specs.append(plan_spec(name, pg, build.kernels[name], build.units, status, raised))
+        for p, (_, values) in constants(build.kernels[name]).items():
+            ref[f"constant/{name}/{p}"] = values
     bundle = Bundle(
         version=BUNDLE_VERSION,
         graph=graph.name,

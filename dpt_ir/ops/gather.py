@@ -219,6 +219,8 @@ def _add_at_layout(attrs: GatherAttrs, shape: tuple[int, ...], indices: tuple[in
             key=lambda j, p: idx.linearize(j[:axis] + (p,) + j[axis + 1 :], shape),
             row=lambda dest: idx.linearize(dest, shape),
             source_at=lambda dest, j: j,
+            key_form=lambda j, p: idx.flat(j[:axis] + (p,) + j[axis + 1 :], shape, 0),
+            row_form=lambda dest: idx.flat(dest, shape, 0),
         )
     return ScatterLayout(
         **common,
@@ -226,6 +228,8 @@ def _add_at_layout(attrs: GatherAttrs, shape: tuple[int, ...], indices: tuple[in
         key=lambda j, p: p,
         row=lambda dest: dest[axis],
         source_at=lambda dest, j: dest[:axis] + j + dest[axis + 1 :],
+        key_form=lambda j, p: p,
+        row_form=lambda dest: dest[axis],
     )
 
 

@@ -20,7 +20,7 @@ from dpt_ir.types import TensorType
 
 if TYPE_CHECKING:
     from dpt_ir.builder import Tensor
-    from dpt_ir.ops.indexing import Coords, ImageMap
+    from dpt_ir.ops.indexing import Affine, Coords, ImageMap
 
 OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter", "contraction", "loop"]
 Cost = Literal["cheap", "expensive"]
@@ -218,7 +218,13 @@ class ScatterLayout:
     ``source_at(dest, j)`` to the output element ``dest``. ``rows``: how many destination
     rows the positions sort into; ``key(j, p)``: the row of position element ``j``
     holding normalised position ``p``; ``row(dest)``: the row of an output element; the
-    sources of ``dest`` are the position elements of its row, in increasing flat order."""
+    sources of ``dest`` are the position elements of its row, in increasing flat order.
+    ``key``, ``row`` and ``source_at`` take and give index expressions (strings);
+    ``source_at`` only rearranges its arguments' entries, so it takes `Affine` forms too.
+
+    The C++ path (`dpt_ir.backends.cxx.scatter`) reads the same maps as `Affine` forms, which
+    it renders itself: ``key_form(j, p)`` and ``row_form(dest)`` are ``key`` and ``row`` over
+    coordinate forms (``j`` and ``dest`` one form per axis, ``p`` a form); None: no C++ lowering."""
 
     base: int
     indices: int
@@ -230,6 +236,8 @@ class ScatterLayout:
     key: Callable[[tuple[str, ...], str], str]
     row: Callable[[tuple[str, ...]], str]
     source_at: Callable[[tuple[str, ...], tuple[str, ...]], tuple[str, ...]]
+    key_form: Callable[[Coords, Affine], Affine] | None = None
+    row_form: Callable[[Coords], Affine] | None = None
 
 
 @dataclass(frozen=True)

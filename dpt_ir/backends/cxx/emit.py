@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from dpt_ir.backends.cxx import gathers, sites
+from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
 from dpt_ir.backends.cxx.nest import C_TYPES, Nest
 from dpt_ir.backends.cxx.sites import flat_index
 from dpt_ir.errors import ContractError
@@ -48,6 +48,8 @@ class ElementWriter:
         self.extra: list[int] = []  # extents of the edge's table coordinates q0, q1...
         self.tables: dict[str, str] = {}  # C++ table contents -> name
         self.slot_of: dict[tuple[str, str, str], int] = {}  # (node, kind, detail) -> status slot
+        self.constants: dict[str, tuple[str, Any]] = {}  # launch constants: param -> (Warp type, values)
+        self.scratch: dict[str, tuple[str, int]] = {}  # scratch arrays (a scatter's sort): param -> (Warp type, size)
 
     def param(self, value: str) -> str:
         if value not in self.params:
@@ -149,6 +151,10 @@ class ElementWriter:
             var = self._images(node, coords)
         elif op.gather_affine is not None:
             var = gathers.element(self, node, coords)
+        elif sparse.is_sparse(op):  # a constant sparse map: its row loop (`sparse`)
+            var = sparse.row_sum(self, node, coords)
+        elif scatter.is_scatter(op):  # a scatter's root: base plus its CSR row (`scatter`)
+            var = scatter.row_sum(self, node, coords)
         else:
             found = sites.children(self.graph, node, coords, ext, [], self._fresh, len(self.space()))
             if found is None:  # cover walked the same coordinates

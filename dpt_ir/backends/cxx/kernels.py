@@ -14,7 +14,7 @@ import hashlib
 from typing import Any
 
 from dpt_ir.backends.base import target_for
-from dpt_ir.backends.cxx import columns, contraction, drivers
+from dpt_ir.backends.cxx import columns, contraction, drivers, scatter
 from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
 from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
 from dpt_ir.graph import Graph
@@ -30,26 +30,36 @@ def _hashed(cxx: str) -> tuple[str, str]:
     return name, cxx.replace(TOKEN, name)
 
 
-def _ctype(graph: Graph, p: str, partials: dict[str, tuple[str, int]]) -> str:
+def _ctype(graph: Graph, p: str, partials: dict[str, tuple[str, Any]]) -> str:
     if p in partials:
         return next(c for c, w in WP_STATE.items() if w == partials[p][0])
     return C_TYPES[graph.types[p].dtype]
 
 
-def _wp_type(graph: Graph, p: str, partials: dict[str, tuple[str, int]]) -> str:
+def _wp_type(graph: Graph, p: str, partials: dict[str, tuple[str, Any]]) -> str:
     return partials[p][0] if p in partials else WP_TYPES[graph.types[p].dtype]
 
 
 class Unit:
     """One C++ function set and its launch: parameters (values, partials), which are written."""
 
-    def __init__(self, graph: Graph, params: list[str], written: set[str], partials: dict[str, tuple[str, int]]):
+    def __init__(
+        self,
+        graph: Graph,
+        params: list[str],
+        written: set[str],
+        partials: dict[str, tuple[str, int]],
+        constants: dict[str, tuple[str, Any]] | None = None,
+    ):
         self.graph, self.params, self.written, self.partials = graph, params, written, partials
+        # Launch constants (sparse rows, scatter tables), typed as partials are (param -> (Warp type, ...)).
+        self.constants = constants or {}
+        self.typed: dict[str, tuple[str, Any]] = {**partials, **self.constants}
 
     def _pointer(self, p: str) -> str:
         """The C++ pointer type of parameter ``p`` (const unless the launch writes it)."""
         const = "" if p in self.written else "const "
-        return f"{const}{_ctype(self.graph, p, self.partials)}*"
+        return f"{const}{_ctype(self.graph, p, self.typed)}*"
 
     def sig(self) -> str:
         return ", ".join(f"{self._pointer(p)} a{k}" for k, p in enumerate(self.params))
@@ -62,7 +72,7 @@ class Unit:
 
     def stub(self, fn: str, cpu: str, cuda: str, checks: bool) -> str:
         status = "(int*)st.data, sb" if checks else "(int*)0, 0"
-        args = ", ".join(f"{a}: wp.array(dtype={_wp_type(self.graph, p, self.partials)})" for a, p in self._named())
+        args = ", ".join(f"{a}: wp.array(dtype={_wp_type(self.graph, p, self.typed)})" for a, p in self._named())
         extra = ", st: wp.array(dtype=wp.int32), sb: int" if checks else ""
         call = f"({self.casts()}, {status}, t);"
         return "\n".join(
@@ -79,7 +89,7 @@ class Unit:
         )
 
     def kernel(self, name: str, fn: str, checks: bool) -> str:
-        arrays = [f"{a}: wp.array(dtype={_wp_type(self.graph, p, self.partials)})" for a, p in self._named()]
+        arrays = [f"{a}: wp.array(dtype={_wp_type(self.graph, p, self.typed)})" for a, p in self._named()]
         call = [a for a, _ in self._named()]
         if checks:
             arrays += ["a__status: wp.array(dtype=wp.int32)", "a__status_base: wp.int32"]
@@ -118,6 +128,8 @@ def group_kernels(
     nest = cover(graph, group)
     if nest is None:
         return None
+    sort = group.kind == "scatter" and group.scatter.form == "sort"  # its CSR is built per run
+    pre, natives = scatter.sort_launches(graph, group, name, slots, checks) if sort else ([], {})
     if nest.columns:
         lay = columns.layout(nest, device)
     else:
@@ -126,7 +138,7 @@ def group_kernels(
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = w.body()
     edge = w.edge_body() if nest.guards else None
-    partials: dict[str, tuple[str, int]] = {}
+    partials: dict[str, tuple[str, int]] = dict(w.scratch)
     finish: list[str] = []
     for q, root in enumerate(nest.roots):
         subst = drivers.subst(nest, q)
@@ -139,7 +151,7 @@ def group_kernels(
             partials[p] = (WP_STATE[c_type], lay.dim)
             finish.append(f"{w.param(p)}[t] = s{q}_{state};")
     nflags = len(slots) - w.slot_base
-    unit = Unit(graph, params, {*nest.stores, *nest.roots, *nest.after, *partials}, partials)
+    unit = Unit(graph, params, {*nest.stores, *nest.roots, *nest.after, *partials}, partials, w.constants)
     x_types = [C_TYPES[graph.types[graph.node_map[r].inputs[0]].dtype] for r in nest.roots]
     ys = "".join(f", {x}& y{q}" for q, x in enumerate(x_types))
     head = f"({unit.sig()}, int i, int j, const int* rb, int& big, int* fl{ys}) {{"
@@ -156,10 +168,10 @@ def group_kernels(
     else:
         drv = drivers.pointwise_drivers(nest, lay, unit.args(), sig, w.uses_big, nflags, checks)
     fn, cxx = _hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
-    natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
+    natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
     main = _launch(name, unit, fn, checks, lay.dim, group.id, dict(partials), w.slot_base)
     if lay.parts == 1:
-        return [main], natives
+        return [*pre, main], natives
     final, more = _final_kernel(graph, nest, name + "_final", slots, checks, lay, partials)
     natives.update(more)
     return [main, final], natives
@@ -176,10 +188,11 @@ def _launch(
     slot_base: int,
 ) -> Any:
     """The `KernelSource` of a C++ launch: its kernel calls the stub ``n_<fn>``."""
-    from dpt_ir.backends.warp.launches import KernelSource
+    from dpt_ir.backends.warp.launches import KernelSource, constant_array
 
     text, params = unit.kernel(name, fn, checks), unit.launch_params(checks)
-    return KernelSource(name, text, params, dim, group, partials, {}, name, slot_base, "cxx")
+    constants = {p: (t, constant_array(t, v)) for p, (t, v) in unit.constants.items()}
+    return KernelSource(name, text, params, dim, group, partials, constants, name, slot_base, "cxx")
 
 
 def _final_kernel(

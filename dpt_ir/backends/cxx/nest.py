@@ -9,7 +9,9 @@ view with affine index maps (`OpDef.view_affine`: no op is special-cased by name
 reduction with a C++ lane template over one contiguous block of axes (trailing axes: rows
 reduced along the inner counter; a leading or middle block: per-column accumulation over
 the rows, `Nest.columns`) or over non-adjacent axes (the same nests, with the rows an output
-reduces found through `Nest.row_map`: `rowmap`); every value is float32, float64,
+reduces found through `Nest.row_map`: `rowmap`), a constant sparse map (`OpDef.warp_sparse`:
+a row loop, `sparse`), or a scatter group's root (`scatter`: base plus its CSR row); every
+value is float32, float64,
 int32, uint8 or bool; an epilogue (if any) has one output shape; and every read from memory (through
 views: `sites.walk`) is at the iteration index, a scalar, or a per-row base plus (or not) the
 inner counter (or, with one inner axis, a multiple of it), over the group's space or, where
@@ -25,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpt_ir.backends.cxx import gathers, sites
+from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
 from dpt_ir.backends.cxx.rowmap import RowMap
 from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
 from dpt_ir.graph import Graph
@@ -144,13 +146,17 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
     """The loop nest of ``group`` on the C++ path, or None when the group stays on the
     Warp-Python path (see the module docstring for what is covered)."""
     kind, space = group.kind, tuple(group.space)
+    if kind == "scatter" and scatter.covers(graph, group):
+        kind = "pointwise"  # the root sums its output element's CSR row (`scatter`)
     if kind not in ("pointwise", "reduction") or not 0 < math.prod(space) < 2**31:
         return None
     members = set(group.nodes)
     roots, templates = [], {}
-    for name in group.nodes:
+    for name in scatter.evaluated(graph, group):
         node = graph.node_map[name]
         op = node.opdef
+        if scatter.is_scatter(op) and group.kind == "scatter":
+            continue  # checked by `scatter.covers`
         if op.kind == "reduction" and kind == "reduction" and op.cxx_reduce is not None:
             src = graph.types[node.inputs[0]]
             if src.dtype not in C_TYPES or node.type.dtype not in C_TYPES or src.shape != space:
@@ -162,6 +168,9 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
             templates[name] = t
         elif gathers.covered(node):  # gathers and constant tables (`gathers`)
             continue
+        elif sparse.is_sparse(op):  # a constant sparse map: its row loop (`sparse`)
+            if not sparse.covers(graph, node):
+                return None
         elif not _is_view(op) and (op.kind != "elementwise" or op.cxx is None):
             return None
     if not _types_ok(graph, [*group.nodes, *group.inputs]):

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dpt_ir.backends.cxx import gathers
+from dpt_ir.backends.cxx import gathers, scatter, sparse
 from dpt_ir.graph import Graph, Node
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords, ImageMap
@@ -186,6 +186,10 @@ def children(
         return _joined(graph, node, coords, variable)
     if op.gather_affine is not None and variable is not None:
         return gathers.children(graph, node, coords, space, variable)
+    if sparse.is_sparse(op) and variable is not None:  # a constant sparse map: a row loop (`sparse`)
+        return sparse.children(graph, node, coords, variable)
+    if scatter.is_scatter(op) and variable is not None:  # a scatter's root: base plus its row (`scatter`)
+        return scatter.children(graph, node, coords, variable)
     if op.arity != 1:
         return None
     if op.view_affine is not None:

@@ -2,7 +2,11 @@
 
 Assumes: a fusion group of kind ``scatter`` (one root, an op with a `ScatterLayout`,
 ``group.scatter.form`` chosen by the fusion pass) whose members are the root and
-the pointwise producers of its inputs, which kernels recompute inline.
+the pointwise producers of its inputs, which kernels recompute inline. Only the groups
+the C++ path refuses come here (`dpt_ir.backends.cxx.scatter.covers`: positions made from
+data inside the group, members without a C++ lowering such as ``take``); the C++ path
+reuses `layout_of`, `chunks`, `constant_csr` and `constant_positions`, so both paths sum
+the same rows in the same order.
 
 Guarantees: each output element ``o`` is ``base[o]`` plus the values sent to it, summed
 by one thread in the increasing flat order of the position elements (float32 in
@@ -83,7 +87,7 @@ def constant_csr(layout: ScatterLayout, positions: np.ndarray, root: str) -> tup
     return [int(v) for v in offsets], [int(v) for v in order] or [0]
 
 
-def _constant_positions(graph: Graph, value: str) -> np.ndarray:
+def constant_positions(graph: Graph, value: str) -> np.ndarray:
     """Evaluate ``value``, which depends on no program input, with the op references (the
     interpreter's semantics)."""
     needed, stack = set(), [value]
@@ -114,7 +118,7 @@ def scatter_kernels(
     partials: dict[str, tuple[str, int]] = {}
     rows, cols = f"{ROWS}:{root}", f"{COLS}:{root}"
     if group.scatter.form == "transpose":
-        offsets, order = constant_csr(layout, _constant_positions(graph, positions), root)
+        offsets, order = constant_csr(layout, constant_positions(graph, positions), root)
         csr = {rows: ("wp.int32", offsets), cols: ("wp.int32", order)}
     else:
         parts = chunks(count, layout.rows)
