@@ -134,15 +134,20 @@ def test_every_gather_group_of_the_op_table_is_covered() -> None:
     assert seen >= 40 and not refused, (seen, refused)
 
 
-def test_a_table_over_the_limit_stays_on_warp_python() -> None:
-    """Tables past `gathers.TABLE_MAX` elements are launch constants of the Warp-Python path."""
+def test_a_table_over_the_limit_is_a_launch_constant() -> None:
+    """A table past `gathers.TABLE_MAX` elements is a launch constant of its C++ kernel
+    (``$table:<node>``), not text in the C++; the gather reads it right."""
     n = gathers.TABLE_MAX + 1
     g = dp.GraphBuilder("big_table")
     x = g.input("x", (n,), "float32")
     table = g.emit("index_array", [], table_attrs(np.arange(n)[::-1]))
     g.output("y", dp.take(x, table))
-    groups = [(s, grp) for s, grp in _groups(g.build(), ()) if grp.kind == "pointwise"]
-    assert groups and all(cover(s, grp) is None for s, grp in groups)
+    program = register(dp.compile(g.build()), "cxx_gathers_big_table")
+    kernels = program.plans["run"].kernels
+    assert {k.path for k in kernels} == {"cxx"}
+    assert any(p.startswith("$table:") for k in kernels for p in k.constants)
+    x_np = np.arange(n, dtype=np.float32)
+    np.testing.assert_array_equal(program.run(x=x_np)["y"], x_np[::-1])
 
 
 def test_a_table_in_an_epilogue_after_partials() -> None:

@@ -19,9 +19,9 @@ the element function, in ``[0, extent)``). Guarantees:
   own coordinates, such as the indices, keep their contiguous forms and vectorise);
 - a table member is read like a value in memory (full, scalar or row reads: contiguous
   loads vectorise) from a ``DP_CONST int`` array of its values, defined once per kernel and
-  named under the kernel's hashed name (so the text stays name-free); tables of more than
-  `TABLE_MAX` elements stay on the Warp-Python path (its launch constants), since their text
-  would weigh on every build of the module.
+  named under the kernel's hashed name (so the text stays name-free); a table of more than
+  `TABLE_MAX` elements is a launch constant instead (``$table:<node>``, an int32 array bound
+  at launch, as sparse rows are), since its text would weigh on every build of the module.
 """
 
 from __future__ import annotations
@@ -40,11 +40,9 @@ Fresh = Callable[[Affine, int, Callable[[str], str]], Affine]
 
 
 def covered(node: Node) -> bool:
-    """``node`` is a gather or a table small enough for the C++ path."""
+    """``node`` is a gather or a constant table."""
     op = node.opdef
-    if op.gather_affine is not None:
-        return True
-    return op.table is not None and node.type.size <= TABLE_MAX
+    return op.gather_affine is not None or op.table is not None
 
 
 def is_table(graph: Graph, name: str) -> bool:
@@ -121,9 +119,14 @@ def digits(op: OpDef, in_shape: Sequence[int], out_shape: Sequence[int], coords:
 
 
 def table_ref(w: Any, name: str) -> str:
-    """The C++ array holding table node ``name``'s values, defined once per kernel."""
+    """The C++ array holding table node ``name``'s values: defined once per kernel, or, past
+    `TABLE_MAX` elements, the launch constant ``$table:<name>``."""
     node = w.graph.node_map[name]
     values = node.opdef.table(node.opdef.parse_attrs(node.attrs, name)).reshape(-1)
+    if values.size > TABLE_MAX:
+        key = f"$table:{name}"
+        w.constants[key] = ("wp.int32", values)
+        return w.param(key)
     text = ", ".join(map(str, values.tolist() or [0]))
     if text not in w.tables:
         from dpt_ir.backends.cxx.emit import TOKEN

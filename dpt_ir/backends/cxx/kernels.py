@@ -226,7 +226,7 @@ def _final_kernel(
     body[0] = f"const int o = t; int fl[{nf}] = {{0}}; (void)fl;"
     if checks and nflags:
         body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
-    unit = Unit(graph, params, {*nest.roots, *nest.after}, partials)
+    unit = Unit(graph, params, {*nest.roots, *nest.after}, partials, w.constants)
     lines = [*w.table_definitions(), f"DP_FN void {TOKEN}_final({unit.sig()}, int* st, int sb, int t) {{"]
     lines += [*("    " + s for s in body), "}"]
     fn, cxx = _hashed("\n".join(lines) + "\n")

@@ -175,7 +175,9 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
             return None
     if not _types_ok(graph, [*group.nodes, *group.inputs]):
         return None
-    late = _descendants(graph, members, roots)  # computed from finished reductions: the epilogue
+    # The epilogue: what is computed from finished reductions, and the epilogue roots fusion
+    # attached beside them (pointwise work of the reductions' output shape reading memory only).
+    late = _descendants(graph, members, roots) | set(group.epilogue)
     after = [v for v in group.outputs if v in late]
     stores = [v for v in group.outputs if v not in roots and v not in late]
     seeds = [*(graph.node_map[r].inputs[0] for r in roots), *stores]

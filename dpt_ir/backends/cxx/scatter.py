@@ -281,6 +281,8 @@ def sort_launches(
         a = {"rows": "a0", "hist": "a1"} if stage == "scan" else {"hist": "a0", "cols": "a1"}
         slot_base = len(slots)
         flags = "int fl[1] = {0}; (void)fl;"
+        tables: list[str] = []  # the producers' constant tables (C++ arrays of this function)
+        constants: dict[str, tuple[str, Any]] = {}  # and those bound at launch (`gathers.table_ref`)
         if stage == "scan":
             body = _scan_body(s, a["rows"], a["hist"])
         else:
@@ -298,9 +300,11 @@ def sort_launches(
             flags = f"int fl[{nf}] = {{0}}; (void)fl; constexpr bool P = true; int big = 0; (void)P; (void)big;"
             if len(slots) > slot_base:
                 body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
-        unit = Unit(graph, params, {rows, hist, cols} & set(params), scratch)
+            tables, constants = w.table_definitions(), w.constants
+        unit = Unit(graph, params, {rows, hist, cols} & set(params), scratch, constants)
         body = ["(void)st; (void)sb; (void)t;", flags, *body]
-        fn, cxx = _hashed(_pair(f"{unit.sig()}, int* st, int sb, int t", body, body).replace("F_", f"{TOKEN}_") + "\n")
+        driver = _pair(f"{unit.sig()}, int* st, int sb, int t", body, body)
+        fn, cxx = _hashed("\n".join([*tables, driver]).replace("F_", f"{TOKEN}_") + "\n")
         natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
         used = {p: v for p, v in scratch.items() if p in params}
         dim = 1 if stage == "scan" else parts

@@ -247,8 +247,8 @@ def walk(
         if site in seen:
             continue
         seen.add(site)
-        if name in terminals:
-            if site[1] != flat_index(ext):
+        if name in terminals:  # at the space's own element (new coordinates, if any, unused)
+            if site[1].padded(len(ext)) != flat_index(space).padded(len(ext)):
                 return None
             continue
         if name not in members or gathers.is_table(graph, name):  # a table: read from its array
