@@ -9,7 +9,7 @@ view with affine index maps (`OpDef.view_affine`: no op is special-cased by name
 reduction with a C++ lane template over one contiguous block of axes (trailing axes: rows
 reduced along the inner counter; a leading or middle block: per-column accumulation over
 the rows, `Nest.columns`) or over non-adjacent axes (the same nests, with the rows an output
-reduces found through `Nest.row_map`: `rowmap`), a constant sparse map (`OpDef.warp_sparse`:
+reduces found through `Nest.row_map`: `rowmap`), a constant sparse map (`OpDef.sparse_rows`:
 a row loop, `sparse`), or a scatter group's root (`scatter`: base plus its CSR row); every
 value is float32, float64,
 int32, uint8 or bool; an epilogue (if any) has one output shape; and every read from memory (through
@@ -138,7 +138,7 @@ def _is_view(op: Any) -> bool:
         return True
     if op.arity != 1:
         return False
-    stencil = op.kind == "stencil" and op.warp_weights is not None
+    stencil = op.kind == "stencil" and op.weights is not None
     return op.view_affine is not None or op.axis_images is not None or stencil
 
 
@@ -176,13 +176,15 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
     if not _types_ok(graph, [*group.nodes, *group.inputs]):
         return None
     # The epilogue: what is computed from finished reductions, and the epilogue roots fusion
-    # attached beside them (pointwise work of the reductions' output shape reading memory only).
-    late = _descendants(graph, members, roots) | set(group.epilogue)
+    # attached beside them (pointwise work of the reductions' output shape, reading memory
+    # only) that cannot be written at the iteration index instead.
+    beside = {v for v in group.epilogue if _squeezed(graph.types[v].shape) != _squeezed(space)}
+    late = _descendants(graph, members, roots) | beside
     after = [v for v in group.outputs if v in late]
     stores = [v for v in group.outputs if v not in roots and v not in late]
     seeds = [*(graph.node_map[r].inputs[0] for r in roots), *stores]
-    if any(tuple(graph.types[v].shape) != space for v in stores):
-        return None
+    if any(_squeezed(graph.types[v].shape) != _squeezed(space) for v in stores):
+        return None  # a store is written at the iteration index: its flat order must be the space's
     after_shape = _after_shape(graph, after, roots)
     if after_shape is None or (after and sites.walk(graph, members, after, after_shape, frozenset(roots)) is None):
         return None
@@ -299,15 +301,20 @@ def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:
     return out
 
 
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` without its unit axes: shapes equal so have the same flat element order."""
+    return tuple(d for d in shape if d != 1)
+
+
 def _after_shape(graph: Graph, after: list[str], roots: list[str]) -> tuple[int, ...] | None:
-    """The one shape of the epilogue's outputs, of the reductions' output size; () when
-    there is no epilogue; None when they differ."""
-    shapes = {tuple(graph.types[v].shape) for v in after}
+    """The one shape (up to unit axes: the longest) of the epilogue's outputs, of the
+    reductions' output size; () when there is no epilogue; None when they differ."""
+    shapes = [tuple(graph.types[v].shape) for v in after]
     if not shapes:
         return ()
-    if len(shapes) > 1 or not roots:
-        return None
-    (shape,) = shapes
+    if len({_squeezed(s) for s in shapes}) > 1 or not roots:
+        return None  # outputs are written at output o: one flat element order
+    shape = max(shapes, key=len)
     return shape if math.prod(shape) == graph.types[roots[0]].size else None
 
 
