@@ -341,7 +341,7 @@ class OpDef:
       `IndexSource` list of each output element; ``warp_combine`` says whether the element
       is the first source whose condition holds (``first``; none: 0) or the sum of all
       sources whose condition holds (``sum``, in list order: deterministic);
-    - ``warp_sparse``: constant sparse linear maps: a function of (attributes, output shape)
+    - ``sparse_rows``: constant sparse linear maps: a function of (attributes, output shape)
       giving the `SparseRows` (CSR) each output element sums in order;
     - ``warp_reduce``: reductions: a function of (input Warp type, output Warp type)
       giving a `ReduceTemplate`;
@@ -389,7 +389,7 @@ class OpDef:
     warp_interior: Callable[[WarpSite, tuple[int, ...]], tuple[str, tuple[int, ...]] | None] | None = None
     # Constant-weight correlations: the tap weights (input index = output index + tap
     # position); kernels loop over the taps instead of unrolling them.
-    warp_weights: Callable[[Any], np.ndarray] | None = None
+    weights: Callable[[Any], np.ndarray] | None = None
     # Input reads per output element (stencil taps, folded images), from (attrs, output shape):
     reads_per_element: Callable[[Any, tuple[int, ...]], int] | None = None
     # Copies of an inlined producer's code the lowering emits per element, from (attrs,
@@ -402,7 +402,7 @@ class OpDef:
     warp_reduce: Callable[[str, str], ReduceTemplate] | None = None
     # Constant sparse linear maps (interpolation, projection, a recursive filter's matrix):
     # the destination-sorted CSR of the node, from its attributes; kernels loop over a row.
-    warp_sparse: Callable[[Any, tuple[int, ...]], SparseRows] | None = None
+    sparse_rows: Callable[[Any, tuple[int, ...]], SparseRows] | None = None
     # Data-dependent reads (take): where the element of a `WarpSite` reads (`GatherSite`).
     warp_gather: Callable[[WarpSite], GatherSite] | None = None
     # Data-dependent reads on the C++ path (take): from (attrs, input shapes, output shape, the

@@ -6,7 +6,7 @@ and its adjoint (the spline prefilter ops are in `dpt_ir.ops.spline_filter`).
   (`dpt_ir.resample_ref`, `dpt_ir.radon_ref`); ``resample_adjoint`` is ``Aᵀ``. Each is the
   other's derivative (cval only shifts the value).
 
-Adjoint form: both lower through ``warp_sparse``, a destination-sorted CSR built from the
+Adjoint form: both lower through ``sparse_rows``, a destination-sorted CSR built from the
 attributes at compile time; the adjoint's CSR is the forward's transpose sorted by its
 own destination (Halide's scatter -> gather conversion), so every output sums its row in
 a fixed order: no scatter, no float atomics, bit-identical run to run. The interpreter
@@ -159,7 +159,7 @@ register_op(
         infer=_infer_resample,
         reference=_resample_ref,
         derivative=Derivative({0: lambda c: c.gy.builder.emit("resample_adjoint", [c.gy], _linear_part(c.attrs))}),
-        warp_sparse=_resample_rows,
+        sparse_rows=_resample_rows,
         reads_per_element=lambda a, shape: max(sparse_map(a).max_row(), 1),
         doc="interpolation / projection with a constant geometry: A @ x + cval * b (a destination-sorted CSR)",
     )
@@ -173,7 +173,7 @@ register_op(
         infer=_infer_resample_adjoint,
         reference=_resample_adjoint_ref,
         derivative=Derivative({0: lambda c: c.gy.builder.emit("resample", [c.gy], _linear_part(c.attrs))}),
-        warp_sparse=_resample_adjoint_rows,
+        sparse_rows=_resample_adjoint_rows,
         reads_per_element=lambda a, shape: max(sparse_map(a, transpose=True).max_row(), 1),
         doc=f"the transpose of resample's linear part; adjoint form: {ADJOINT_FORM}",
     )

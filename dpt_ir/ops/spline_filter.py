@@ -127,7 +127,7 @@ def _filter_op(name: str, adjoint: bool, partner: str, doc: str) -> OpDef:
         infer=infer,
         reference=reference,
         derivative=Derivative({0: grad}),
-        warp_sparse=rows,
+        sparse_rows=rows,
         reads_per_element=lambda a, shape: int(np.diff(rows(a, shape).rowptr).max()),
         doc=doc,
     )

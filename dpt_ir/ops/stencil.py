@@ -367,7 +367,7 @@ register_op(
         infer=_infer_correlate,
         reference=_correlate_ref,
         derivative=Derivative({0: _correlate_grad}),
-        warp_weights=weights_array,
+        weights=weights_array,
         reads_per_element=taps,
         doc="sum_t w[t] * x[i + t] over the positions where the weights fit (no boundary)",
     )

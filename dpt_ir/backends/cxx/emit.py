@@ -162,7 +162,7 @@ class ElementWriter:
             args = tuple(self.value(i, c) for i, c in found)
             if op.kind == "elementwise":
                 var = self._element(node, args, coords)
-            elif op.warp_weights is not None:
+            elif op.weights is not None:
                 var = self._taps(node, args)
             elif op.join_axis is not None:
                 var = self._select(node, coords, args)

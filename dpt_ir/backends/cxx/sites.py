@@ -98,9 +98,9 @@ def flat_index(space: Sequence[int]) -> Affine:
 
 
 def taps(graph: Graph, node: Node) -> list[tuple[tuple[int, ...], float]]:
-    """The non-zero weights of a constant-weight stencil (``OpDef.warp_weights``), in
+    """The non-zero weights of a constant-weight stencil (``OpDef.weights``), in
     row-major tap order: (tap position, weight)."""
-    w = node.opdef.warp_weights(node.opdef.parse_attrs(node.attrs, node.name))  # type: ignore[misc]
+    w = node.opdef.weights(node.opdef.parse_attrs(node.attrs, node.name))  # type: ignore[misc]
     return [(tuple(int(k) for k in t), float(w[tuple(t)])) for t in np.argwhere(w != 0)]
 
 
@@ -198,7 +198,7 @@ def children(
             # (per-axis, so views below the reshape stay walkable; flat coordinates otherwise)
             c = gathers.digits(op, shapes[0], out_shape, coords, space, fresh_from, variable) or c
         return None if c is None else [(node.inputs[0], c)]
-    if op.kind == "stencil" and op.warp_weights is not None:
+    if op.kind == "stencil" and op.weights is not None:
         shifted = [tuple(c.shifted(d) for c, d in zip(coords, t, strict=True)) for t, _ in taps(graph, node)]
         return [(node.inputs[0], c) for c in shifted]
     if op.axis_images is not None and guards is not None:

@@ -1,7 +1,7 @@
 """Constant sparse linear maps on the C++ path: ``SparseRows`` members (resample, its adjoint,
 radon, spline_filter1d and its adjoint) as an ordered row loop in the element function.
 
-Assumes: a member whose op has ``OpDef.warp_sparse`` (the destination-sorted CSR of the node,
+Assumes: a member whose op has ``OpDef.sparse_rows`` (the destination-sorted CSR of the node,
 backend-neutral NumPy data: no target syntax), float32 or float64 data. Guarantees:
 
 - `children` (for `sites.walk`) reads the member's input at new coordinates (one per input
@@ -37,7 +37,7 @@ _WP = {"int": "wp.int32", "double": "wp.float64", "float": "wp.float32"}
 
 def is_sparse(op: Any) -> bool:
     """Whether the op is a constant sparse linear map (`SparseRows`)."""
-    return op.warp_sparse is not None
+    return op.sparse_rows is not None
 
 
 def covers(graph: Graph, node: Node) -> bool:
@@ -48,7 +48,7 @@ def covers(graph: Graph, node: Node) -> bool:
 
 def rows_of(node: Node) -> SparseRows:
     op = node.opdef
-    return op.warp_sparse(op.parse_attrs(node.attrs, node.name), tuple(node.type.shape))  # type: ignore[misc]
+    return op.sparse_rows(op.parse_attrs(node.attrs, node.name), tuple(node.type.shape))  # type: ignore[misc]
 
 
 def _flat_read(members: set[str], node: Node, in_shape: tuple[int, ...], rows: SparseRows) -> bool:

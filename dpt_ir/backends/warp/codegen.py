@@ -194,16 +194,16 @@ class KernelWriter:
         in_shapes = tuple(self.graph.types[i].shape for i in node.inputs)
         in_types = tuple(WP_TYPES[self.graph.types[i].dtype] for i in node.inputs)
         out_t = WP_TYPES[node.type.dtype]
-        if op.warp_sparse is not None:
-            rows = op.warp_sparse(attrs, node.type.shape)
+        if op.sparse_rows is not None:
+            rows = op.sparse_rows(attrs, node.type.shape)
             return self._sparse(name, node.inputs[0], rows, index, out_t, node.type.shape, in_shapes[0])
         if op.table is not None:
             return self._table_at(name, op.table(attrs), index)
         if op.warp_gather is not None:
             site = WarpSite(attrs, (), out_t, in_types, node.type.shape, in_shapes, index)
             return self._gather(name, op.name, node.inputs, op.warp_gather(site))
-        if op.warp_weights is not None:
-            return self._correlate(name, node.inputs[0], op.warp_weights(attrs), index, out_t)
+        if op.weights is not None:
+            return self._correlate(name, node.inputs[0], op.weights(attrs), index, out_t)
         if op.warp_index is not None:
             site = WarpSite(attrs, (), out_t, in_types, node.type.shape, in_shapes, index)
             fast = op.warp_interior(site, (1,) * len(index)) if op.warp_interior else None
