@@ -280,7 +280,7 @@ def sort_launches(
         params = [rows, hist] if stage == "scan" else [hist, *([cols] if stage == "place" else [])]
         a = {"rows": "a0", "hist": "a1"} if stage == "scan" else {"hist": "a0", "cols": "a1"}
         slot_base = len(slots)
-        flags = "int fl[1] = {0}; (void)fl;"
+        flags, tables = "int fl[1] = {0}; (void)fl;", []
         if stage == "scan":
             body = _scan_body(s, a["rows"], a["hist"])
         else:
@@ -298,9 +298,11 @@ def sort_launches(
             flags = f"int fl[{nf}] = {{0}}; (void)fl; constexpr bool P = true; int big = 0; (void)P; (void)big;"
             if len(slots) > slot_base:
                 body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
+            tables = w.table_definitions()  # constant tables the positions read (`gathers`)
         unit = Unit(graph, params, {rows, hist, cols} & set(params), scratch)
         body = ["(void)st; (void)sb; (void)t;", flags, *body]
-        fn, cxx = _hashed(_pair(f"{unit.sig()}, int* st, int sb, int t", body, body).replace("F_", f"{TOKEN}_") + "\n")
+        text = "\n".join([*tables, _pair(f"{unit.sig()}, int* st, int sb, int t", body, body)])
+        fn, cxx = _hashed(text.replace("F_", f"{TOKEN}_") + "\n")
         natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
         used = {p: v for p, v in scratch.items() if p in params}
         dim = 1 if stage == "scan" else parts
