@@ -175,6 +175,11 @@ def fusion_table(graph: Graph, shared: list[SharedKernel] | None = None) -> str:
         text.append(f"  writes:  {', '.join(g['outputs'])}")
         if "scatter" in g:
             text.append(f"  scatter: {g['scatter']['node']}: {g['scatter']['form']}: {g['scatter']['reason']}")
+    if graph.meta.get("rows"):
+        text.append("")
+    for r in graph.meta.get("rows", []):
+        text.append(f"{r['id']}: row-local fusion of {', '.join(r['groups'])} over rows of axes {r['axes']}:")
+        text.append(f"  {r['reason']}")
     text += ["", "boundaries (a value written by one kernel and read by another):"]
     bounds = graph.meta.get("boundaries", [])
     text += [f"  {b['value']}: {b['from']} -> {b['to']}: {b['reason']}" for b in bounds] or ["  (none)"]

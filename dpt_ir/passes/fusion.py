@@ -10,7 +10,9 @@ space: the output shape, or the reduced input's shape), ``axes`` (reduced axes),
 ``nodes`` (topological order), ``roots`` (the values it computes for others),
 ``inputs``/``outputs`` (values read from / written to memory) and bytes moved;
 ``meta["boundaries"]`` says why each materialised value was not fused into its
-readers. Nested inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
+readers; ``meta["rows"]`` lists the row sets (`fusion_rows`: groups one CPU task runs
+row by row while the row is in cache), whose members are consecutive in ``groups``.
+Nested inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
 (ops declare their copies with ``code_copies``), and a kernel inlines a bounded number of
 nodes (`fusion_steps.MAX_KERNEL_NODES` per value, every strand a cut cone carries on cut
 with it); a repeated step (`fusion_steps.step_cuts`) is one kernel, the same for every
@@ -30,6 +32,7 @@ from typing import Any
 import networkx as nx
 
 from dpt_ir.graph import Graph, Node
+from dpt_ir.passes import fusion_rows
 from dpt_ir.passes import fusion_traits as traits
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
 from dpt_ir.passes.fusion_steps import bound_kernel_nodes, step_cuts
@@ -53,7 +56,8 @@ def run(graph: Graph, options: Any = None) -> Graph:
         groups = merge_chains(graph, groups)
         groups = merge_siblings(graph, groups)
         groups = merge_epilogues(graph, groups)
-    return _annotate(graph, groups, reasons, halo)
+    graph = _annotate(graph, groups, reasons, halo)
+    return fusion_rows.annotate(graph) if fuse else graph  # row sets: `fusion_rows`
 
 
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:

@@ -6,7 +6,8 @@ Guarantees: ``meta["schedule"]`` holds ``order`` (group ids), ``buffers`` (each 
 dtype, element count, bytes and the values that share it over disjoint live ranges),
 ``assignment`` (value -> buffer), ``workspace_bytes`` (intermediates, reused) and
 ``output_bytes`` (graph outputs, never reused). A value lives from the kernel that
-writes it to the last kernel that reads it; saved values therefore live across the
+writes it to the last kernel that reads it (a row set, `fusion_rows`, counts as one
+kernel: its members' rows interleave); saved values therefore live across the
 phase boundary. Program inputs and cotangent inputs are the caller's and get no buffer.
 """
 
@@ -16,7 +17,7 @@ import heapq
 from typing import Any
 
 from dpt_ir.graph import Graph
-from dpt_ir.passes.util import live_ranges
+from dpt_ir.passes.fusion_rows import live_ranges
 
 NAME = "schedule"
 
@@ -25,7 +26,7 @@ def run(graph: Graph, options: Any = None) -> Graph:
     groups = graph.meta.get("groups", [])
     order = [g["id"] for g in groups]
     outputs = {o.value for o in graph.outputs}
-    written, last_read = live_ranges(groups)
+    written, last_read = live_ranges(groups, graph.meta.get("rows", []))  # a row set is one kernel
     buffers: list[dict[str, Any]] = []
     pools: dict[tuple[str, int], _Pool] = {}
     assignment: dict[str, str] = {}
