@@ -167,8 +167,8 @@ def _grow(graph: Graph, groups: list[dict[str, Any]], start: int, taken: set[str
 
 
 def annotate(graph: Graph) -> Graph:
-    """``graph`` with ``meta["rows"]`` (the row sets, each with its reason) and its groups
-    reordered so that every set's members are consecutive."""
+    """``graph`` with ``meta["rows"]`` (the row sets, each with its reason; no key when there
+    is none) and its groups reordered so that every set's members are consecutive."""
     groups = list(graph.meta.get("groups", []))
     sets: list[dict[str, Any]] = []
     taken: set[str] = set()
@@ -184,6 +184,8 @@ def annotate(graph: Graph) -> Graph:
         taken |= {g["id"] for g in members}
         sets.append(_record(graph, members, len(sets)))
         k = found[0] + len(members)
+    if not sets:
+        return graph  # no ``rows`` key: plans without row sets read as before
     return graph.replace(meta={**graph.meta, "groups": groups, "rows": sets})
 
 
