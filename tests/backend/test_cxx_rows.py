@@ -1,7 +1,8 @@
 """Row kernels on the C++ path (`dpt_ir.backends.cxx.rows`): a row set of fusion runs as one
 CPU launch whose task runs every member over a row, row after row. Values and gradients
 equal the interpreter's, ``threads=1`` and ``threads=2`` give the same bits (the tasks are
-fixed blocks of rows), and the row kernel replaces its members' launches.
+fixed blocks of rows), the row kernel replaces its members' launches, and a full-shape value
+only the set reads (the centred rows) lives in a row buffer, not in memory.
 
 Cost: one graph compiled once for the module (run, value_and_grad and tape pipelines) holding
 a normalisation and a softmax cross-entropy over rows of 257 (255 rows per task: 2 tasks),
@@ -72,6 +73,11 @@ def test_row_kernels_replace_their_members(programs: tuple[dp.Program, dp.Progra
         launched = {n.split("_", 1)[1] for n in kernels if not n.endswith("_final") and "_rows" not in n}
         assert not members & launched, (name, members & launched)
     assert max(k.dim for k in one.plans["value_and_grad"].kernels if "_rows" in k.name) > 1, "rows over 2 tasks"
+    vg = one.plans["value_and_grad"]
+    assert "wb0[257]" in vg.module.text, "the centred rows should live in a row buffer of the task"
+    bound = {p for k in vg.kernels for p in k.params}
+    internal = [v for v in vg.graph.meta["schedule"]["assignment"] if v not in bound]
+    assert internal, "a value only the set reads should not be bound as a buffer"
 
 
 def test_values_and_gradients_match_the_interpreter(programs: tuple[dp.Program, dp.Program]) -> None:

@@ -9,7 +9,9 @@ liveness). Guarantees: each member is a **stage**: its own element function and 
 reduction folds the row into its result; a reduction over more axes stores one partial per
 row, folded in row order by its final kernel (after the row launch); a pointwise stage runs
 the row's elements. The row driver calls the stages' drivers in set order for each row of its
-task; tasks are fixed blocks of rows (`drivers.CPU_TASK` elements), so the partition, the
+task; a full-shape value that only the set reads (`row_local_values`: normalisation's centred
+rows) lives in a row buffer of the task, never in memory. Tasks are fixed blocks of rows
+(`drivers.CPU_TASK` elements), so the partition, the
 lanes and every fold order depend on the shapes only: bit-identical for any thread count. The
 CUDA driver is the same loop over the stages' CUDA drivers (their parts contiguous rows too);
 a CUDA plan does not use row kernels (`codegen` emits the stages as separate launches there).
@@ -24,7 +26,7 @@ from typing import Any
 
 from dpt_ir.backends.cxx import drivers, kernels
 from dpt_ir.backends.cxx.drivers import CPU_TASK, Layout
-from dpt_ir.backends.cxx.nest import cover
+from dpt_ir.backends.cxx.nest import C_TYPES, cover
 from dpt_ir.graph import Graph
 
 
@@ -83,8 +85,9 @@ def _row_launch(
 
     params: list[str] = []
     partials: dict[str, tuple[str, int]] = {}
+    internal = set(row_local_values(graph, rset))
     for _, k in stages:
-        params += [p for p in _values(k, checks) if p not in params]
+        params += [p for p in _values(k, checks) if p not in params and p not in internal]
         partials.update(k.partials)
     rows = math.prod(rset["space"]) // int(rset["row"])
     per_task = max(1, CPU_TASK // int(rset["row"]))
@@ -107,15 +110,30 @@ def _row_source(
     rows = math.prod(rset["space"]) // int(rset["row"])
     per_task = max(1, CPU_TASK // int(rset["row"]))
     sig = f"{unit.sig()}, int* st, int sb, int t"
+    row = int(rset["row"])
+    internal = row_local_values(graph, rset)
+    names = {p: f"a{main.params.index(p)}" for p in main.params}
+    names.update({v: f"w{k}" for k, v in enumerate(internal)})
+    # A value only the set reads lives in a row buffer of the task: stages index it by the
+    # flat element i = o * row + j, so each row sees the buffer at offset -o * row (integer
+    # arithmetic: the pointer itself never leaves the buffer's bounds).
+    buffers = [f"{C_TYPES[graph.types[v].dtype]} wb{k}[{row}];" for k, v in enumerate(internal)]
+    views = [
+        f"    {C_TYPES[graph.types[v].dtype]}* const w{k} = ({C_TYPES[graph.types[v].dtype]}*)"
+        f"((size_t)wb{k} - (size_t)o * {row} * sizeof(wb{k}[0]));"
+        for k, v in enumerate(internal)
+    ]
     body = {}
     for device in ("cpu", "cuda"):
         calls = []
         for fn, k in stages:
-            args = ", ".join(f"a{main.params.index(p)}" for p in _values(k, checks))
+            args = ", ".join(names[p] for p in _values(k, checks))
             calls.append(f"    {fn}_{device}({args}, st, sb + {k.status_base - main.status_base}, o);")
         body[device] = [
             f"const int o1 = {drivers._min(f'(t + 1) * {per_task}', rows)};",
+            *buffers,
             f"for (int o = t * {per_task}; o < o1; ++o) {{",
+            *views,
             *calls,
             "}",
         ]
@@ -126,6 +144,17 @@ def _row_source(
     main.params = unit.launch_params(checks)
     main.function = main.name
     return fn, cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks)
+
+
+def row_local_values(graph: Graph, rset: dict[str, Any]) -> list[str]:
+    """The full-shape values the set's members write that nothing outside the set reads (no
+    other group, no graph output): they live in a row buffer of the task, never in memory."""
+    size = math.prod(rset["space"])
+    members = set(rset["groups"])
+    outputs = {o.value for o in graph.outputs}
+    outside = {v for g in graph.meta["groups"] if g["id"] not in members for v in g["inputs"]}
+    written = [v for g in graph.meta["groups"] if g["id"] in members for v in g["outputs"]]
+    return [v for v in dict.fromkeys(written) if graph.types[v].size == size and v not in outputs | outside]
 
 
 def _writes(graph: Graph, value: str, launch: Any) -> bool:
