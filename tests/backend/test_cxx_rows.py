@@ -104,3 +104,28 @@ def test_one_and_two_threads_are_bit_identical(programs: tuple[dp.Program, dp.Pr
     np.testing.assert_array_equal(la["loss"], lb["loss"])
     for name in WRT:
         np.testing.assert_array_equal(ga[name], gb[name], err_msg=name)
+
+
+def test_gradients_are_fresh_arrays_the_kernels_wrote(programs: tuple[dp.Program, dp.Program]) -> None:
+    """On the CPU the gradient kernels write straight into a fresh NumPy array per call
+    (`runtime._direct_results`: no copy out of the workspace): each call's arrays are its
+    own, and writing into one changes no later result."""
+    one, _ = programs
+    ins = feed(3)
+    plan = one.plans["value_and_grad"]
+    values = [plan.outputs[g] for g in plan.gradients.values()]
+    with plan.workspace() as ws:  # the pool's one workspace: the calls below check it out
+        for v in values:
+            ws.buffers[v].fill_(7.0)
+    _, first = one.value_and_grad(**ins)
+    with plan.workspace() as ws:
+        for v in values:
+            assert (ws.buffers[v].numpy() == 7.0).all(), f"{v} was written in the workspace, then copied out"
+    keep = {k: v.copy() for k, v in first.items()}
+    for v in first.values():
+        v.fill(np.nan)
+    _, second = one.value_and_grad(**ins)
+    for name in WRT:
+        assert second[name] is not first[name] and not np.shares_memory(second[name], first[name])
+        np.testing.assert_array_equal(second[name], keep[name], err_msg=name)
+        assert second[name].flags.owndata and second[name].shape == ins[name].shape
