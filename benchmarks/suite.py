@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -111,10 +112,18 @@ def check(name: str, result: tuple[Any, Any], want_loss: float, want_grad: Any, 
     return error
 
 
-def bench_case(case: Any, contenders: list[Any], args: argparse.Namespace, failures: list[str]) -> dict[str, Any]:
+def bench_case(
+    case: Any,
+    contenders: list[Any],
+    args: argparse.Namespace,
+    failures: list[str],
+    cpu_steps: dict[str, list[float]] | None = None,
+) -> dict[str, Any]:
     """Build, check and time every contender on one case. A peer that raises while being
     built or run is left out of the case and its error appended to ``failures``; a wrong
-    result stops the run (the peer's code is wrong), and so does any error of dpt_ir."""
+    result stops the run (the peer's code is wrong), and so does any error of dpt_ir.
+    ``cpu_steps``, if given, gets each contender's process CPU seconds per timed step."""
+    cpu_steps = {} if cpu_steps is None else cpu_steps
     import numpy as np
 
     import dpt_ir as dp
@@ -156,7 +165,29 @@ def bench_case(case: Any, contenders: list[Any], args: argparse.Namespace, failu
             steps[name]()
             results[name].times_s.append(time.perf_counter() - t0)
             results[name].cpu_s += time.process_time() - cpu0
+            cpu_steps.setdefault(name, []).append(time.process_time() - cpu0)
     return results
+
+
+def cpu_report(cpu_ms: dict[str, dict[str, float]]) -> str:
+    """Median process CPU time per step and the peers' CPU-time ratios to dpt_ir: on a shared,
+    busy machine a step's CPU time is far less sensitive to descheduling than its wall time."""
+    from benchmarks.report import BASELINE, _table
+
+    names = list(dict.fromkeys(n for per in cpu_ms.values() for n in per))
+    peers = [n for n in names if n != BASELINE]
+    times = [[case, *(f"{per[n]:.2f}" if n in per else "-" for n in names)] for case, per in cpu_ms.items()]
+    ratios = [
+        [case, *(f"{per[n] / per[BASELINE]:.2f}x" if n in per else "-" for n in peers)]
+        for case, per in cpu_ms.items()
+        if BASELINE in per
+    ]
+    return "\n\n".join(
+        [
+            "CPU time per step (process CPU ms, median):\n" + _table(["cpu ms", *names], times),
+            "Speed-up of dpt_ir by CPU time (peer / dpt_ir):\n" + _table(["peer / dpt_ir (cpu)", *peers], ratios),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,12 +231,18 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     results = {}
     failures: list[str] = []
+    cpu_ms: dict[str, dict[str, float]] = {}
     for k, name in enumerate(case_names, 1):
         progress(f"[{k}/{len(case_names)}] {name}: {CASES[name].title}")
-        results[name] = bench_case(CASES[name], contenders, args, failures)
+        cpu_steps: dict[str, list[float]] = {}
+        results[name] = bench_case(CASES[name], contenders, args, failures, cpu_steps)
+        cpu_ms[name] = {n: 1e3 * statistics.median(v) for n, v in cpu_steps.items()}
     meta["failures"] = failures
+    meta["cpu_ms_median"] = cpu_ms
     print()
     print(format_report(results))
+    print()
+    print(cpu_report(cpu_ms))
     if failures:
         print("\nLeft out after an error:\n  " + "\n  ".join(failures))
     if args.json:

@@ -26,7 +26,7 @@ import warp as wp
 from dpt_ir.autodiff import seed_arrays
 from dpt_ir.backends.warp.launches import StatusSlot
 from dpt_ir.backends.warp.module import BUILD_LOCK, GeneratedModule, load
-from dpt_ir.backends.warp.plan import ExecutionPlan, Workspace
+from dpt_ir.backends.warp.plan import WP_DTYPES, ExecutionPlan, Workspace
 from dpt_ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.graph import Graph
 
@@ -96,11 +96,12 @@ class Program:
         plan = self.plans["value_and_grad"]
         with plan.workspace() as ws:
             bound = plan.bind(inputs, _input_types(self.graph), ws)
+            direct = _direct_results(plan, [plan.outputs[g] for g in plan.gradients.values()], bound)
             _begin(ws)
             self.launch_count = plan.run("forward", bound, ws) + plan.run("backward", bound, ws)
             self.checkpoint("value_and_grad", ws)
-            outs = {o.name: _read(plan, o.name, ws) for o in self.graph.outputs}
-            grads = {w: _read(plan, g, ws) for w, g in plan.gradients.items()}
+            outs = {o.name: _read(plan, o.name, ws, direct) for o in self.graph.outputs}
+            grads = {w: _take(plan, g, ws, direct) for w, g in plan.gradients.items()}
             return outs, grads
 
     def export_cuda(self, out_dir: Any, **options: Any) -> Any:
@@ -142,9 +143,42 @@ def _input_types(graph: Graph) -> dict[str, Any]:
     return {i.name: i.type for i in graph.inputs}
 
 
-def _read(plan: ExecutionPlan, output: str, ws: Workspace) -> np.ndarray:
-    """A host copy of output ``output`` of ``plan`` in ``ws``, in its declared shape."""
-    return plan.output_array(output, ws).numpy().reshape(plan.graph.types[plan.outputs[output]].shape).copy()
+def _direct_results(plan: ExecutionPlan, results: list[str], bound: dict[str, wp.array]) -> dict[str, np.ndarray]:
+    """CPU plans: a fresh NumPy array per result value (a gradient's) that the kernels write
+    into directly, bound for this call ahead of the workspace's buffer (`plan._resolve` looks
+    in ``bound`` first), so the result needs no copy out of the workspace (a pass over 4 MB
+    at 1024²). Only values with a buffer of their own (a graph output's), written by a launch
+    and read by no other pipeline; everything else is read back by `_read`."""
+    if plan.device != "cpu":
+        return {}
+    assignment = plan.graph.meta.get("schedule", {}).get("assignment", {})
+    own = {b["id"] for b in plan.graph.meta.get("schedule", {}).get("buffers", []) if b["output"]}
+    launched = {p for launch in plan.launches for p in launch.params}
+    out: dict[str, np.ndarray] = {}
+    for value in dict.fromkeys(results):
+        if value in bound or value not in launched or assignment.get(value) not in own:
+            continue
+        t = plan.graph.types[value]
+        out[value] = np.empty(t.shape, dtype=t.dtype)
+        bound[value] = wp.array(out[value].reshape(-1), dtype=WP_DTYPES[t.dtype], device="cpu", copy=False)
+    return out
+
+
+def _take(plan: ExecutionPlan, output: str, ws: Workspace, direct: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Output ``output``: its `_direct_results` array itself (fresh for this call), or `_read`'s copy."""
+    value = plan.outputs[output]
+    return direct[value] if value in direct else _read(plan, output, ws)
+
+
+def _read(
+    plan: ExecutionPlan, output: str, ws: Workspace, direct: Mapping[str, np.ndarray] | None = None
+) -> np.ndarray:
+    """A host copy of output ``output`` of ``plan`` in ``ws``, in its declared shape (from
+    ``direct``, `_direct_results`' arrays, when its value was written there)."""
+    value = plan.outputs[output]
+    if direct and value in direct:
+        return direct[value].copy()
+    return plan.output_array(output, ws).numpy().reshape(plan.graph.types[value].shape).copy()
 
 
 def _begin(ws: Workspace) -> None:

@@ -181,7 +181,7 @@ SYNTAX_ERRORS = [
     (
         VALID.replace("  output", "  outptu"),
         "line 5, column 3: expected a statement: 'input', 'output', 'meta', '%name : type = op(...)', a kernel "
-        "plan statement ('kernel', 'boundary', 'halo', 'schedule', 'buffer') or '}', found 'outptu'",
+        "plan statement ('kernel', 'boundary', 'halo', 'schedule', 'buffer', 'rowset') or '}', found 'outptu'",
     ),
     (
         VALID.replace("exp(%x)", "exp(%x"),

@@ -176,6 +176,12 @@ def fusion_table(graph: Graph, shared: list[SharedKernel] | None = None) -> str:
         text.append(f"  writes:  {', '.join(g.outputs)}")
         if g.scatter is not None:
             text.append(f"  scatter: {g.scatter.node}: {g.scatter.form}: {g.scatter.reason}")
+    sets = plan_of(graph).rows
+    if sets:
+        text.append("")
+    for r in sets:
+        text.append(f"{r.id}: row-local fusion of {', '.join(r.groups)} over rows of axes {list(r.axes)}:")
+        text.append(f"  {r.reason}")
     text += ["", "boundaries (a value written by one kernel and read by another):"]
     text += [f"  {b.value}: {b.from_} -> {b.to}: {b.reason}" for b in plan.boundaries] or ["  (none)"]
     if plan.halo:

@@ -11,7 +11,9 @@ as tiles), ``space`` (the iteration space: the output shape, or the reduced inpu
 shape), ``axes`` (reduced axes), ``nodes`` (topological order), ``roots`` (the values it
 computes for others), ``inputs``/``outputs`` (values read from / written to memory) and
 bytes moved; its ``boundaries`` say why each materialised value was not fused into its
-readers, its ``halo`` which producers are recomputed over a stencil's halo. Nested
+readers, its ``halo`` which producers are recomputed over a stencil's halo; ``meta["rows"]``
+lists the row sets (`fusion_rows`, `kernel_ir.RowSet`: groups one CPU task runs row by row
+while the row is in cache), whose members are consecutive in the groups. Nested
 inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
 (ops declare their copies with ``code_copies``), and a kernel inlines a bounded number of
 nodes (`fusion_steps.MAX_KERNEL_NODES` per value, every strand a cut cone carries on cut
@@ -32,6 +34,7 @@ from typing import Any
 import networkx as nx
 
 from dpt_ir.graph import Graph, Node
+from dpt_ir.passes import fusion_rows
 from dpt_ir.passes import fusion_traits as traits
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
 from dpt_ir.passes.fusion_steps import bound_kernel_nodes, step_cuts
@@ -56,7 +59,8 @@ def run(graph: Graph, options: Any = None) -> Graph:
         groups = merge_chains(graph, groups)
         groups = merge_siblings(graph, groups)
         groups = merge_epilogues(graph, groups)
-    return _annotate(graph, groups, reasons, halo)
+    graph = _annotate(graph, groups, reasons, halo)
+    return fusion_rows.annotate(graph) if fuse else graph  # row sets: `fusion_rows`
 
 
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:

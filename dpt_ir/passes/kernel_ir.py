@@ -5,9 +5,10 @@ graph it belongs to).
 Guarantees: a `KernelPlan` holds the program's kernels (`KernelGroup`, in launch order),
 why each materialised value is a kernel boundary (`Boundary`), which multi-read producers
 are recomputed over a stencil's halo (`Halo`) and, once `schedule` ran, the buffers
-(`Schedule`, `Buffer`). Each model's fields are named after the keys of the JSON
-records they serialise to (``Boundary.from_`` is the one exception: ``from`` is a Python
-keyword; it serialises as ``from``).
+(`Schedule`, `Buffer`), and the row sets of row-local fusion (`RowSet`). Each model's
+fields are named after the keys of the JSON records they serialise to
+(``Boundary.from_`` is the one exception: ``from`` is a Python keyword; it serialises as
+``from``).
 
 The plan lives in the graph's ``meta`` under the keys of `PLAN_KEYS`, serialised as plain
 JSON (so a `Graph` stays a frozen JSON document whose text round-trips, and whose JSON
@@ -28,7 +29,7 @@ from dpt_ir.types import DType, FrozenModel, describe_validation_error
 if TYPE_CHECKING:
     from dpt_ir.graph import Graph
 
-PLAN_KEYS: tuple[str, ...] = ("groups", "boundaries", "halo", "schedule")
+PLAN_KEYS: tuple[str, ...] = ("groups", "boundaries", "halo", "schedule", "rows")
 _CACHE = "_kernel_plan"  # graph.__dict__ entry: (the meta records parsed, the plan)
 
 Phase = Literal["forward", "backward"]
@@ -148,6 +149,20 @@ class Schedule(FrozenModel):
                 raise ContractError(f"schedule: expected {key} {total} (its buffers'), found {getattr(self, key)}")
 
 
+class RowSet(FrozenModel):
+    """A row set (`fusion_rows`): the consecutive ``groups`` one CPU task runs row after row
+    over the space ``space`` (rows of the trailing ``axes``, ``row`` elements each) while the
+    row is in cache, ``row_bytes`` of full-shape values per row, and why (`KernelPlan.rows`)."""
+
+    id: str
+    groups: tuple[str, ...] = Field(min_length=2)
+    space: tuple[int, ...]
+    axes: tuple[int, ...] = Field(min_length=1)
+    row: int = Field(ge=2)
+    row_bytes: int = Field(ge=0)
+    reason: str
+
+
 class KernelPlan(FrozenModel):
     """The program's kernels in launch order (producers first, forward before backward),
     its boundaries and halo notes, and its schedule once `schedule` ran (whose ``order``
@@ -159,6 +174,7 @@ class KernelPlan(FrozenModel):
     boundaries: tuple[Boundary, ...] = ()
     halo: tuple[Halo, ...] = ()
     schedule: Schedule | None = None
+    rows: tuple[RowSet, ...] = ()  # row sets (`fusion_rows`); serialised only when there is one
 
     def check(self) -> None:
         """ContractError unless group ids are unique, each group is consistent, and the
@@ -172,6 +188,12 @@ class KernelPlan(FrozenModel):
             if list(self.schedule.order) != ids:
                 raise ContractError(f"schedule: expected the kernels' order {ids}, found {list(self.schedule.order)}")
             self.schedule.check()
+        position = {g: k for k, g in enumerate(ids)}
+        for r in self.rows:
+            at = [position.get(g, -1) for g in r.groups]
+            if -1 in at or at != list(range(at[0], at[0] + len(at))):
+                found = list(r.groups)
+                raise ContractError(f"row set {r.id!r}: expected consecutive kernels of the plan, found {found}")
 
     def group(self, gid: str) -> KernelGroup:
         """The group with id ``gid``."""
@@ -190,6 +212,8 @@ class KernelPlan(FrozenModel):
         """The JSON records the plan serialises to, by `PLAN_KEYS` key (no ``schedule`` before
         `schedule` ran)."""
         doc = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if not self.rows:
+            doc.pop("rows")  # plans without row sets read as before row-local fusion
         return {k: doc[k] for k in PLAN_KEYS if k in doc}
 
 

@@ -14,6 +14,7 @@ line, unchanged. The statements (grammar in ``docs/ir-format.md``)::
     halo %t: in %blur cost 2 reads 9
     schedule order(f0, b1) workspace_bytes 0 output_bytes 392
     buffer buf0: f64[1] bytes 8 output values(%s)
+    rowset rows0 over [8,6] axes [1] row 6 bytes 96: kernels(f0, f1) "each of f1 reads ..."
 
 The schedule's ``assignment`` is not printed: it is the buffers' values (a plan whose
 assignment says otherwise stays JSON).
@@ -33,7 +34,7 @@ from dpt_ir.types import SHORT_NAMES
 if TYPE_CHECKING:
     from dpt_ir.text import _Parser
 
-KEYWORDS = ("kernel", "boundary", "halo", "schedule", "buffer")
+KEYWORDS = ("kernel", "boundary", "halo", "schedule", "buffer", "rowset")
 _INT = re.compile(r"[0-9]+")
 
 
@@ -55,6 +56,9 @@ def plan_lines(meta: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
             flag = " output" if b.output else ""
             kind = f"{SHORT_NAMES[b.dtype]}[{b.size}]"
             lines.append(f"  buffer {b.id}: {kind} bytes {b.bytes}{flag} values{_refs(b.values)}")
+    for r in plan.rows:
+        lines.append(f"  rowset {r.id} over {_shape(r.space)} axes {_shape(r.axes)} row {r.row} bytes {r.row_bytes}: "
+                     f"kernels({', '.join(r.groups)}) {_str(r.reason)}")  # fmt: skip
     return lines, {k: v for k, v in meta.items() if k not in PLAN_KEYS}
 
 
@@ -103,7 +107,7 @@ class PlanReader:
     to the block's meta."""
 
     def __init__(self) -> None:
-        self.records: dict[str, list[dict[str, Any]]] = {"groups": [], "boundaries": [], "halo": []}
+        self.records: dict[str, list[dict[str, Any]]] = {"groups": [], "boundaries": [], "halo": [], "rows": []}
         self.schedule: dict[str, Any] | None = None
         self.first_line = 0
 
@@ -111,7 +115,7 @@ class PlanReader:
         """Parse the rest of a ``keyword`` statement at ``p``'s cursor."""
         self.first_line = self.first_line or line
         {"kernel": self._kernel, "boundary": self._boundary, "halo": self._halo,
-         "schedule": self._schedule, "buffer": self._buffer}[keyword](p)  # fmt: skip
+         "schedule": self._schedule, "buffer": self._buffer, "rowset": self._rowset}[keyword](p)  # fmt: skip
         p.end_of_line(f"end of line after the {keyword} statement")
 
     def merge(self, meta: dict[str, Any]) -> dict[str, Any]:
@@ -178,6 +182,25 @@ class PlanReader:
         cost = _int(p, f"the cost of halo %{value}")
         p.expect("reads", f"'reads' in halo %{value}")
         self.records["halo"].append({"value": value, "stencil": stencil, "reads": _int(p, "its reads"), "cost": cost})
+
+    def _rowset(self, p: _Parser) -> None:
+        rid = p.name("the row set's id")
+        p.expect("over", f"'over' before the space of row set {rid}")
+        space = p.shape(f"row set {rid}")
+        p.expect("axes", f"'axes' in row set {rid}")
+        axes = p.shape(f"the axes of row set {rid}")
+        p.expect("row", f"'row' in row set {rid}")
+        row = _int(p, f"the row size of row set {rid}")
+        p.expect("bytes", f"'bytes' in row set {rid}")
+        nbytes = _int(p, f"the row bytes of row set {rid}")
+        p.expect(":", f"':' before the kernels of row set {rid}")
+        p.expect("kernels", f"'kernels(' in row set {rid}")
+        groups = _list(p, f"the kernels of row set {rid}", lambda: p.name("a kernel id"))
+        reason = p.json_string(f"the reason of row set {rid}")
+        self.records["rows"].append(
+            {"id": rid, "groups": groups, "space": list(space), "axes": list(axes), "row": row, "row_bytes": nbytes,
+             "reason": reason}
+        )  # fmt: skip
 
     def _schedule(self, p: _Parser) -> None:
         if self.schedule is not None:

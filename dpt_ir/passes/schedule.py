@@ -6,7 +6,8 @@ Guarantees: the plan's `kernel_ir.Schedule` holds ``order`` (group ids), ``buffe
 dtype, element count, bytes and the values that share it over disjoint live ranges),
 ``assignment`` (value -> buffer), ``workspace_bytes`` (intermediates, reused) and
 ``output_bytes`` (graph outputs, never reused). A value lives from the kernel that
-writes it to the last kernel that reads it; saved values therefore live across the
+writes it to the last kernel that reads it (a row set, `fusion_rows`, counts as one
+kernel: its members' rows interleave); saved values therefore live across the
 phase boundary. Program inputs and cotangent inputs are the caller's and get no buffer.
 """
 
@@ -17,8 +18,8 @@ from typing import Any
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
+from dpt_ir.passes.fusion_rows import live_ranges
 from dpt_ir.passes.kernel_ir import Buffer, KernelPlan, Schedule, has_plan, plan_of, with_plan
-from dpt_ir.passes.util import live_ranges
 
 NAME = "schedule"
 
@@ -29,7 +30,7 @@ def run(graph: Graph, options: Any = None) -> Graph:
     plan = plan_of(graph)
     groups = plan.groups
     outputs = {o.value for o in graph.outputs}
-    written, last_read = live_ranges(groups)
+    written, last_read = live_ranges(groups, plan.rows)  # a row set is one kernel
     buffers: list[dict[str, Any]] = []  # Buffer fields, values still growing
     pools: dict[tuple[str, int], _Pool] = {}
     for v in sorted(written, key=lambda v: (written[v], v)):
@@ -55,7 +56,9 @@ def run(graph: Graph, options: Any = None) -> Graph:
         workspace_bytes=sum(b.bytes for b in made if not b.output),
         output_bytes=sum(b.bytes for b in made if b.output),
     )
-    return with_plan(graph, KernelPlan(groups=groups, boundaries=plan.boundaries, halo=plan.halo, schedule=schedule))
+    return with_plan(
+        graph, KernelPlan(groups=groups, boundaries=plan.boundaries, halo=plan.halo, schedule=schedule, rows=plan.rows)
+    )
 
 
 class _Pool:

@@ -11,6 +11,7 @@ Two kinds of module are compiled ahead of time:
 - the float32 math header (`dpt_ir/backends/cxx/dp_math.h`): one kernel that calls every
   function of the header (and both instantiations of the trig templates) per thread, from
   a ``wp.func_native`` snippet, with the header in the module's CUDA preamble.
+- the CPU plan of `test_cxx_rows`'s graph: its row kernels (a CUDA plan has none).
 - CUDA variants, generated the way ``dp.compile`` would for a GPU (reductions split into
   per-block partials plus a combine kernel): the determinism graphs (beer, softmax
   cross-entropy, normalisation; forward, ``value_and_grad`` and tape pipelines) and an op
@@ -114,16 +115,18 @@ def compile_sm90(module: ModuleType) -> list[Path]:
     return paths
 
 
-def cuda_variant(graph: dp.Graph, wrt: tuple[str, ...] = (), loss: str | None = None) -> ModuleType:
+def cuda_variant(
+    graph: dp.Graph, wrt: tuple[str, ...] = (), loss: str | None = None, device: str = "cuda"
+) -> ModuleType:
     """The module ``dp.compile(graph, wrt=wrt, loss=loss)`` would generate for a GPU
-    (same pipelines and options), imported but not built for the CPU."""
+    (same pipelines and options; ``device="cpu"``: the CPU plan's), imported but not built."""
     pipelines = {"run": CompileOptions()}
     if wrt:
         if loss is not None:
             pipelines["vg"] = CompileOptions(wrt=wrt, seeds=(loss,), seed_values={loss: 1.0}, loss=loss)
         pipelines["tp"] = CompileOptions(wrt=wrt)
     graphs = {prefix: run_pipeline(graph, options).graph for prefix, options in pipelines.items()}
-    source = codegen.generate(graphs, graph.name, "CUDA variant for the AOT test", True, "cuda")
+    source = codegen.generate(graphs, graph.name, "CUDA variant for the AOT test", True, device)
     name = f"dpt_ir_cuda_{content_key(source.text)}"
     return import_source(source.text, cache_root() / "cuda_variants", name)
 
@@ -219,3 +222,16 @@ def test_cuda_variant_of_gathers_compiles() -> None:
     assert "DP_CONST int" in source and "dp_clampi(" in source
     assert not float_atomics(source)
     compile_sm90(module)
+
+
+def test_row_kernels_compile_for_sm90() -> None:
+    """The CPU plan's row kernels (`dpt_ir.backends.cxx.rows`: stages called row by row, their
+    parts contiguous rows) under NVRTC; a CUDA plan launches the same groups one by one."""
+    from .test_cxx_rows import WRT, rows_graph
+
+    graph = rows_graph()
+    cpu = cuda_variant(graph, tuple(WRT), "loss", "cpu")
+    assert "row kernel of" in Path(cpu.__file__).read_text()
+    gpu = cuda_variant(graph, tuple(WRT), "loss")
+    assert "row kernel of" not in Path(gpu.__file__).read_text()
+    compile_sm90(cpu)

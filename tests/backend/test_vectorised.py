@@ -13,6 +13,9 @@ The same census runs on the imaging blur (`gaussian_filter`, 13 taps per axis, r
 interior loops (the interior/edge split of the pads) must hold packed instructions too, and
 its scalar build must not.
 
+And on normalisation's ``value_and_grad`` row kernel (`dpt_ir.backends.cxx.rows`: its five
+groups as stages over each row of a task): the stages' element loops must stay packed.
+
 And on softmax_xent (a row logsumexp and a row dot, then the gradient): its reduction lane
 loops (``DP_LANE_LOOP``) must be 8-wide vector operations; a build with ``DP_LANE_LOOP``
 defined empty (clang then vectorises the group loop 4 wide with shuffles: 0.7x the speed)
@@ -30,7 +33,7 @@ import pytest
 import warp as wp
 
 import dpt_ir as dp
-from benchmarks.graphs import chain16, softmax_xent
+from benchmarks.graphs import chain16, normalisation, softmax_xent
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.module import cache_root, content_key, import_source, load, warp_cache_dir
 from dpt_ir.passes.manager import run_pipeline
@@ -43,6 +46,7 @@ MIN_STENCIL = 100  # the blur's two 13-tap interior loops (measured counts: docs
 MIN_LANES = 350  # softmax_xent 64x64 module: 543 measured; 174 with DP_LANE_LOOP empty, 162 scalar
 MIN_COLUMNS = 150  # a column sum: 352 packed in its vectorised build, 64 (init and merge loops) in its scalar one
 MIN_SPREAD = 150  # sum over axes (0, 2) of 8x16x256 (row map): 256 packed vectorised, 64 scalar (measured)
+MIN_ROWS = 450  # normalisation's row kernel at 64x64: 646 measured; 264 (its lane loops) in its scalar build
 SCALAR = '_Pragma("clang loop vectorize(disable) interleave(disable)")'
 
 pytestmark = pytest.mark.skipif(OBJDUMP is None, reason="needs objdump or llvm-objdump for the census")
@@ -161,3 +165,18 @@ def test_non_adjacent_reduction_loops_are_vectorised(spread_sum_text: str) -> No
     assert count >= MIN_SPREAD, f"{count} packed ymm instructions; the row-map reduction's loops went scalar"
     scalar = packed_ymm(build(scalar_build(spread_sum_text), "spread_scalar"))
     assert scalar < MIN_SPREAD, f"{scalar} packed ymm instructions in a build with vectorisation disabled"
+
+
+@pytest.fixture(scope="module")
+def rows_text() -> str:
+    options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
+    text = generated(normalisation((64, 64), "float32"), options)
+    assert "# p_rows0: [cxx] row kernel of f0, f1, f2, f3, f4" in text
+    return text
+
+
+def test_row_kernel_loops_are_vectorised(rows_text: str) -> None:
+    count = packed_ymm(build(rows_text, "rows"))
+    scalar = packed_ymm(build(scalar_build(rows_text), "rows_scalar"))
+    assert count >= MIN_ROWS, f"{count} packed ymm instructions; the row kernel's stage loops went scalar"
+    assert scalar < MIN_ROWS, f"{scalar} packed ymm instructions in a build with vectorisation disabled"

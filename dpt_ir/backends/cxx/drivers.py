@@ -244,14 +244,15 @@ def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool, step: 
     ]
 
 
-def _units(nest: Nest, lay: Layout, blocked: bool) -> list[str]:
+def _units(nest: Nest, lay: Layout, blocked: bool, strided: bool = True) -> list[str]:
     """The head of a task's unit of work, opening its scope: output ``o`` and the positions
     ``[j0, j1)`` of its row it reads. With partials, the CPU task ``t`` takes part ``p`` as one
     contiguous chunk; the CUDA thread takes positions ``p, p + parts, ...`` (its loop strides
-    by ``parts``), so consecutive threads read consecutive elements: coalesced loads."""
+    by ``parts``), so consecutive threads read consecutive elements: coalesced loads; unless
+    not ``strided`` (a stage of a row kernel, `rows`: part ``p`` is one row, on both devices)."""
     if lay.parts > 1:
         part = [f"{{ const int o = t / {lay.parts}, p = t - o * {lay.parts};"]
-        if not blocked:
+        if not blocked and strided:
             return [*part, f"const int j0 = p, j1 = {nest.inner};"]
         return [*part, f"const int j0 = p * {lay.chunk};", f"const int j1 = {_min(f'j0 + {lay.chunk}', nest.inner)};"]
     o1 = _min(f"(t + 1) * {lay.rows}", nest.rows)
@@ -276,18 +277,20 @@ def reduction_drivers(
     nflags: int,
     checks: bool,
     finish: list[str],
+    strided: bool = True,
 ) -> str:
     """``finish``: statements after the passes of a unit (finalize and store the row's
-    results, or store the task's partials), reading ``s<q>_<name>``, ``o`` and ``t``."""
+    results, or store the task's partials), reading ``s<q>_<name>``, ``o`` and ``t``;
+    ``strided``: see `_units`."""
     nf = max(nflags, 1)
     npass = max(len(t.passes) for t in nest.templates.values())
-    step = lay.parts if lay.parts > 1 else 1  # the CUDA loop's stride: the parts interleave
+    step = lay.parts if lay.parts > 1 and strided else 1  # the CUDA loop's stride: the parts interleave
     whole = nest.sub == nest.inner and nest.row_map is None  # one base per output row (else per sub-row)
     jr = "j" if whole else f"j - sr * {nest.sub}"
     i = f"o * {nest.inner} + j" if nest.row_map is None else f"(srow - sr) * {nest.sub} + j"
     out = {}
     for blocked in (True, False):
-        units = _units(nest, lay, blocked)
+        units = _units(nest, lay, blocked, strided)
         body = [f"int fl[{nf}] = {{0}};", *units, *(_bases(nest, "o") if whole else [])]
         for q, root in enumerate(nest.roots):
             body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]

@@ -119,18 +119,27 @@ def _finalize(nest: Nest, w: ElementWriter, q: int, index: str, subst: dict[str,
 
 
 def group_kernels(
-    graph: Graph, group: KernelGroup, name: str, slots: list[Any], checks: bool, device: str
+    graph: Graph,
+    group: KernelGroup,
+    name: str,
+    slots: list[Any],
+    checks: bool,
+    device: str,
+    stage: drivers.Layout | None = None,
 ) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
     """The launches of ``group`` on the C++ path and the native definitions they need
-    (stub name -> C++ and stub text); None when the group is not covered."""
+    (stub name -> C++ and stub text); None when the group is not covered. ``stage``: the
+    group is a stage of a row kernel (`rows`), with this layout (task = row, on both devices)."""
     if group.kind == "contraction":  # a matrix product: its own drivers (`contraction`)
         return contraction.contraction_kernels(graph, group, name, slots, checks, device)
     nest = cover(graph, group)
-    if nest is None:
+    if nest is None or (stage is not None and nest.columns):
         return None
     sort = group.kind == "scatter" and group.scatter.form == "sort"  # its CSR is built per run
     pre, natives = scatter.sort_launches(graph, group, name, slots, checks) if sort else ([], {})
-    if nest.columns:
+    if stage is not None:
+        lay = stage
+    elif nest.columns:
         lay = columns.layout(nest, device)
     else:
         lay = drivers.layout(nest, device, target_for("cuda").partial_count(nest.rows, nest.inner))
@@ -164,7 +173,9 @@ def group_kernels(
     if nest.columns:
         drv = columns.column_drivers(nest, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)
     elif nest.roots:
-        drv = drivers.reduction_drivers(nest, lay, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)
+        drv = drivers.reduction_drivers(
+            nest, lay, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish, stage is None
+        )
     else:
         drv = drivers.pointwise_drivers(nest, lay, unit.args(), sig, w.uses_big, nflags, checks)
     fn, cxx = _hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.backends.cxx import kernels as cxx_kernels
+from dpt_ir.backends.cxx import rows as cxx_rows
 from dpt_ir.backends.cxx.gathers import raise_detail
 from dpt_ir.backends.warp.launches import (
     STATUS,
@@ -585,7 +586,18 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
     natives: dict[str, tuple[str, str]] = {}
     headers: dict[str, str] = {}  # launch -> its group's description
     for prefix, graph in plans.items():
+        replaced: set[str] = set()  # members of a row set emitted as one row kernel (`cxx.rows`)
         for group in plan_of(graph).groups:
+            fresh = group.id not in replaced
+            row_set = cxx_rows.starting_at(graph, group, prefix, slots, checks, device) if fresh else None
+            if row_set is not None:
+                ks, more, heads, members = row_set
+                natives.update(more)
+                kernels += ks
+                headers.update(heads)
+                replaced.update(members)
+            if group.id in replaced:
+                continue
             name = f"{prefix}_{group.id}"
             native = cxx_kernels.group_kernels(graph, group, name, slots, checks, device)
             if native is not None:

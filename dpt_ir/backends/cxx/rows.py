@@ -1,0 +1,187 @@
+"""Row kernels: the groups of a row set (`dpt_ir.passes.fusion_rows`) as one CPU launch whose
+task runs every group over a row, row after row, while the row is in L1/L2.
+
+Assumes: a row set of fusion (`kernel_ir.RowSet`: ``groups`` in order, ``space``, ``row`` = C
+elements per row) whose members read earlier members' values only within the same row (fusion
+proved it), consecutive in the schedule (which took the set as one kernel for buffer
+liveness). Guarantees: each member is a **stage**: its own element function and drivers
+(`kernels.group_kernels`) with a layout whose task is one row (`stage_layout`): a row
+reduction folds the row into its result; a reduction over more axes stores one partial per
+row, folded in row order by its final kernel (after the row launch); a pointwise stage runs
+the row's elements. The row driver calls the stages' drivers in set order for each row of its
+task; a full-shape value that only the set reads (`row_local_values`: normalisation's centred
+rows) lives in a row buffer of the task, never in memory. Tasks are fixed blocks of rows
+(`drivers.CPU_TASK` elements), so the partition, the
+lanes and every fold order depend on the shapes only: bit-identical for any thread count. The
+CUDA driver is the same loop over the stages' CUDA drivers (their parts contiguous rows too);
+a CUDA plan does not use row kernels (`codegen` emits the stages as separate launches there).
+None when a member is not covered by the C++ path: the members then launch one by one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+from dpt_ir.backends.cxx import drivers, kernels
+from dpt_ir.backends.cxx.drivers import CPU_TASK, Layout
+from dpt_ir.backends.cxx.nest import C_TYPES, cover
+from dpt_ir.graph import Graph
+from dpt_ir.passes.kernel_ir import KernelGroup, RowSet, plan_of
+
+
+def stage_layout(graph: Graph, group: KernelGroup, row: int) -> Layout | None:
+    """The layout of ``group`` as a stage of rows of ``row`` elements: task ``t`` is row ``t``
+    (pointwise: its elements; row reduction: its output; a reduction over ``m`` rows per
+    output: part ``t`` of ``m``). None when the group is not covered or reduces columns."""
+    nest = cover(graph, group)
+    if nest is None or nest.columns:
+        return None
+    rows = nest.size // row
+    if not nest.roots:
+        return Layout(rows, row)
+    per = nest.inner // row  # rows per output
+    if per * row != nest.inner:
+        return None
+    return Layout(rows, row) if per == 1 else Layout(rows, row, per)
+
+
+def row_kernels(
+    graph: Graph, rset: RowSet, name: str, slots: list[Any], checks: bool, prefix: str
+) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
+    """The launches of row set ``rset`` (the row kernel, then the final folds of stages with
+    partials) and their native definitions; None when a member is not covered."""
+    by_id = {g.id: g for g in plan_of(graph).groups}
+    members = [by_id[g] for g in rset.groups]
+    row = rset.row
+    layouts = [stage_layout(graph, g, row) for g in members]
+    if any(lay is None for lay in layouts):
+        return None
+    mark = len(slots)
+    stages, natives, finals = [], {}, []
+    for g, lay in zip(members, layouts, strict=True):
+        built = kernels.group_kernels(graph, g, f"{prefix}_{g.id}", slots, checks, "cpu", stage=lay)
+        if built is None:
+            del slots[mark:]  # nothing of the set is emitted: its members take the slots again
+            return None
+        launches, more = built
+        fn = next(iter(more))
+        natives[fn] = (more[fn][0], "")  # the stage's C++ only: the row kernel calls its drivers
+        natives.update({k: v for k, v in more.items() if k != fn})
+        stages.append((fn, launches[0]))
+        finals += launches[1:]
+    main = _row_launch(graph, rset, name, members[0], stages, checks)
+    fn, cxx, stub = _row_source(graph, rset, stages, main, checks)
+    natives[fn] = (cxx, stub)
+    return [main, *finals], natives
+
+
+def _row_launch(
+    graph: Graph, rset: RowSet, name: str, first: KernelGroup, stages: list[tuple[str, Any]], checks: bool
+) -> Any:
+    """The row kernel's `KernelSource`: the stages' parameters in first-use order, one task per
+    `CPU_TASK` elements of rows."""
+    from dpt_ir.backends.warp.launches import KernelSource
+
+    params: list[str] = []
+    partials: dict[str, tuple[str, int]] = {}
+    internal = set(row_local_values(graph, rset))
+    for _, k in stages:
+        params += [p for p in _values(k, checks) if p not in params and p not in internal]
+        partials.update(k.partials)
+    rows = math.prod(rset.space) // rset.row
+    per_task = max(1, CPU_TASK // rset.row)
+    dim = -(-rows // per_task)
+    base = stages[0][1].status_base
+    return KernelSource(name, "", params, dim, first.id, partials, {}, "", base, "cxx")
+
+
+def _values(k: Any, checks: bool) -> list[str]:
+    """A stage launch's buffer parameters (without the status word, its base and the task)."""
+    return k.params[: len(k.params) - (3 if checks else 1)]
+
+
+def _row_source(
+    graph: Graph, rset: RowSet, stages: list[tuple[str, Any]], main: Any, checks: bool
+) -> tuple[str, str, str]:
+    """The row drivers' hashed name, C++ and Warp stub; sets ``main``'s kernel text and params."""
+    written = {p for _, k in stages for p in k.params if p in k.partials or _writes(graph, p, k)}
+    unit = kernels.Unit(graph, main.params, written, main.partials)
+    rows = math.prod(rset.space) // rset.row
+    per_task = max(1, CPU_TASK // rset.row)
+    sig = f"{unit.sig()}, int* st, int sb, int t"
+    row = rset.row
+    internal = row_local_values(graph, rset)
+    names = {p: f"a{main.params.index(p)}" for p in main.params}
+    names.update({v: f"w{k}" for k, v in enumerate(internal)})
+    # A value only the set reads lives in a row buffer of the task: stages index it by the
+    # flat element i = o * row + j, so each row sees the buffer at offset -o * row (integer
+    # arithmetic: the pointer itself never leaves the buffer's bounds).
+    buffers = [f"{C_TYPES[graph.types[v].dtype]} wb{k}[{row}];" for k, v in enumerate(internal)]
+    views = [
+        f"    {C_TYPES[graph.types[v].dtype]}* const w{k} = ({C_TYPES[graph.types[v].dtype]}*)"
+        f"((size_t)wb{k} - (size_t)o * {row} * sizeof(wb{k}[0]));"
+        for k, v in enumerate(internal)
+    ]
+    body = {}
+    for device in ("cpu", "cuda"):
+        calls = []
+        for fn, k in stages:
+            args = ", ".join(names[p] for p in _values(k, checks))
+            calls.append(f"    {fn}_{device}({args}, st, sb + {k.status_base - main.status_base}, o);")
+        body[device] = [
+            f"const int o1 = {drivers._min(f'(t + 1) * {per_task}', rows)};",
+            *buffers,
+            f"for (int o = t * {per_task}; o < o1; ++o) {{",
+            *views,
+            *calls,
+            "}",
+        ]
+    text = drivers._pair(sig, body["cpu"], body["cuda"])
+    fn = "dpk_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    cxx = text.replace("F_cpu", f"{fn}_cpu").replace("F_cuda", f"{fn}_cuda") + "\n"
+    main.text = unit.kernel(main.name, fn, checks)
+    main.params = unit.launch_params(checks)
+    main.function = main.name
+    return fn, cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks)
+
+
+def row_local_values(graph: Graph, rset: RowSet) -> list[str]:
+    """The full-shape values the set's members write that nothing outside the set reads (no
+    other group, no graph output): they live in a row buffer of the task, never in memory."""
+    size = math.prod(rset.space)
+    members = set(rset.groups)
+    outputs = {o.value for o in graph.outputs}
+    outside = {v for g in plan_of(graph).groups if g.id not in members for v in g.inputs}
+    written = [v for g in plan_of(graph).groups if g.id in members for v in g.outputs]
+    return [v for v in dict.fromkeys(written) if graph.types[v].size == size and v not in outputs | outside]
+
+
+def _writes(graph: Graph, value: str, launch: Any) -> bool:
+    """Does the stage ``launch`` write ``value`` (its group's outputs)?"""
+    group = next(g for g in plan_of(graph).groups if g.id == launch.group)
+    return value in group.outputs
+
+
+def starting_at(
+    graph: Graph, group: KernelGroup, prefix: str, slots: list[Any], checks: bool, device: str
+) -> tuple[list[Any], dict[str, tuple[str, str]], dict[str, str], list[str]] | None:
+    """When ``group`` starts a row set and the plan is for the CPU: the set's launches, their
+    natives, a header line per launch, and the member ids (the groups they replace)."""
+    rset = next((r for r in plan_of(graph).rows if r.groups[0] == group.id), None)
+    if rset is None or device != "cpu":
+        return None
+    name = f"{prefix}_{rset.id}"
+    built = row_kernels(graph, rset, name, slots, checks, prefix)
+    if built is None:
+        return None
+    launches, natives = built
+    by_id = {g.id: g for g in plan_of(graph).groups}
+    heads = {
+        k.name: f"# {k.name}: [cxx] row kernel of {', '.join(rset.groups)}, rows of {rset.row} element(s)"
+        if k.name == name
+        else f"# {k.name}: [cxx] the ordered fold of {by_id[k.group].id}'s per-row partials"
+        for k in launches
+    }
+    return launches, natives, heads, list(rset.groups)

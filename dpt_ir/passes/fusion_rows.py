@@ -1,0 +1,238 @@
+"""Row-local fusion: kernels that one row task can run back to back over the same row.
+
+Assumes: the kernel plan from `fusion._annotate` (`kernel_ir.plan_of`: groups in a valid
+order). Guarantees: `annotate` adds the plan's ``rows`` (`kernel_ir.RowSet`), one per
+**row set**: groups
+of one phase over one space ``S`` that a CPU task can run row after row, every member over the
+row before the next row, while the row's data is in L1/L2, instead of one pass over memory per
+group. A set starts at a reduction over trailing axes ``a..n-1`` (``a >= 1``: a row of ``C``
+elements per output, the row axes); its later members are pointwise groups over ``S`` or
+reductions over a trailing block that holds the row axes (a reduction over more axes, such as
+the whole space, folds per-row partials in order), and each reads what earlier members write
+only **within the same row**: a full-shape value at its own element, a per-row result at its
+row (proved on the coordinate forms of every read, through the op table's views:
+`OpDef.view_affine`; no op is named). Every value read from memory that no member writes comes
+from a group placed before the set, so the set can run where its first member does; groups
+that sat between members move after the set (they never feed a member). A set holds at least
+two groups and fits `ROW_BUDGET_BYTES`: the bytes of one row of every full-shape value its
+members read or write. Decisions use op kinds, view maps and shapes only. The schedule treats a
+set as one kernel for buffer liveness (`live_ranges`): its members' rows interleave.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from dpt_ir.graph import Graph
+from dpt_ir.ops import indexing as idx
+from dpt_ir.ops.indexing import Affine, Coords
+from dpt_ir.passes.kernel_ir import KernelGroup, KernelPlan, RowSet, plan_of, with_plan
+
+# Bytes of one row of all the full-shape values a row set reads or writes: the row task keeps
+# them in L1/L2 between its members (the study measured row-local normalisation with 4 KiB rows,
+# 16 KiB of live values per row). One named constant until the backend's `Target` carries it.
+ROW_BUDGET_BYTES = 32 * 1024
+
+
+def _row_axis(group: KernelGroup) -> int | None:
+    """The first row axis ``a`` of a reduction over the trailing axes ``a..n-1`` (``a >= 1``),
+    or None when ``group`` cannot start a row set."""
+    space, axes = tuple(group.space), tuple(group.axes)
+    if group.kind != "reduction" or not axes or group.epilogue:
+        return None
+    if axes != tuple(range(axes[0], len(space))) or axes[0] < 1:
+        return None
+    return axes[0]
+
+
+def _fits_axes(group: KernelGroup, a: int) -> bool:
+    """Can ``group`` run row by row over rows of axes ``a..``: pointwise, or a reduction over a
+    trailing block holding the row axes; no epilogue (it would run per output, after rows)."""
+    if group.epilogue:
+        return False
+    if group.kind == "pointwise":
+        return True
+    axes, n = tuple(group.axes), len(group.space)
+    return group.kind == "reduction" and bool(axes) and axes == tuple(range(axes[0], n)) and axes[0] <= a
+
+
+def _row_form(space: Sequence[int], a: int) -> Affine:
+    """The flat offset of the row of an element of ``space`` (rows over axes ``0..a-1``)."""
+    n = len(space)
+    return idx.flat(tuple(idx.axis(k, n) for k in range(a)), tuple(space[:a]), n)
+
+
+def _identity(space: Sequence[int]) -> Coords:
+    return tuple(idx.axis(k, len(space)) for k in range(len(space)))
+
+
+def _canonical(form: Affine, space: Sequence[int]) -> Affine:
+    """``form`` over ``space`` with no weight on extent-1 axes, so equal offsets compare equal."""
+    w = form.padded(len(space)).w
+    return Affine(form.b, tuple(0 if d == 1 else x for x, d in zip(w, space, strict=True)))
+
+
+def _row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> bool:
+    """Does ``group`` read every value in ``written`` (by earlier members) within the row of the
+    element it computes? Walks its members from its seeds (reduction inputs, full-shape stores)
+    at the space's coordinates, through elementwise reads (NumPy-aligned) and view maps; any
+    other member on the way to a written value (a stencil, a gather, a reduction) refuses."""
+    space = tuple(group.space)
+    n, size = len(space), math.prod(space)
+    members, roots = set(group.nodes), set(group.roots)
+    full, row = _canonical(idx.flat(_identity(space), space, n), space), _canonical(_row_form(space, a), space)
+    seeds = [graph.node_map[r].inputs[0] if graph.node_map[r].opdef.kind == "reduction" else r for r in roots]
+    stack = [(v, _identity(space)) for v in seeds if tuple(graph.types[v].shape) == space]
+    seen: set[tuple[str, Coords]] = set()
+    while stack:
+        value, coords = stack.pop()
+        if (value, coords) in seen:
+            continue
+        seen.add((value, coords))
+        shape = tuple(graph.types[value].shape)
+        if value not in members:
+            if value in written:
+                at = _canonical(idx.flat(coords, shape, n), space)
+                if at != (full if graph.types[value].size == size else row):
+                    return False
+            continue
+        node = graph.node_map[value]
+        op = node.opdef
+        if op.kind == "elementwise":
+            stack += [(i, idx.aligned_coords(coords, shape, graph.types[i].shape)) for i in node.inputs]
+        elif op.view_affine is not None and len(node.inputs) == 1:
+            attrs = op.parse_attrs(node.attrs, value)
+            in_shape = tuple(graph.types[node.inputs[0]].shape)
+            mapped = op.view_affine(attrs, in_shape, shape, coords, space)
+            if mapped is None:
+                return False
+            stack.append((node.inputs[0], tuple(mapped)))
+        elif node.inputs and _reaches(graph, value, members, written):
+            return False
+    return True
+
+
+def _reaches(graph: Graph, value: str, members: set[str], written: set[str]) -> bool:
+    """Does member ``value`` read (through members) a value in ``written``? Iterative."""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in written:
+            return True
+        if v in members:
+            stack += list(graph.node_map[v].inputs)
+    return False
+
+
+def _row_bytes(graph: Graph, groups: Sequence[KernelGroup], space: tuple[int, ...], row: int) -> int:
+    """One row of every full-shape value the groups read or write, in bytes."""
+    size = math.prod(space)
+    values = {v for g in groups for v in (*g.inputs, *g.outputs) if graph.types[v].size == size}
+    return sum(graph.types[v].nbytes // size * row for v in values)
+
+
+def _grow(graph: Graph, groups: list[KernelGroup], start: int, taken: set[str]) -> list[int] | None:
+    """The positions of the row set that starts at ``groups[start]``, or None."""
+    first = groups[start]
+    a = _row_axis(first)
+    if a is None:
+        return None
+    space = tuple(first.space)
+    row = math.prod(space[a:])
+    if row < 2 or math.prod(space[:a]) < 2:
+        return None
+    members = [start]
+    written = set(first.outputs)
+    position = {v: k for k, g in enumerate(groups) for v in g.outputs}
+    for k in range(start + 1, len(groups)):
+        g = groups[k]
+        if g.id in taken or g.phase != first.phase or tuple(g.space) != space or not _fits_axes(g, a):
+            continue
+        reads = set(g.inputs)
+        if not reads & written:
+            continue
+        if any(position.get(v, -1) > start and v not in written for v in reads):
+            continue  # it reads a group placed after the set's start that is not a member
+        if not _row_local(graph, g, written, a):
+            continue
+        if _row_bytes(graph, [groups[m] for m in members] + [g], space, row) > ROW_BUDGET_BYTES:
+            break
+        members.append(k)
+        written |= set(g.outputs)
+    return members if len(members) > 1 else None
+
+
+def annotate(graph: Graph) -> Graph:
+    """``graph`` with ``meta["rows"]`` (the row sets, each with its reason; no key when there
+    is none) and its groups reordered so that every set's members are consecutive."""
+    plan = plan_of(graph)
+    groups = list(plan.groups)
+    sets: list[RowSet] = []
+    taken: set[str] = set()
+    k = 0
+    while k < len(groups):
+        found = _grow(graph, groups, k, taken)
+        if found is None:
+            k += 1
+            continue
+        members = [groups[m] for m in found]
+        between = [g for m, g in enumerate(groups) if found[0] < m < found[-1] and m not in found]
+        groups[found[0] : found[-1] + 1] = [*members, *between]
+        taken |= {g.id for g in members}
+        sets.append(_record(graph, members, len(sets)))
+        k = found[0] + len(members)
+    if not sets:
+        return graph  # no row set: the plan (and its meta records) as fusion left it
+    rowed = KernelPlan(groups=tuple(groups), boundaries=plan.boundaries, halo=plan.halo, rows=tuple(sets))
+    return with_plan(graph, rowed)
+
+
+def _record(graph: Graph, members: list[KernelGroup], k: int) -> RowSet:
+    first = members[0]
+    space = tuple(first.space)
+    a = _row_axis(first)
+    assert a is not None  # `_grow` started the set there
+    row = math.prod(space[a:])
+    live = _row_bytes(graph, members, space, row)
+    ids = [g.id for g in members]
+    return RowSet(
+        id=f"rows{k}",
+        groups=tuple(ids),
+        space=space,
+        axes=tuple(range(a, len(space))),
+        row=row,
+        row_bytes=live,
+        reason=(
+            f"each of {', '.join(ids[1:])} reads what the groups before it write only within the same row of "
+            f"{row} element(s); one row of their full-shape values is {live} B (budget {ROW_BUDGET_BYTES} B): "
+            "one task runs them row by row while the row is in cache"
+        ),
+    )
+
+
+def live_ranges(
+    groups: Sequence[KernelGroup], sets: Sequence[RowSet]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """`util.live_ranges` with each row set taken as one kernel: a value a member writes lives
+    from the set's first member, one a member reads until its last (the members' rows
+    interleave, so no buffer may pass from one value to another inside a set)."""
+    from dpt_ir.passes.util import live_ranges as plain
+
+    written, last_read = plain(groups)
+    position = {g.id: k for k, g in enumerate(groups)}
+    for s in sets:
+        span = [position[g] for g in s.groups if g in position]
+        if not span:
+            continue
+        lo, hi = min(span), max(span)
+        for v, k in written.items():
+            if lo <= k <= hi:
+                written[v] = lo
+        for g in s.groups:
+            for v in groups[position[g]].inputs:
+                last_read[v] = max(last_read.get(v, hi), hi)
+    return written, last_read

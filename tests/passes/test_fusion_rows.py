@@ -1,0 +1,86 @@
+"""Row-local fusion (`dpt_ir.passes.fusion_rows`): which groups fusion puts in a row set, and
+that the schedule then gives no buffer to two values inside a set.
+
+Cheap by construction: the passes only (no Warp build), on the pipelines `dp.compile` runs
+on the CPU; the compiled values, gradients and bits are `tests/backend/test_cxx_rows.py`'s.
+"""
+
+from __future__ import annotations
+
+import dpt_ir as dp
+from benchmarks.graphs import normalisation, softmax_xent
+from dpt_ir.backends.base import target_for
+from dpt_ir.compiler import _pipelines, options_of
+from dpt_ir.passes.dumps import fusion_table
+from dpt_ir.passes.fusion_rows import ROW_BUDGET_BYTES
+from dpt_ir.passes.kernel_ir import plan_of
+from dpt_ir.passes.manager import run_pipeline
+
+BASE = options_of(target_for("cpu"))
+
+
+def _plans(graph: dp.Graph, wrt: str) -> dict[str, dp.Graph]:
+    """The run / value_and_grad / tape plans `dp.compile` builds on the CPU."""
+    return {name: run_pipeline(graph, o).graph for name, o in _pipelines(graph, (wrt,), "loss", BASE).items()}
+
+
+def _ids(graph: dp.Graph) -> list[str]:
+    return [g.id for g in plan_of(graph).groups]
+
+
+def test_normalisation_runs_as_one_row_set() -> None:
+    """value_and_grad: the two row means, the two backward row sums and the gradient with the
+    loss (a sum over both axes: per-row partials) are one set; rows of 1024 floats with four
+    full-shape values (x, w, the centred x, the gradient) are 16 KiB, within the budget."""
+    plans = _plans(normalisation((64, 1024)), "x")
+    vg = plans["value_and_grad"]
+    (rset,) = plan_of(vg).rows
+    assert list(rset.groups) == _ids(vg) and len(rset.groups) == 5
+    assert rset.axes == (1,) and rset.row == 1024
+    assert rset.row_bytes == 4 * 1024 * 4 <= ROW_BUDGET_BYTES
+    assert "within the same row" in rset.reason
+    assert "rows0: row-local fusion of f0, f1, f2, f3, f4" in fusion_table(vg)
+    run = plans["run"]  # the forward alone: two row means and the loss
+    assert [list(r.groups) for r in plan_of(run).rows] == [_ids(run)]
+
+
+def test_softmax_xent_row_set_moves_the_mean_after_it() -> None:
+    """The row logsumexp and dot (f0) and the gradient (f2, reading the logsumexp at its row)
+    are one set; the mean over rows (f1, another space) read f0's results and moves after
+    the set, which it does not feed."""
+    vg = _plans(softmax_xent((32, 256)), "z")["value_and_grad"]
+    (rset,) = plan_of(vg).rows
+    assert rset.groups == ("f0", "f2")
+    assert _ids(vg) == ["f0", "f2", "f1"]
+    assert plan_of(vg).scheduled().order == ("f0", "f2", "f1")
+
+
+def test_wide_rows_exceed_the_budget() -> None:
+    """Rows of 16,384 floats: one row of x alone is 64 KiB, over the budget: no row set, the
+    groups launch one by one as before."""
+    vg = _plans(normalisation((4, 16384)), "x")["value_and_grad"]
+    assert not plan_of(vg).rows and "rows" not in vg.meta
+    assert "row-local" not in fusion_table(vg)
+
+
+def test_a_read_at_another_row_is_not_row_local() -> None:
+    """A row mean read transposed (element (r, j) reads the mean of row j) needs every row's
+    mean first: no row set."""
+    g = dp.GraphBuilder("transposed_mean")
+    x = g.input("x", (64, 64), "float32")
+    m = dp.mean(x, axis=1, keepdims=True)
+    g.output("loss", dp.sum(dp.square(x - dp.transpose(m, (1, 0)))))
+    vg = _plans(g.build(), "x")["value_and_grad"]
+    assert not plan_of(vg).rows and "rows" not in vg.meta
+
+
+def test_no_buffer_passes_between_values_inside_a_row_set() -> None:
+    """The members' rows interleave, so every value written inside a set keeps its own buffer
+    while the set runs (the plain liveness would let a later member's per-row result take
+    the buffer of an earlier one's)."""
+    vg = _plans(normalisation((64, 1024)), "x")["value_and_grad"]
+    members = set(plan_of(vg).rows[0].groups)
+    inside = {v for g in plan_of(vg).groups if g.id in members for v in g.outputs}
+    assignment = plan_of(vg).scheduled().assignment
+    buffers = [assignment[v] for v in inside]
+    assert len(set(buffers)) == len(buffers), {v: assignment[v] for v in inside}
