@@ -140,13 +140,37 @@ def join_ranges(graph: Graph, node: Node) -> list[tuple[str, int, int]]:
     return out
 
 
+def _identity_view(node: Node, out_shape: Shape, shapes: list[Shape]) -> bool:
+    """Whether ``node`` is a layout view that reads each element of its input of the same
+    shape at the same index (a slice taking a whole axis, or a reversed axis of length 1)."""
+    op = node.opdef
+    if op.view_affine is None or op.arity != 1 or shapes != [out_shape]:
+        return False
+    n = len(out_shape)
+    ident = tuple(idx.zero(n) if d == 1 else idx.axis(k, n) for k, d in enumerate(out_shape))
+    got = op.view_affine(op.parse_attrs(node.attrs, node.name), out_shape, out_shape, ident, out_shape)
+    if got is None:
+        return False
+    return all(d == 1 or g == e for g, e, d in zip(got, ident, out_shape, strict=True))
+
+
+def _unflattened(coords: Coords, shape: Shape) -> Coords | None:
+    """Per-axis coordinates equal to flat coordinates ``coords`` of a value of ``shape`` with
+    at most one axis longer than 1 (its coordinate is the flat offset; the others are 0);
+    None for other shapes."""
+    if len(coords) != 1 or sum(d > 1 for d in shape) > 1:
+        return None
+    (flat,) = coords
+    return tuple(flat if d > 1 else idx.zero(len(flat.w)) for d in shape)
+
+
 def _flat_children(node: Node, coords: Coords, out_shape: Shape, shapes: list[Shape]) -> Reads | None:
     """The reads of ``node`` at flat coordinates: a layout-preserving view reads its input at
     the same offset; an elementwise op (with inputs) reads each input of its own shape there;
     both, and a layout view, read an input of one element at 0; anything else (a source, a
     broadcast operand, a transpose) cannot be evaluated there."""
     op = node.opdef
-    if op.preserves_layout:
+    if op.preserves_layout or _identity_view(node, out_shape, shapes):
         return [(node.inputs[0], coords)]
     if not node.inputs or (op.kind != "elementwise" and op.view_affine is None):
         return None
@@ -179,7 +203,10 @@ def children(
     op, out_shape = node.opdef, tuple(node.type.shape)
     shapes = [tuple(graph.types[i].shape) for i in node.inputs]
     if idx.is_flat(coords, out_shape):
-        return _flat_children(node, coords, out_shape, shapes)
+        per_axis = _unflattened(coords, out_shape)
+        if per_axis is None:
+            return _flat_children(node, coords, out_shape, shapes)
+        coords = per_axis
     if op.kind == "elementwise":
         return [(i, idx.aligned_coords(coords, out_shape, s)) for i, s in zip(node.inputs, shapes, strict=True)]
     if op.join_axis is not None and variable is not None:
@@ -201,11 +228,13 @@ def children(
     if op.kind == "stencil" and op.weights is not None:
         shifted = [tuple(c.shifted(d) for c, d in zip(coords, t, strict=True)) for t, _ in taps(graph, node)]
         return [(node.inputs[0], c) for c in shifted]
-    if op.axis_images is not None and guards is not None:
+    if op.axis_images is not None:
         m = image_map(node, shapes[0])
-        for c, ax in zip(coords, m.axes, strict=True):
-            if not ax.plain:
-                guards.append((_canonical(c, space), ax.lo, ax.hi))
+        bounded = [(c, ax) for c, ax in zip(coords, m.axes, strict=True) if not ax.plain]
+        if bounded and guards is None:  # a boundary needs the edge function: not in this walk
+            return None
+        for c, ax in bounded:
+            guards.append((_canonical(c, space), ax.lo, ax.hi))  # type: ignore[union-attr]
         # An input axis of length 1 is read at 0 (the guard holds the coordinate there).
         axes = zip(coords, m.axes, shapes[0], strict=True)
         shifted = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) for c, ax, n in axes]
