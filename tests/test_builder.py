@@ -347,7 +347,7 @@ def cube_op(derivative: dp.Derivative | None) -> dp.OpDef:
         infer=_same_type,
         reference=lambda attrs, x: x * x * x,
         derivative=derivative,
-        warp="({0} * {0} * {0})",
+        cxx="({0} * {0} * {0})",
         doc="x**3 (test op)",
     )
 

@@ -554,7 +554,7 @@ def test_no_scalar_output_to_seed_by_default() -> None:
 
 
 # -- compiling what the backend cannot lower --------------------------------------------------
-def test_user_op_without_warp_lowering_is_a_contract_error_at_compile_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_user_op_without_cxx_lowering_is_a_contract_error_at_compile_time(monkeypatch: pytest.MonkeyPatch) -> None:
     from dpt_ir.ops import registry
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # the op is gone after the test
@@ -574,8 +574,9 @@ def test_user_op_without_warp_lowering_is_a_contract_error_at_compile_time(monke
     assert dp.interpret(graph, x=np.ones(4, np.float32))["loss"] == 8.0  # the interpreter runs it
     expect_contract_error(
         lambda: dp.compile(graph, wrt=["x"], device="cpu"),
-        "op 'test_contracts_cube' (node 'test_contracts_cube_0')",
-        "cannot be compiled for the Warp backend",
-        "expected an OpDef with a Warp lowering",
-        "found none",
+        "kernel group",
+        "ops ['add', 'constant', 'sum', 'test_contracts_cube']",
+        "expected a group the C++ backend lowers",
+        "op 'test_contracts_cube' (node 'test_contracts_cube_0') with no C++ lowering",
+        "`cxx=`",
     )

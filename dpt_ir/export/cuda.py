@@ -3,9 +3,9 @@
 Assumes: a validated graph and the options `dp.compile` used. Guarantees: `cuda_plans` runs
 the pass pipelines as `dp.compile` does for a GPU (the CUDA budgets, the CUDA partition of
 reductions into ordered partials) and generates their launches, with no GPU and no Warp
-module build; it raises ContractError naming the launch, its group and its ops when a plan
-holds a launch that is not on the C++ path (a Warp-Python kernel: a gather, a matmul...),
-since only C++ units can leave Warp. `kernels_cu` gives a file that builds three ways:
+module build (every launch is a C++ unit: `codegen.generate` raises ContractError, naming
+the group and its ops, for a group the C++ path cannot lower). `kernels_cu` gives a file
+that builds three ways:
 
 - NVRTC / nvcc: the math header, each unit's element function and CUDA driver, and one
   ``extern "C" __global__ void k_<unit>(<pointers>, int* st, int sb, int n)`` per unit, one
@@ -28,7 +28,6 @@ from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE, KernelSource, StatusSlot
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
-from dpt_ir.passes.kernel_ir import plan_of
 from dpt_ir.passes.options import CompileOptions
 
 PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
@@ -63,26 +62,13 @@ def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool)
     source = codegen.generate({PREFIX[k]: g for k, g in graphs.items()}, graph.name, "CUDA export", checks, "cuda")
     kernels = {name: [k for k in source.kernels if k.name.startswith(PREFIX[name] + "_")] for name in graphs}
     units = {}
-    for name, ks in kernels.items():
+    for ks in kernels.values():
         for k in ks:
-            _refuse_warp(graph.name, name, graphs[name], k)
             fn = _CALL.search(k.text)
             if fn is None or fn.group(1) not in source.natives:
                 raise ContractError(f"export of {graph.name!r}: launch {k.name!r} calls no C++ unit; found {k.text!r}")
             units[k.name] = _unit(fn.group(1), source.natives[fn.group(1)][0])
     return CudaBuild(graphs, kernels, source.slots, units)
-
-
-def _refuse_warp(title: str, plan: str, graph: Graph, k: KernelSource) -> None:
-    if k.path == "cxx":
-        return
-    group = plan_of(graph).group(k.group)
-    ops = sorted({graph.node_map[n].op for n in group.nodes})
-    raise ContractError(
-        f"export of {title!r}: plan {plan!r}, launch {k.name!r} (group {k.group}, {group.kind}, ops {ops}) "
-        f"is a Warp-Python kernel; expected only C++ launches (elementwise ops and reductions over trailing "
-        f"axes), which is what can run without warp-lang; leave the plan out (plans=[...], --plans)"
-    )
 
 
 def _unit(name: str, text: str) -> Unit:

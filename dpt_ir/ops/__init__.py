@@ -1,5 +1,7 @@
 """The op table. Importing this package registers every built-in op family and proves
-the table complete (each `register_op` call checks its op's derivative entry)."""
+the table complete (each `register_op` call checks its op's derivative entry) and
+compilable (`registry.check_lowered`: every built-in op but the loop ops has a C++
+lowering)."""
 
 from dpt_ir.ops import (  # noqa: F401  (registration)
     elementwise,
@@ -21,6 +23,7 @@ from dpt_ir.ops.registry import (
     OpDef,
     Signature,
     all_ops,
+    check_lowered,
     get_op,
     register_op,
 )
@@ -36,3 +39,5 @@ __all__ = [
     "get_op",
     "register_op",
 ]
+
+check_lowered(all_ops())

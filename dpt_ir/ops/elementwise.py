@@ -12,48 +12,11 @@ import numpy as np
 
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.registry import CXX_FLOATS, CxxSite, Derivative, GradContext, OpDef, WarpSite, register_op
+from dpt_ir.ops.registry import CXX_FLOATS, CxxSite, Derivative, GradContext, OpDef, register_op
 from dpt_ir.ops.rules import Attrs, DTypeRule, check_axes, elementwise_rule
 from dpt_ir.types import DType, TensorType
 
 _erf = np.frompyfunc(math.erf, 1, 1)
-
-# Warp functions the expressions below call; generic over float32/float64.
-HELPERS = """
-@wp.func
-def dp_log1p(x: Any):
-    # log(1 + x) accurate near 0 (Goldberg): u - 1 is exact, the ratio corrects log(u).
-    # At x = +inf, log(u) itself is the answer: the correction x / d would read inf / inf.
-    u = type(x)(1.0) + x
-    d = u - type(x)(1.0)
-    if d == type(x)(0.0):
-        return x
-    if d == type(x)(wp.inf):
-        return wp.log(u)
-    return wp.log(u) * (x / d)
-
-
-@wp.func
-def dp_expm1(x: Any):
-    # exp(x) - 1 accurate near 0 (Kahan). The correction x / log(u) is formed first, so
-    # d * x never overflows for finite results (x near log(max)); an infinite u (overflow,
-    # x = +inf) is the answer itself, as inf * (x / inf) would read inf * 0.
-    u = wp.exp(x)
-    if u == type(x)(1.0):
-        return x
-    d = u - type(x)(1.0)
-    if d == type(x)(-1.0) or u == type(x)(wp.inf):
-        return d
-    return d * (x / wp.log(u))
-
-
-@wp.func
-def dp_softplus(x: Any):
-    # log(1 + exp(x)) without overflow.
-    return wp.max(x, type(x)(0.0)) + dp_log1p(wp.exp(-wp.abs(x)))
-"""
-
 
 def _softplus(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
@@ -68,7 +31,6 @@ def _unary(
     name: str,
     rule: DTypeRule,
     ref: Any,
-    warp: str,
     formula: Any = None,
     saved_inputs: tuple[int, ...] = (),
     saved_output: bool = False,
@@ -86,7 +48,6 @@ def _unary(
             infer=elementwise_rule(rule),
             reference=lambda attrs, x: ref(x),
             derivative=deriv,
-            warp=warp,
             doc=doc,
             **traits,
         )
@@ -103,12 +64,11 @@ def _x(c: GradContext) -> Any:
     return c.input(0)
 
 
-_unary("neg", "numeric", np.negative, "(-{0})", lambda c: -c.gy, cxx="(-{0})", doc="-x", involution=True)
+_unary("neg", "numeric", np.negative, lambda c: -c.gy, cxx="(-{0})", doc="-x", involution=True)
 _unary(
     "abs",
     "numeric",
     np.abs,
-    "wp.abs({0})",
     lambda c: c.gy * F.sign(_x(c)),
     (0,),
     doc="|x|; gradient sign(x), 0 at 0",
@@ -118,7 +78,6 @@ _unary(
     "exp",
     "float",
     np.exp,
-    "wp.exp({0})",
     lambda c: c.gy * c.out,
     saved_output=True,
     work=8,
@@ -129,10 +88,8 @@ _unary(
     "log",
     "float",
     np.log,
-    "wp.log({0})",
     lambda c: c.gy / _x(c),
     (0,),
-    warp_domain="{0} >= {T}(0.0)",
     cxx_domain="{0} >= ({T})0",
     work=8,
     doc="natural logarithm (domain x >= 0)",
@@ -142,12 +99,9 @@ _unary(
     "log1p",
     "float",
     np.log1p,
-    "dp_log1p({0})",
     lambda c: c.gy / (1.0 + _x(c)),
     (0,),
-    warp_domain="{0} >= {T}(-1.0)",
     cxx_domain="{0} >= ({T})-1",
-    warp_helpers=HELPERS,
     work=8,
     doc="log(1 + x), accurate near 0 (domain x >= -1)",
     cxx="dp_log1p({0})",
@@ -156,10 +110,8 @@ _unary(
     "expm1",
     "float",
     np.expm1,
-    "dp_expm1({0})",
     lambda c: c.gy * (c.out + 1.0),
     saved_output=True,
-    warp_helpers=HELPERS,
     work=8,
     doc="exp(x) - 1, accurate near 0",
     cxx="dp_expm1({0})",
@@ -168,10 +120,8 @@ _unary(
     "sqrt",
     "float",
     np.sqrt,
-    "wp.sqrt({0})",
     lambda c: c.gy * 0.5 / c.out,
     saved_output=True,
-    warp_domain="{0} >= {T}(0.0)",
     cxx_domain="{0} >= ({T})0",
     work=4,
     doc="square root (domain x >= 0)",
@@ -181,23 +131,20 @@ _unary(
     "rsqrt",
     "float",
     lambda x: 1.0 / np.sqrt(x),
-    "({T}(1.0) / wp.sqrt({0}))",
     lambda c: c.gy * -0.5 * c.out * c.out * c.out,
     saved_output=True,
-    warp_domain="{0} >= {T}(0.0)",
     cxx_domain="{0} >= ({T})0",
     work=4,
     doc="1 / sqrt(x) (domain x >= 0)",
     cxx="dp_rsqrt({0})",
 )
 _unary(
-    "square", "numeric", np.square, "({0} * {0})", lambda c: c.gy * 2.0 * _x(c), (0,), doc="x * x", cxx="({0} * {0})"
+    "square", "numeric", np.square, lambda c: c.gy * 2.0 * _x(c), (0,), doc="x * x", cxx="({0} * {0})"
 )
 _unary(
     "reciprocal",
     "float",
     np.reciprocal,
-    "({T}(1.0) / {0})",
     lambda c: -c.gy * c.out * c.out,
     saved_output=True,
     work=4,
@@ -208,7 +155,6 @@ _unary(
     "sin",
     "float",
     np.sin,
-    "wp.sin({0})",
     lambda c: c.gy * F.cos(_x(c)),
     (0,),
     work=8,
@@ -219,7 +165,6 @@ _unary(
     "cos",
     "float",
     np.cos,
-    "wp.cos({0})",
     lambda c: -c.gy * F.sin(_x(c)),
     (0,),
     work=8,
@@ -230,7 +175,6 @@ _unary(
     "tanh",
     "float",
     np.tanh,
-    "wp.tanh({0})",
     lambda c: c.gy * (1.0 - c.out * c.out),
     saved_output=True,
     work=8,
@@ -241,7 +185,6 @@ _unary(
     "sigmoid",
     "float",
     _sigmoid,
-    "({T}(1.0) / ({T}(1.0) + wp.exp(-{0})))",
     lambda c: c.gy * c.out * (1.0 - c.out),
     saved_output=True,
     work=8,
@@ -252,7 +195,6 @@ _unary(
     "relu",
     "numeric",
     lambda x: np.maximum(x, 0).astype(x.dtype),
-    "wp.where({0} < {T}(0), {T}(0), {0})",
     lambda c: F.where(_x(c) > 0, c.gy, 0),
     (0,),
     doc="max(x, 0); gradient 0 at 0",
@@ -262,10 +204,8 @@ _unary(
     "softplus",
     "float",
     _softplus,
-    "dp_softplus({0})",
     lambda c: c.gy * F.sigmoid(_x(c)),
     (0,),
-    warp_helpers=HELPERS,
     work=8,
     doc="log(1 + exp(x)), computed without overflow",
     cxx="dp_softplus({0})",
@@ -274,7 +214,6 @@ _unary(
     "erf",
     "float",
     lambda x: np.asarray(_erf(x), dtype=x.dtype),  # frompyfunc gives a bare float for 0-d input
-    "wp.erf({0})",
     lambda c: c.gy * (2.0 / math.sqrt(math.pi)) * F.exp(-F.square(_x(c))),
     (0,),
     work=8,
@@ -285,20 +224,18 @@ _unary(
     "sign",
     "numeric",
     np.sign,
-    "wp.where({0} > {T}(0), {T}(1), wp.where({0} < {T}(0), {T}(-1), {0}))",
     doc="not differentiable",
     cxx="({0} > ({T})0 ? ({T})1 : ({0} < ({T})0 ? ({T})-1 : {0}))",
 )
-_unary("floor", "float", np.floor, "wp.floor({0})", doc="not differentiable", cxx="dp_floor({0})")
-_unary("ceil", "float", np.ceil, "wp.ceil({0})", doc="not differentiable", cxx="dp_ceil({0})")
-_unary("logical_not", "logical", np.logical_not, "(not {0})", involution=True, doc="not a (bool)", cxx="(!{0})")
+_unary("floor", "float", np.floor, doc="not differentiable", cxx="dp_floor({0})")
+_unary("ceil", "float", np.ceil, doc="not differentiable", cxx="dp_ceil({0})")
+_unary("logical_not", "logical", np.logical_not, involution=True, doc="not a (bool)", cxx="(!{0})")
 
 
 def _binary(
     name: str,
     rule: DTypeRule,
     ref: Any,
-    warp: str,
     formulas: dict[int, Any] | None = None,
     saved_inputs: tuple[int, ...] = (),
     saved_output: bool = False,
@@ -316,7 +253,6 @@ def _binary(
             infer=elementwise_rule(rule),
             reference=lambda attrs, a, b: ref(a, b),
             derivative=deriv,
-            warp=warp,
             doc=doc,
             **traits,
         )
@@ -359,7 +295,6 @@ _binary(
     "add",
     "numeric",
     np.add,
-    "({0} + {1})",
     {0: lambda c: c.gy, 1: lambda c: c.gy},
     identity=0.0,
     commutative=True,
@@ -370,7 +305,6 @@ _binary(
     "sub",
     "numeric",
     np.subtract,
-    "({0} - {1})",
     {0: lambda c: c.gy, 1: lambda c: -c.gy},
     identity=0.0,
     doc="a - b",
@@ -380,7 +314,6 @@ _binary(
     "mul",
     "numeric",
     np.multiply,
-    "({0} * {1})",
     {0: lambda c: c.gy * _b(c), 1: lambda c: c.gy * _a(c)},
     (0, 1),
     identity=1.0,
@@ -392,7 +325,6 @@ _binary(
     "div",
     "float",
     np.divide,
-    "({0} / {1})",
     {0: lambda c: c.gy / _b(c), 1: lambda c: -c.gy * c.out / _b(c)},
     (1,),
     True,
@@ -405,12 +337,10 @@ _binary(
     "pow",
     "float",
     np.power,
-    "wp.pow({0}, {1})",
     {0: _pow_wrt_base, 1: _pow_wrt_exponent},
     (0, 1),
     True,
     doc="a ** b; gradient wrt a is 0 where b == 0, wrt b is 0 where a == 0 and b >= 0",
-    warp_domain="{0} >= {T}(0.0) or {1} == wp.floor({1})",
     cxx_domain="{0} >= ({T})0 || {1} == dp_floor({1})",
     identity=1.0,
     work=8,
@@ -434,7 +364,6 @@ _binary(
     "maximum",
     "numeric",
     np.maximum,
-    "wp.where({0} >= {1} or {0} != {0}, {0}, {1})",
     _extremum_formulas(operator.ge),
     (0, 1),
     doc="a tie sends the gradient to a; a NaN result sends it to the NaN operand (a if both)",
@@ -444,7 +373,6 @@ _binary(
     "minimum",
     "numeric",
     np.minimum,
-    "wp.where({0} <= {1} or {0} != {0}, {0}, {1})",
     _extremum_formulas(operator.le),
     (0, 1),
     doc="a tie sends the gradient to a; a NaN result sends it to the NaN operand (a if both)",
@@ -454,7 +382,6 @@ _binary(
     "atan2",
     "float",
     np.arctan2,
-    "wp.atan2({0}, {1})",
     {0: lambda c: _atan2_scale(c) * _b(c), 1: lambda c: -_atan2_scale(c) * _a(c)},
     (0, 1),
     work=8,
@@ -469,9 +396,9 @@ for _name, _ref, _sym in [
     ("eq", np.equal, "=="),
     ("ne", np.not_equal, "!="),
 ]:
-    _binary(_name, "compare", _ref, f"({{0}} {_sym} {{1}})", doc="not differentiable", cxx=f"({{0}} {_sym} {{1}})")
-_binary("logical_and", "logical", np.logical_and, "({0} and {1})", doc="a and b (bool)", cxx="({0} && {1})")
-_binary("logical_or", "logical", np.logical_or, "({0} or {1})", doc="a or b (bool)", cxx="({0} || {1})")
+    _binary(_name, "compare", _ref, doc="not differentiable", cxx=f"({{0}} {_sym} {{1}})")
+_binary("logical_and", "logical", np.logical_and, doc="a and b (bool)", cxx="({0} && {1})")
+_binary("logical_or", "logical", np.logical_or, doc="a or b (bool)", cxx="({0} || {1})")
 
 
 def _infer_where(inputs: tuple[TensorType, ...], attrs: Any, where: str) -> TensorType:
@@ -495,7 +422,6 @@ register_op(
             saved_inputs=(0,),
             nondifferentiable=(0,),
         ),
-        warp="wp.where({0}, {1}, {2})",
         cxx="({0} ? {1} : {2})",
         doc="x where condition else y; the condition gets no gradient",
     )
@@ -534,16 +460,6 @@ def _infer_clamp(inputs: tuple[TensorType, ...], attrs: ClampAttrs, where: str) 
     return elementwise_rule("float")(inputs, attrs, where)
 
 
-def _clamp_warp(site: WarpSite) -> str:
-    # Comparisons (not wp.min/max) so that NaN passes through, as in NumPy.
-    (x,), t, out = site.args, site.out_type, site.args[0]
-    if site.attrs.hi is not None:
-        out = f"wp.where({x} > {t}({site.attrs.hi!r}), {t}({site.attrs.hi!r}), {out})"
-    if site.attrs.lo is not None:
-        out = f"wp.where({x} < {t}({site.attrs.lo!r}), {t}({site.attrs.lo!r}), {out})"
-    return out
-
-
 def _clamp_cxx(site: CxxSite) -> str:
     (x,), t, out = site.args, site.out_type, site.args[0]
     if site.attrs.hi is not None:
@@ -563,7 +479,6 @@ register_op(
         attrs=ClampAttrs,
         infer=_infer_clamp,
         reference=_clamp_ref,
-        warp=_clamp_warp,
         cxx=_clamp_cxx,
         derivative=Derivative({0: _clamp_grad}, saved_inputs=(0,)),
         doc="x limited to [lo, hi]; the gradient passes where lo <= x <= hi",
@@ -573,15 +488,6 @@ register_op(
 
 class CastAttrs(Attrs):
     dtype: DType
-
-
-def _cast_warp(site: WarpSite) -> str:
-    (x,), (src,), dst = site.args, site.in_types, site.out_type
-    if src == "wp.bool":
-        return f"wp.where({x}, {dst}(1), {dst}(0))"
-    if dst == "wp.bool":
-        return f"({x} != {src}(0))"
-    return f"{dst}({x})"
 
 
 def _cast_cxx(site: CxxSite) -> str:
@@ -601,7 +507,6 @@ register_op(
         attrs=CastAttrs,
         infer=lambda inputs, attrs, where: TensorType(shape=inputs[0].shape, dtype=attrs.dtype),
         reference=lambda attrs, x: x.astype(attrs.dtype),
-        warp=_cast_warp,
         cxx=_cast_cxx,
         derivative=Derivative({0: lambda c: F.cast(c.gy, c.input_type(0).dtype)}),
         doc="dtype conversion; only floating values carry gradients",
@@ -613,17 +518,6 @@ class ConstantAttrs(Attrs):
     value: bool | int | float
     dtype: DType
     shape: tuple[int, ...] = ()
-
-
-def warp_literal(value: bool | int | float, wp_type: str) -> str:
-    """A typed Warp literal (NaN as 0/0 and infinities as wp.inf keep every dtype exact)."""
-    if wp_type == "wp.bool":
-        return "True" if value else "False"
-    if isinstance(value, float) and math.isnan(value):
-        return f"({wp_type}(0.0) / {wp_type}(0.0))"
-    if isinstance(value, float) and math.isinf(value):
-        return f"{wp_type}({'-' if value < 0 else ''}wp.inf)"
-    return f"{wp_type}({value!r})"
 
 
 def cxx_literal(value: bool | int | float, c_type: str) -> str:
@@ -667,7 +561,6 @@ register_op(
         infer=_infer_constant,
         reference=lambda attrs: np.full(attrs.shape, attrs.value, dtype=attrs.dtype),
         constant_value=lambda attrs: attrs.value,
-        warp=lambda site: warp_literal(site.attrs.value, site.out_type),
         cxx=lambda site: cxx_literal(site.attrs.value, site.out_type),
         doc="a tensor filled with one value (Python scalars in expressions become these)",
     )
@@ -693,13 +586,6 @@ def _iota_ref(attrs: IotaAttrs) -> np.ndarray:
     return flat.astype(np.int32)
 
 
-def _iota_warp(site: WarpSite) -> str:
-    flat = "0"
-    for a in site.attrs.axes:
-        flat = idx.add(idx.mul(flat, site.out_shape[a]), site.index[a])
-    return f"wp.int32({flat})"
-
-
 def _iota_cxx(site: CxxSite) -> str:
     flat = "0"
     for a in site.attrs.axes:
@@ -715,7 +601,6 @@ register_op(
         attrs=IotaAttrs,
         infer=_infer_iota,
         reference=_iota_ref,
-        warp=_iota_warp,
         cxx=_iota_cxx,
         doc="each element's row-major index within the sub-array spanned by axes (int32)",
     )

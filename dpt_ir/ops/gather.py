@@ -16,9 +16,8 @@ limited to [0, n - 1]); a position out of range under ``raise`` is a NumericalEr
 order of ``np.add.at``), the order the compiled scatter kernels sum in, so compiled and
 interpreted results are bit-identical. Each op's derivative is the other: take's input
 gradient is an add_at of the cotangent into zeros; add_at's gradient is the cotangent
-for ``base`` and a take of it for ``values``. The lowerings are data: `GatherSite`
-(Warp-Python) and `GatherCoords` (the C++ path) for take, `ScatterLayout` for add_at,
-``table`` for index_array; see docs/gather-scatter.md.
+for ``base`` and a take of it for ``values``. The lowerings are data: `GatherCoords`
+for take, `ScatterLayout` for add_at, ``table`` for index_array; see docs/gather-scatter.md.
 """
 
 from __future__ import annotations
@@ -35,11 +34,9 @@ from dpt_ir.ops.indexing import Coords
 from dpt_ir.ops.registry import (
     Derivative,
     GatherCoords,
-    GatherSite,
     GradContext,
     OpDef,
     ScatterLayout,
-    WarpSite,
     register_op,
 )
 from dpt_ir.ops.rules import Attrs
@@ -140,21 +137,10 @@ def _take_ref(attrs: GatherAttrs, a: np.ndarray, indices: np.ndarray) -> np.ndar
     return np.take(a, p, axis=attrs.axis)
 
 
-def _take_site(site: WarpSite) -> GatherSite:
-    a, indices = site.in_shapes
-    axis, k = site.attrs.axis, len(indices)
-    if site.attrs.along:
-        at, source = site.index, site.index
-    else:
-        at = site.index[axis : axis + k]
-        source = site.index[:axis] + ("0",) + site.index[axis + k :]
-    return GatherSite(1, tuple(at), 0, tuple(source), axis, a[axis], site.attrs.mode)
-
-
 def _take_coords(
     attrs: GatherAttrs, in_shapes: tuple[tuple[int, ...], ...], out_shape: tuple[int, ...], out: Coords, ext: Any
 ) -> GatherCoords:
-    """`_take_site` over `Affine` forms (the C++ path): the same reads, backend-neutral."""
+    """Where a take reads for the output element at coordinate forms ``out`` (`GatherCoords`)."""
     a, indices = in_shapes
     axis, k = attrs.axis, len(indices)
     if attrs.along:
@@ -217,7 +203,6 @@ def _add_at_layout(attrs: GatherAttrs, shape: tuple[int, ...], indices: tuple[in
             **common,
             rows=math.prod(shape),
             key=lambda j, p: idx.linearize(j[:axis] + (p,) + j[axis + 1 :], shape),
-            row=lambda dest: idx.linearize(dest, shape),
             source_at=lambda dest, j: j,
             key_form=lambda j, p: idx.flat(j[:axis] + (p,) + j[axis + 1 :], shape, 0),
             row_form=lambda dest: idx.flat(dest, shape, 0),
@@ -226,7 +211,6 @@ def _add_at_layout(attrs: GatherAttrs, shape: tuple[int, ...], indices: tuple[in
         **common,
         rows=shape[axis],
         key=lambda j, p: p,
-        row=lambda dest: dest[axis],
         source_at=lambda dest, j: dest[:axis] + j + dest[axis + 1 :],
         key_form=lambda j, p: p,
         row_form=lambda dest: dest[axis],
@@ -267,7 +251,6 @@ register_op(
         attrs=GatherAttrs,
         infer=_infer_take,
         reference=_take_ref,
-        warp_gather=_take_site,
         gather_affine=_take_coords,
         data_dependent_reads=True,
         derivative=Derivative(formulas={0: _take_grad}, saved_inputs=(1,), nondifferentiable=(1,)),

@@ -1,12 +1,12 @@
-"""Integer index expressions of views and stencils.
+"""Integer index forms of views, stencils and scatters.
 
-Shape ops describe, for each output element, which input element they read. Two forms:
-
-- Warp-Python strings (``"i0"``, ``"(i1 * 3 + 2)"``...), with literals folded so that
-  generated kernels stay readable and cheap (`OpDef.warp_index`);
 - `Affine` coordinate forms, backend-neutral, for layout views whose input coordinates are
   affine in the output's (`OpDef.view_affine`): the C++ path renders them, and `split`
-  proves a reshape affine (every coordinate in range) before it is used.
+  proves a reshape affine (every coordinate in range) before it is used;
+- integer-arithmetic strings (``"(j0 * 3 + p)"``, literals folded: `add`, `mul`,
+  `linearize`) where the op table describes a map symbolically and the compiler evaluates
+  it itself (a scatter's destination keys, on NumPy arrays of constant positions; the
+  images a pad's adjoint counts). No backend syntax.
 """
 
 from __future__ import annotations
@@ -63,30 +63,6 @@ def linearize(index: Sequence[str], shape: Sequence[int]) -> str:
         if d != 1:
             total = add(total, mul(e, s))
     return total
-
-
-def delinearize(flat: str, shape: Sequence[int]) -> list[str]:
-    """Row-major multi-index of the non-negative flat offset ``flat`` (which is below the
-    product of ``shape``, so the leading axis needs no modulo)."""
-    out = []
-    for k, (s, d) in enumerate(zip(strides(shape), shape, strict=True)):
-        if d == 1:
-            out.append("0")
-            continue
-        e = flat if s == 1 else f"({flat} // {s})"
-        out.append(e if k == 0 or all(x == 1 for x in shape[:k]) else f"({e} % {d})")
-    return out
-
-
-def broadcast_index(index: Sequence[str], out_shape: Sequence[int], in_shape: Sequence[int]) -> tuple[str, ...]:
-    """Index into an input that NumPy-broadcasts to ``out_shape``."""
-    lead = len(out_shape) - len(in_shape)
-    return tuple("0" if d == 1 else index[lead + k] for k, d in enumerate(in_shape))
-
-
-def clamp(e: str, lo: int, hi: int) -> str:
-    """``e`` limited to [lo, hi] (for reads that must stay in bounds when unused)."""
-    return f"wp.min(wp.max({e}, {lo}), {hi})"
 
 
 # -- Affine coordinate forms: backend-neutral index maps of layout views -------------------

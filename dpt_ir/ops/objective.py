@@ -42,8 +42,6 @@ register_op(
         infer=_infer_guard,
         reference=_guard_ref,
         derivative=Derivative({0: lambda c: c.gy}, nondifferentiable=(1,)),
-        warp="{0}",
-        warp_domain="{1}",
         cxx="{0}",
         cxx_domain="{1}",
         doc="x unchanged; compiled kernels report `message` where the condition is false",

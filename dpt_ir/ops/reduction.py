@@ -19,7 +19,6 @@ from dpt_ir.ops.registry import (
     GradContext,
     LanePass,
     OpDef,
-    ReduceTemplate,
     Signature,
     register_op,
 )
@@ -113,75 +112,6 @@ def _mean_ref(attrs: ReduceAttrs, x: np.ndarray) -> np.ndarray:
     return np.asarray(np.mean(x, axis=attrs.axes, keepdims=attrs.keepdims, dtype=np.float64)).astype(x.dtype)
 
 
-# -- Warp lowering: accumulate in a fixed order (float64 for floats), combine partials
-# in order, so results do not depend on the number of threads or partials.
-FLOATS = ("wp.float32", "wp.float64")
-LOWEST = {"wp.int32": "wp.int32(-2147483648)", "wp.uint8": "wp.uint8(0)"}
-HIGHEST = {"wp.int32": "wp.int32(2147483647)", "wp.uint8": "wp.uint8(255)"}
-
-
-def _sum_template(finalize: str) -> Any:
-    def template(in_t: str, out_t: str) -> ReduceTemplate:
-        acc = "wp.float64" if in_t in FLOATS else "wp.int32"
-        x = "wp.where({x}, 1, 0)" if in_t == "wp.bool" else f"{acc}({{x}})"
-        return ReduceTemplate(
-            accumulators=(("s", acc, f"{acc}(0)"),),
-            update=f"{{acc_s}} = {{acc_s}} + {x}",
-            combine="{acc_s} = {acc_s} + {other_s}",
-            finalize=finalize.format(out=out_t, acc=acc),
-        )
-
-    return template
-
-
-def _extremum_template(cmp: str, with_index: bool) -> Any:
-    # NaN wins (as in NumPy) and the first extremum wins ties.
-    def template(in_t: str, out_t: str) -> ReduceTemplate:
-        if in_t in FLOATS:
-            init = f"{in_t}({'-' if cmp == '>' else ''}wp.inf)"
-            better = f"{{v}} {cmp} {{acc_m}} or ({{v}} != {{v}} and {{acc_m}} == {{acc_m}})"
-        else:
-            init = (LOWEST if cmp == ">" else HIGHEST)[in_t]
-            better = f"{{v}} {cmp} {{acc_m}}"
-        accs: tuple[tuple[str, str, str], ...] = (("m", in_t, init),)
-        update = f"if {better.format(v='{x}', acc_m='{acc_m}')}:\n    {{acc_m}} = {{x}}"
-        combine = f"if {better.format(v='{other_m}', acc_m='{acc_m}')}:\n    {{acc_m}} = {{other_m}}"
-        if with_index:
-            accs += (("i", "wp.int32", "wp.int32(0)"),)
-            update += "\n    {acc_i} = {r}"
-            combine += "\n    {acc_i} = {other_i}"
-        return ReduceTemplate(accs, update, combine, "{acc_i}" if with_index else f"{out_t}({{acc_m}})")
-
-    return template
-
-
-def _logsumexp_template(in_t: str, out_t: str) -> ReduceTemplate:
-    # Online log-sum-exp: a running maximum m and sum s of exp(x - m), rescaled when m grows.
-    x = "wp.float64({x})"
-    update = "\n".join(
-        [
-            f"if {x} > {{acc_m}}:",
-            f"    {{acc_s}} = {{acc_s}} * wp.exp({{acc_m}} - {x}) + wp.float64(1.0)",
-            f"    {{acc_m}} = {x}",
-            "elif {acc_m} > wp.float64(-wp.inf):",
-            f"    {{acc_s}} = {{acc_s}} + wp.exp({x} - {{acc_m}})",
-            "elif {x} != {x}:",
-            f"    {{acc_s}} = {x}",
-        ]
-    )
-    combine = "\n".join(
-        [
-            "if {other_m} > {acc_m}:",
-            "    {acc_s} = {acc_s} * wp.exp({acc_m} - {other_m}) + {other_s}",
-            "    {acc_m} = {other_m}",
-            "elif {other_m} > wp.float64(-wp.inf):",
-            "    {acc_s} = {acc_s} + {other_s} * wp.exp({other_m} - {acc_m})",
-        ]
-    )
-    accs = (("m", "wp.float64", "wp.float64(-wp.inf)"), ("s", "wp.float64", "wp.float64(0.0)"))
-    return ReduceTemplate(accs, update, combine, f"{out_t}({{acc_m}} + wp.log({{acc_s}}))")
-
-
 # -- C++ lowering (dpt_ir/backends/cxx): 8 lanes fixed by element index, merged in a fixed
 # tree (dp_math.h's dp_lanes_*), partials combined in order. Float sums accumulate in
 # float64 lanes; integer sums in unsigned lanes (wrapping as int32 does); float max/min keep
@@ -248,7 +178,7 @@ def _logsumexp_cxx(in_t: str, out_t: str) -> CxxReduce | None:
     )
 
 
-def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str, warp: Any, cxx: Any) -> None:
+def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str, cxx: Any) -> None:
     register_op(
         OpDef(
             name=name,
@@ -258,7 +188,6 @@ def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, d
             infer=infer,
             reference=ref,
             derivative=derivative,
-            warp_reduce=warp,
             cxx_reduce=cxx,
             doc=doc,
         )
@@ -271,7 +200,6 @@ _reduction(
     _sum_ref,
     Derivative({0: lambda c: _unreduce(c, c.gy)}),
     "sum over axes (integers accumulate in int32)",
-    _sum_template("{out}({{acc_s}})"),
     _sum_cxx(mean=False),
 )
 _reduction(
@@ -280,7 +208,6 @@ _reduction(
     _mean_ref,
     Derivative({0: lambda c: _unreduce(c, c.gy / float(c.derived("count")))}, derived={"count": _count}),
     "mean over axes; the backward saves only the element count",
-    _sum_template("{out}({{acc_s}} / {acc}({{count}}))"),
     _sum_cxx(mean=True),
 )
 _reduction(
@@ -289,7 +216,6 @@ _reduction(
     lambda attrs, x: np.max(x, axis=attrs.axes, keepdims=attrs.keepdims),
     Derivative({0: _extremum_grad("argmax")}, saved_inputs=(0,), saved_output=True),
     "maximum over axes; the gradient goes to the first maximal element (NaN to a NaN slice)",
-    _extremum_template(">", with_index=False),
     _extremum_cxx("gt", with_index=False),
 )
 _reduction(
@@ -298,7 +224,6 @@ _reduction(
     lambda attrs, x: np.min(x, axis=attrs.axes, keepdims=attrs.keepdims),
     Derivative({0: _extremum_grad("argmin")}, saved_inputs=(0,), saved_output=True),
     "minimum over axes; the gradient goes to the first minimal element (NaN to a NaN slice)",
-    _extremum_template("<", with_index=False),
     _extremum_cxx("lt", with_index=False),
 )
 _reduction(
@@ -311,7 +236,6 @@ _reduction(
         saved_output=True,
     ),
     "log(sum(exp(x))) over axes, computed stably",
-    _logsumexp_template,
     _logsumexp_cxx,
 )
 _reduction(
@@ -320,7 +244,6 @@ _reduction(
     _arg_ref(np.argmax),
     None,
     "flat index of the first maximum within the reduced axes (not differentiable)",
-    _extremum_template(">", with_index=True),
     _extremum_cxx("gt", with_index=True),
 )
 _reduction(
@@ -329,6 +252,5 @@ _reduction(
     _arg_ref(np.argmin),
     None,
     "flat index of the first minimum within the reduced axes (not differentiable)",
-    _extremum_template("<", with_index=True),
     _extremum_cxx("lt", with_index=True),
 )

@@ -1,7 +1,8 @@
 """The op table: every op is one `OpDef`, data that passes and backends query by trait.
 
 An `OpDef` holds everything about an op: its kind, arity, attribute model, type rule,
-NumPy reference, Warp expression and derivative entry. Passes never test an op's name;
+NumPy reference, C++ lowering (element expression, reduction template or index map) and
+derivative entry. Passes never test an op's name;
 they ask ``kind``, ``cost``, ``derivative`` and the other fields.
 """
 
@@ -130,35 +131,6 @@ class Derivative:
 
 
 @dataclass(frozen=True)
-class WarpSite:
-    """Where a Warp expression is generated: the node's attributes, operand expressions,
-    Warp scalar types (``wp.float32``...), shapes, and the output element's index (one
-    integer expression per axis)."""
-
-    attrs: Any
-    args: tuple[str, ...]
-    out_type: str
-    in_types: tuple[str, ...]
-    out_shape: tuple[int, ...]
-    in_shapes: tuple[tuple[int, ...], ...]
-    index: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class IndexSource:
-    """Where a shape or stencil op reads for one output element: input ``input`` at
-    ``index`` (integer expressions, always in bounds), used when ``when`` holds (None:
-    always), multiplied by ``scale`` when given; ``literal`` replaces the read by a
-    constant (a padding value)."""
-
-    input: int
-    index: tuple[str, ...]
-    when: str | None = None
-    scale: str | None = None
-    literal: str | None = None
-
-
-@dataclass(frozen=True)
 class SparseRows:
     """A constant sparse linear map in CSR form, sorted by destination: output element
     ``o`` is ``sum(vals[k] * x[cols[k]] for k in range(rowptr[o], rowptr[o + 1])) + bias[o]``,
@@ -174,29 +146,13 @@ class SparseRows:
 
 
 @dataclass(frozen=True)
-class GatherSite:
-    """Where a gather reads for one output element: integer input ``indices`` at
-    ``indices_at`` holds a position along axis ``axis`` (of length ``size``) of input
-    ``source``, normalised by ``mode`` (``raise``: -size <= p < size, negatives count from
-    the end, others flagged; ``wrap``: p mod size; ``clip``: p limited to [0, size - 1]);
-    the source's other axes are read at ``source_at`` (whose entry at ``axis`` is unused)."""
-
-    indices: int
-    indices_at: tuple[str, ...]
-    source: int
-    source_at: tuple[str, ...]
-    axis: int
-    size: int
-    mode: str
-
-
-@dataclass(frozen=True)
 class GatherCoords:
     """Where a gather reads for one output element, as backend-neutral `Affine` coordinate
-    forms (the C++ path; `GatherSite` is the Warp-Python form): integer input ``indices`` at
-    ``indices_at`` holds a position along axis ``axis`` (of length ``size``) of input
-    ``source``, normalised by ``mode`` as in `GatherSite`; the source's other axes are read
-    at ``source_at`` (whose entry at ``axis`` is a placeholder, replaced by the position)."""
+    forms: integer input ``indices`` at ``indices_at`` holds a position along axis ``axis``
+    (of length ``size``) of input ``source``, normalised by ``mode`` (``raise``: -size <= p
+    < size, negatives count from the end, others flagged; ``wrap``: p mod size; ``clip``: p
+    limited to [0, size - 1]); the source's other axes are read at ``source_at`` (whose
+    entry at ``axis`` is a placeholder, replaced by the position)."""
 
     indices: int
     indices_at: Coords
@@ -213,18 +169,19 @@ class ScatterLayout:
     kernels that sum each destination's sources in a fixed order (no float atomics).
 
     Input ``base`` has the output's shape; integer input ``indices`` holds positions along
-    axis ``axis`` (length ``size``, normalised by ``mode`` as in `GatherSite`); each
+    axis ``axis`` (length ``size``, normalised by ``mode`` as in `GatherCoords`); each
     position element ``j`` (a multi-index into ``indices``) sends input ``values`` at
     ``source_at(dest, j)`` to the output element ``dest``. ``rows``: how many destination
     rows the positions sort into; ``key(j, p)``: the row of position element ``j``
-    holding normalised position ``p``; ``row(dest)``: the row of an output element; the
-    sources of ``dest`` are the position elements of its row, in increasing flat order.
-    ``key``, ``row`` and ``source_at`` take and give index expressions (strings);
-    ``source_at`` only rearranges its arguments' entries, so it takes `Affine` forms too.
+    holding normalised position ``p``, an integer-arithmetic string over the names ``j``
+    and ``p`` (evaluated on NumPy arrays for constant positions: `dpt_ir.backends.cxx.csr`);
+    the sources of ``dest`` are the position elements of its row, in increasing flat order.
+    ``source_at`` only rearranges its arguments' entries, so it takes `Affine` forms.
 
-    The C++ path (`dpt_ir.backends.cxx.scatter`) reads the same maps as `Affine` forms, which
-    it renders itself: ``key_form(j, p)`` and ``row_form(dest)`` are ``key`` and ``row`` over
-    coordinate forms (``j`` and ``dest`` one form per axis, ``p`` a form); None: no C++ lowering."""
+    The C++ path (`dpt_ir.backends.cxx.scatter`) reads the maps as `Affine` forms, which it
+    renders itself: ``key_form(j, p)`` is ``key`` over coordinate forms and ``row_form(dest)``
+    the row of an output element (``j`` and ``dest`` one form per axis, ``p`` a form); None:
+    no C++ lowering."""
 
     base: int
     indices: int
@@ -234,7 +191,6 @@ class ScatterLayout:
     mode: str
     rows: int
     key: Callable[[tuple[str, ...], str], str]
-    row: Callable[[tuple[str, ...]], str]
     source_at: Callable[[tuple[str, ...], tuple[str, ...]], tuple[str, ...]]
     key_form: Callable[[Coords, Affine], Affine] | None = None
     row_form: Callable[[Coords], Affine] | None = None
@@ -260,22 +216,6 @@ class Contraction:
     b_batch: tuple[int, ...]
     b_row: int
     b_col: int
-
-
-@dataclass(frozen=True)
-class ReduceTemplate:
-    """Warp code of a deterministic reduction, in the accumulator's fixed visiting order.
-
-    ``accumulators``: (name, Warp type, initial expression). ``update``: statements that
-    fold element ``{x}`` with flat reduced index ``{r}`` into the accumulators ``{acc_*}``.
-    ``combine``: statements that fold a later partial ``{other_*}`` into ``{acc_*}``.
-    ``finalize``: the output expression (``{count}`` is the reduced element count).
-    """
-
-    accumulators: tuple[tuple[str, str, str], ...]
-    update: str
-    combine: str
-    finalize: str
 
 
 CXX_FLOATS = ("float", "double")  # the C++ floating types of generated kernels (float32, float64)
@@ -331,33 +271,28 @@ class OpDef:
 
     ``infer(sig_inputs, attrs, where)`` returns the output type or raises ContractError;
     ``reference(attrs, *arrays)`` is the NumPy semantics; ``derivative`` is None when the
-    output is not differentiable. The Warp lowering is data too:
+    output is not differentiable. The lowering is data too, read by the C++ backend
+    (`dpt_ir.backends.cxx`; its helpers live in ``dpt_ir/backends/cxx/dp_math.h``):
 
-    - ``warp``: elementwise ops: a template (``{0}``, ``{1}`` … operands, ``{T}`` the
-      output's Warp type, ``{T0}`` input 0's) or a function of a `WarpSite`;
-    - ``warp_domain``: a template that is true where the inputs are in the op's domain
+    - ``cxx``: elementwise ops: the C++ element expression, a template (``{0}``, ``{1}`` …
+      operands, ``{T}`` the output's C++ type, ``{T0}`` input 0's) or a function of a
+      `CxxSite`. Trig templates read ``P`` (precise lanes) and OR into ``big`` (a huge
+      argument was seen: the driver recomputes the block precisely);
+    - ``cxx_domain``: a C++ condition, true where the inputs are in the op's domain
       (kernels flag a violation in the status word);
-    - ``warp_index``: shape and stencil ops: a function of a `WarpSite` giving the
-      `IndexSource` list of each output element; ``warp_combine`` says whether the element
-      is the first source whose condition holds (``first``; none: 0) or the sum of all
-      sources whose condition holds (``sum``, in list order: deterministic);
+    - ``cxx_reduce``: reductions: a function of (input C++ type, output C++ type) giving a
+      `CxxReduce`, or None where that type pair has no C++ lowering;
+    - ``view_affine``, ``axis_images``, ``join_axis``: layout views, per-axis views (pads)
+      and joins (see the fields' comments); ``weights``: constant-weight correlations;
     - ``sparse_rows``: constant sparse linear maps: a function of (attributes, output shape)
       giving the `SparseRows` (CSR) each output element sums in order;
-    - ``warp_reduce``: reductions: a function of (input Warp type, output Warp type)
-      giving a `ReduceTemplate`;
-    - ``warp_helpers``: source of the ``@wp.func`` helpers the templates call;
-    - ``warp_gather``, ``scatter``, ``table``: data-dependent reads, scatters and constant
-      tables (`GatherSite`, `ScatterLayout`);
-    - ``gather_affine``: data-dependent reads on the C++ path (`GatherCoords`: `Affine`
-      forms; ``table`` serves both paths);
+    - ``gather_affine``, ``scatter``, ``table``: data-dependent reads (`GatherCoords`),
+      scatters (`ScatterLayout`) and constant integer tables;
     - ``contraction``: batched matrix products: how they read their operands (`Contraction`).
-    - ``cxx``: elementwise ops: the C++ element expression, a template with the placeholders
-      of ``warp`` (``{T}`` etc. are C++ types) or a function of a `CxxSite`; helpers live in
-      ``dpt_ir/backends/cxx/dp_math.h``. Trig templates read ``P`` (precise lanes) and OR
-      into ``big`` (a huge argument was seen: the driver recomputes the block precisely);
-    - ``cxx_domain``: a C++ condition, true where the inputs are in the op's domain;
-    - ``cxx_reduce``: reductions: a function of (input C++ type, output C++ type) giving a
-      `CxxReduce`, or None where that type pair has no C++ lowering.
+
+    An op with none of these (`lowered` False) runs under `dp.interpret` only; compiling a
+    graph that holds it is a ContractError naming it. The import-time check
+    (`check_lowered`) proves every built-in op lowered, but loop ops (kind ``loop``).
     """
 
     name: str
@@ -367,14 +302,10 @@ class OpDef:
     reference: Callable[..., np.ndarray]
     attrs: type[BaseModel] = NoAttrs
     derivative: Derivative | None = None
-    warp: str | Callable[[WarpSite], str] | None = None
-    warp_domain: str | None = None
-    warp_index: Callable[[WarpSite], list[IndexSource]] | None = None
-    warp_combine: Literal["first", "sum"] = "first"
     # Layout views whose input coordinates are affine in the output's (broadcast_to, reshape,
     # transpose, slice...): from (attrs, input shape, output shape, the output element's
     # `Affine` coordinate forms, the loop space's extents), the input element's forms, or None
-    # where they are not affine there (backends then fall back to ``warp_index``).
+    # where they are not affine there.
     view_affine: Callable[[Any, tuple[int, ...], tuple[int, ...], Coords, tuple[int, ...]], Coords | None] | None = None
     # Views that read each axis independently (pad, pad_adjoint): from (attrs, input shape,
     # output shape), the `ImageMap`: per axis, the input indices each output index reads and
@@ -383,28 +314,21 @@ class OpDef:
     # Variadic views that join their inputs along one axis (concat): the axis, from the
     # attributes; output index k on it reads the input whose range holds it, at k - offset.
     join_axis: Callable[[Any], int] | None = None
-    # A fast path for the interior of a view (pad, pad_adjoint): given the first element's
-    # index and a window size per axis, a condition under which every element j of the
-    # window is input[j + shift], and that shift (None: no fast path here).
-    warp_interior: Callable[[WarpSite, tuple[int, ...]], tuple[str, tuple[int, ...]] | None] | None = None
     # Constant-weight correlations: the tap weights (input index = output index + tap
     # position); kernels loop over the taps instead of unrolling them.
     weights: Callable[[Any], np.ndarray] | None = None
     # Input reads per output element (stencil taps, folded images), from (attrs, output shape):
     reads_per_element: Callable[[Any, tuple[int, ...]], int] | None = None
     # Copies of an inlined producer's code the lowering emits per element, from (attrs,
-    # output shape): one per `warp_index` source (a fold's boundary images; a tap loop is
-    # one copy). Fusion bounds the product of nested copies (generated code size).
+    # output shape): one per image a fold reads (pad_adjoint's boundary images; a tap loop
+    # is one copy). Fusion bounds the product of nested copies (generated code size).
     code_copies: Callable[[Any, tuple[int, ...]], int] | None = None
     # Reads input 0 at data-dependent positions (take): fusion cannot assume each source
     # element is read once; on average it is read (output elements / source elements) times.
     data_dependent_reads: bool = False
-    warp_reduce: Callable[[str, str], ReduceTemplate] | None = None
     # Constant sparse linear maps (interpolation, projection, a recursive filter's matrix):
     # the destination-sorted CSR of the node, from its attributes; kernels loop over a row.
     sparse_rows: Callable[[Any, tuple[int, ...]], SparseRows] | None = None
-    # Data-dependent reads (take): where the element of a `WarpSite` reads (`GatherSite`).
-    warp_gather: Callable[[WarpSite], GatherSite] | None = None
     # Data-dependent reads on the C++ path (take): from (attrs, input shapes, output shape, the
     # output element's `Affine` coordinate forms, the loop space's extents), where it reads
     # (`GatherCoords`); the position itself is loaded per element.
@@ -418,7 +342,6 @@ class OpDef:
     # Source ops whose elements are a constant table (index_array): the table from the
     # attributes; kernels read it from a constant array.
     table: Callable[[Any], np.ndarray] | None = None
-    warp_helpers: str = ""  # Warp @wp.func source the templates call
     cxx: str | Callable[[CxxSite], str] | None = None
     cxx_domain: str | None = None
     cxx_reduce: Callable[[str, str], CxxReduce | None] | None = None
@@ -431,6 +354,14 @@ class OpDef:
     commutative: bool = False
     involution: bool = False  # op(op(x)) == x
     constant_value: Callable[[Any], Any] | None = None  # the fill value of a constant op
+
+    @property
+    def lowered(self) -> bool:
+        """Whether the op table gives the C++ backend a lowering of this op (any of the
+        fields above); an op without one runs under `dp.interpret` only."""
+        fields = (self.cxx, self.cxx_reduce, self.view_affine, self.axis_images, self.join_axis, self.weights,
+                  self.sparse_rows, self.gather_affine, self.table, self.scatter, self.contraction)  # fmt: skip
+        return any(f is not None for f in fields)
 
     @property
     def differentiable(self) -> bool:
@@ -474,7 +405,10 @@ _OP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def register_op(op: OpDef, *, replace: bool = False) -> OpDef:
-    """Add ``op`` to the table after checking its name and that its derivative entry is complete."""
+    """Add ``op`` to the table after checking its name and that its derivative entry is
+    complete. An op without a C++ lowering (`OpDef.lowered`: no ``cxx=`` and no other
+    lowering field) is accepted as interpreter-only: `dp.interpret` runs it, and compiling a
+    graph that holds it is a ContractError naming it (see docs/adding-an-op.md)."""
     if not isinstance(op, OpDef):
         raise ContractError(f"register_op: expected an OpDef, found {type(op).__name__} {op!r}")
     if not isinstance(op.name, str) or not _OP_NAME_RE.fullmatch(op.name):
@@ -501,6 +435,18 @@ def has_op(name: str) -> bool:
 
 def all_ops() -> tuple[OpDef, ...]:
     return tuple(_REGISTRY[k] for k in sorted(_REGISTRY))
+
+
+def check_lowered(ops: tuple[OpDef, ...]) -> None:
+    """Prove the built-in table compilable: every op has a C++ lowering (`OpDef.lowered`)
+    but loop ops (kind ``loop``), which compile to loop programs whose bodies are ordinary
+    graphs. ContractError naming the ops that have none."""
+    bare = [op.name for op in ops if op.kind != "loop" and not op.lowered]
+    if bare:
+        raise ContractError(
+            f"op table: expected a C++ lowering (cxx=, cxx_reduce=, an index map...) for every built-in op, "
+            f"found none for {bare}"
+        )
 
 
 def check_complete(op: OpDef) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
 from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.registry import Derivative, GradContext, IndexSource, OpDef, WarpSite, register_op
+from dpt_ir.ops.registry import Derivative, GradContext, OpDef, register_op
 from dpt_ir.ops.rules import Attrs, check_axes
 from dpt_ir.types import TensorType, broadcast_shapes
 
@@ -204,7 +204,6 @@ def _shape_op(
     ref: Any,
     grad: Any,
     doc: str,
-    index: Any,
     arity: int | None = 1,
     preserves_layout: bool = False,
     affine: Any = None,
@@ -220,7 +219,6 @@ def _shape_op(
             infer=infer,
             reference=ref,
             derivative=Derivative({0 if arity else "*": grad}),
-            warp_index=index,
             view_affine=affine,
             axis_images=images,
             join_axis=join,
@@ -228,79 +226,6 @@ def _shape_op(
             doc=doc,
         )
     )
-
-
-# -- Warp index maps: where each output element of a view reads its input ------------
-def _broadcast_index(site: WarpSite) -> list[IndexSource]:
-    return [IndexSource(0, idx.broadcast_index(site.index, site.out_shape, site.in_shapes[0]))]
-
-
-def _reshape_index(site: WarpSite) -> list[IndexSource]:
-    flat = idx.linearize(site.index, site.out_shape)
-    return [IndexSource(0, tuple(idx.delinearize(flat, site.in_shapes[0])))]
-
-
-def _expand_index(site: WarpSite) -> list[IndexSource]:
-    return [IndexSource(0, tuple(e for k, e in enumerate(site.index) if k not in site.attrs.axes))]
-
-
-def _squeeze_index(site: WarpSite) -> list[IndexSource]:
-    rest = iter(site.index)
-    ndim = len(site.in_shapes[0])
-    return [IndexSource(0, tuple("0" if k in site.attrs.axes else next(rest) for k in range(ndim)))]
-
-
-def _transpose_index(site: WarpSite) -> list[IndexSource]:
-    out = ["0"] * len(site.index)
-    for k, p in enumerate(site.attrs.axes):
-        out[p] = site.index[k]
-    return [IndexSource(0, tuple(out))]
-
-
-def _slice_index(site: WarpSite) -> list[IndexSource]:
-    a = site.attrs
-    return [
-        IndexSource(
-            0,
-            tuple(
-                idx.add(str(start), idx.mul(e, step))
-                for e, start, step in zip(site.index, a.starts, a.steps, strict=True)
-            ),
-        )
-    ]
-
-
-def _embed_index(site: WarpSite) -> list[IndexSource]:
-    a, (in_shape,) = site.attrs, site.in_shapes
-    index, conds = [], []
-    for e, start, step, n, d in zip(site.index, a.starts, a.steps, in_shape, a.shape, strict=True):
-        if (start, step, n) == (0, 1, d):
-            index.append(e)
-            continue
-        if n == 0:
-            return []
-        # Offsets are made non-negative before dividing: Warp's integer % truncates.
-        off = idx.add(e, -start) if step > 0 else idx.add(str(start), f"-{e}")
-        q = off if abs(step) == 1 else f"({off} // {abs(step)})"
-        conds.append(f"{off} >= 0")
-        if abs(step) != 1:
-            conds.append(f"{off} % {abs(step)} == 0")
-        conds.append(f"{q} < {n}")
-        index.append(idx.clamp(q, 0, n - 1))
-    return [IndexSource(0, tuple(index), " and ".join(conds) or None)]
-
-
-def _concat_index(site: WarpSite) -> list[IndexSource]:
-    axis, offset, sources = site.attrs.axis, 0, []
-    for k, shape in enumerate(site.in_shapes):
-        n, e = shape[axis], site.index[axis]
-        local = idx.clamp(idx.add(e, -offset), 0, max(n - 1, 0))
-        index = tuple(local if i == axis else x for i, x in enumerate(site.index))
-        last = k == len(site.in_shapes) - 1
-        sources.append(IndexSource(k, index, None if last else f"{e} < {offset + n}"))
-        offset += n
-    # Sources are tried in order: the first whose condition holds is read.
-    return [s for s in sources if site.in_shapes[s.input][axis] > 0]
 
 
 # -- Affine index maps (`OpDef.view_affine`): the input coordinates as forms of the output's --
@@ -363,7 +288,6 @@ _shape_op(
     lambda attrs, x: np.broadcast_to(x, attrs.shape).copy(),
     lambda c: F.sum_to(c.gy, c.input_type(0).shape),
     "NumPy broadcast to a shape",
-    _broadcast_index,
     affine=_broadcast_affine,
 )
 _shape_op(
@@ -373,7 +297,6 @@ _shape_op(
     lambda attrs, x: x.reshape(attrs.shape),
     _back_to_input,
     "row-major reshape",
-    _reshape_index,
     preserves_layout=True,
     affine=_reshape_affine,
 )
@@ -384,7 +307,6 @@ _shape_op(
     lambda attrs, x: np.expand_dims(x, attrs.axes),
     _back_to_input,
     "insert size-1 axes",
-    _expand_index,
     preserves_layout=True,
     affine=_expand_affine,
 )
@@ -395,7 +317,6 @@ _shape_op(
     lambda attrs, x: np.squeeze(x, attrs.axes),
     _back_to_input,
     "remove size-1 axes",
-    _squeeze_index,
     preserves_layout=True,
     affine=_squeeze_affine,
 )
@@ -406,7 +327,6 @@ _shape_op(
     lambda attrs, x: np.transpose(x, attrs.axes),
     lambda c: F.transpose(c.gy, _inverse(c.attrs.axes)),
     "permute axes",
-    _transpose_index,
     affine=_transpose_affine,
 )
 _shape_op(
@@ -416,7 +336,6 @@ _shape_op(
     lambda attrs, x: x[_slices(attrs)].copy(),
     _slice_grad,
     "basic strided slice, one start:stop:step per axis",
-    _slice_index,
     affine=_slice_affine,
 )
 _shape_op(
@@ -426,7 +345,6 @@ _shape_op(
     _embed_ref,
     _embed_grad,
     "zeros of `shape` with the input placed at a slice (the adjoint of slice)",
-    _embed_index,
     images=_embed_images,
 )
 _shape_op(
@@ -436,7 +354,6 @@ _shape_op(
     lambda attrs, *xs: np.concatenate(xs, axis=attrs.axis),
     _concat_grad,
     "join along an existing axis",
-    _concat_index,
     arity=None,
     join=lambda attrs: attrs.axis,
 )

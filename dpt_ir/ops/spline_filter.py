@@ -89,7 +89,7 @@ def _filter_rows(a: FilterAttrs, n: int, adjoint: bool) -> SparseRows:
 
 def apply_rows(rows: SparseRows, x: np.ndarray) -> np.ndarray:
     """``rows`` applied along ``rows.axis`` of ``x`` in float64, each output element summing
-    its row in CSR order, as the kernels do (`dpt_ir.backends.warp.codegen`)."""
+    its row in CSR order, as the kernels do (`dpt_ir.backends.cxx.sparse`)."""
     lines = np.moveaxis(np.asarray(x, dtype=np.float64), rows.axis, -1)
     counts = np.diff(rows.rowptr)
     acc = np.zeros((*lines.shape[:-1], len(counts)))

@@ -11,7 +11,6 @@ summing in a fixed order. No scatter, no atomics.
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any, Literal
 
@@ -20,8 +19,7 @@ import numpy as np
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
 from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.elementwise import warp_literal
-from dpt_ir.ops.registry import Derivative, GradContext, IndexSource, OpDef, WarpSite, register_op
+from dpt_ir.ops.registry import Derivative, GradContext, OpDef, register_op
 from dpt_ir.ops.rules import Attrs
 from dpt_ir.types import FLOAT_DTYPES, TensorType
 
@@ -89,77 +87,6 @@ def _pad_adjoint_ref(a: PadAttrs, g: np.ndarray) -> np.ndarray:
     return out.reshape(shape).astype(g.dtype)
 
 
-def extend_index(p: str, n: int, mode: str, lo: int, hi: int) -> str:
-    """Index of the input element that extended position ``p`` copies, for a
-    non-constant mode (scipy.ndimage semantics); ``p`` is known to lie in [lo, hi]. When
-    the extension reaches at most one period beyond the input (the usual case) this is
-    a couple of comparisons; farther extensions use modular arithmetic."""
-    if mode == "nearest":
-        return idx.clamp(p, 0, n - 1)
-    if mode == "mirror" and n == 1:
-        return "0"
-    if mode == "wrap":
-        if -n <= lo and hi < 2 * n:
-            return f"wp.where({p} < 0, {p} + {n}, wp.where({p} >= {n}, {p} - {n}, {p}))"
-        return f"((({p}) % {n} + {n}) % {n})"
-    # reflect mirrors about the half-sample (-1 -> 0), mirror about the sample (-1 -> 1).
-    low, high = (-1, 2 * n - 1) if mode == "reflect" else (0, 2 * n - 2)
-    reach = n if mode == "reflect" else n - 1
-    if -reach <= lo and hi < n + reach:
-        return f"wp.where({p} < 0, {low} - {p}, wp.where({p} >= {n}, {high} - {p}, {p}))"
-    period = 2 * n if mode == "reflect" else 2 * n - 2
-    m = f"((({p}) % {period} + {period}) % {period})"
-    return f"wp.where({m} < {n}, {m}, {period - 1 if mode == 'reflect' else period} - {m})"
-
-
-def _pad_index(site: WarpSite) -> list[IndexSource]:
-    a, (shape,) = site.attrs, site.in_shapes
-    index, conds = [], []
-    for j, n, b, e in zip(site.index, shape, a.before, a.after, strict=True):
-        p = idx.add(j, -b)
-        if a.mode == "constant":
-            if b or e:
-                conds += [f"{p} >= 0", f"{p} < {n}"]
-                p = idx.clamp(p, 0, max(n - 1, 0))
-            index.append(p)
-        elif b or e:
-            index.append(extend_index(p, n, a.mode, -b, n - 1 + e))
-        else:
-            index.append(j)
-    when = " and ".join(conds) or None
-    sources = [IndexSource(0, tuple(index), when)] if math.prod(shape) else []
-    if when is not None or not sources:
-        sources.append(IndexSource(0, (), literal=warp_literal(float(a.cval), site.out_type)))
-    return sources
-
-
-def _pad_interior(site: WarpSite, spans: tuple[int, ...]) -> tuple[str, tuple[int, ...]] | None:
-    """Where a window of the padded tensor lies inside the input, it is a plain shift."""
-    a, (shape,) = site.attrs, site.in_shapes
-    conds = []
-    for j, n, b, e, span in zip(site.index, shape, a.before, a.after, spans, strict=True):
-        if b or e:
-            conds += [f"{j} >= {b}", f"{j} <= {n - span + b}"]
-    return " and ".join(conds) or "True", tuple(-b for b in a.before)
-
-
-def _pad_adjoint_interior(site: WarpSite, spans: tuple[int, ...]) -> tuple[str, tuple[int, ...]] | None:
-    """Input elements that only their own padded position copied: a plain shift. The
-    range per axis is found by evaluating the images' conditions at every index."""
-    a = site.attrs
-    conds = []
-    for j, n, b, e, span in zip(site.index, site.out_shape, a.before, a.after, spans, strict=True):
-        plain = [_only_interior(k, n, b, e, a.mode) for k in range(n)]
-        if all(plain):
-            continue
-        run = _longest_run(plain)
-        if run is None:
-            return None
-        lo, hi = run
-        conds += [f"{j} >= {lo}", f"{j} <= {hi - span + 1}"]
-    return " and ".join(conds) or "True", tuple(a.before)
-
-
 def _longest_run(flags: list[bool]) -> tuple[int, int] | None:
     """First and last index of the longest run of True (None if there is none)."""
     best, start = None, None
@@ -171,13 +98,6 @@ def _longest_run(flags: list[bool]) -> tuple[int, int] | None:
                 best = (start, k - 1)
             start = None
     return best
-
-
-def _only_interior(k: int, n: int, b: int, e: int, mode: str) -> bool:
-    """Is element ``k`` copied by its own padded position only (one active image)?"""
-    images = _preimages("k", n, b, e, mode)
-    active = [cond is None or eval(cond, {"k": k}) for _, cond in images]  # noqa: S307 (our own expressions)
-    return sum(active) == 1
 
 
 def _preimages(k: str, n: int, b: int, e: int, mode: str) -> list[tuple[str, str | None]]:
@@ -219,22 +139,6 @@ def _preimages(k: str, n: int, b: int, e: int, mode: str) -> list[tuple[str, str
 def preimage_count(a: PadAttrs, shape: tuple[int, ...]) -> int:
     """Reads per element of pad_adjoint (the product over axes of the images listed)."""
     return math.prod(len(_preimages("k", n, b, e, a.mode)) for n, b, e in zip(shape, a.before, a.after, strict=True))
-
-
-def _pad_adjoint_index(site: WarpSite) -> list[IndexSource]:
-    a = site.attrs
-    (gshape,) = site.in_shapes
-    per_axis = [
-        _preimages(k, n, b, e, a.mode) for k, n, b, e in zip(site.index, site.out_shape, a.before, a.after, strict=True)
-    ]
-    sources = []
-    for combo in itertools.product(*per_axis):
-        index = tuple(
-            idx.clamp(pos, 0, length - 1) if cond else pos for (pos, cond), length in zip(combo, gshape, strict=True)
-        )
-        conds = [c for _, c in combo if c]
-        sources.append(IndexSource(0, index, " and ".join(f"({c})" for c in conds) or None))
-    return sources
 
 
 # -- Per-axis images (`OpDef.axis_images`), from the reference's own boundary semantics ----
@@ -286,8 +190,6 @@ register_op(
         infer=_infer_pad,
         reference=_pad_ref,
         derivative=Derivative({0: _pad_grad}),
-        warp_index=_pad_index,
-        warp_interior=_pad_interior,
         axis_images=_pad_images,
         doc="extend by before/after elements per axis with a scipy.ndimage boundary mode",
     )
@@ -301,10 +203,7 @@ register_op(
         infer=_infer_pad_adjoint,
         reference=_pad_adjoint_ref,
         derivative=Derivative({0: _pad_adjoint_grad}),
-        warp_index=_pad_adjoint_index,
-        warp_interior=_pad_adjoint_interior,
         axis_images=_pad_adjoint_images,
-        warp_combine="sum",
         code_copies=preimage_count,
         doc="the adjoint of pad: each input element sums the padded positions that copied it",
     )

@@ -186,16 +186,16 @@ def test_kernels_cu_compiles_for_sm90_with_nvrtc(bundles: dict[str, Path], tmp_p
         assert cubin.read_bytes()[:4] == b"\x7fELF", name
 
 
-def test_a_warp_python_launch_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_group_the_cxx_path_declines_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     b = dp.GraphBuilder("gather")
     x = b.input("x", (8, 16), "float32")
     idx = b.input("idx", (5,), "int32", requires_grad=False)
     b.output("loss", dp.sum(dp.take(x, idx, axis=0)))
     program = dp.compile(b.build(), wrt=["x"], device="cpu")
-    # The export regenerates the CUDA launches; with the C++ path declining every group they
-    # are all Warp-Python (whatever the C++ path covers by now, gathers included).
+    # The export regenerates the CUDA launches; with the C++ path declining every group, the
+    # first group is refused by name, plan and ops before anything is written.
     monkeypatch.setattr(cxx_kernels, "group_kernels", lambda *args: None)
-    refused = r"plan 'run', launch 'run_f\d+' \(group f\d+, reduction, ops \[.*'take'"
+    refused = r"kernel group 'f\d+' of plan 'run' \(reduction over \[5, 16\], ops \[[^]]*'take'.*expected a group"
     with pytest.raises(dp.ContractError, match=refused):
         program.export_cuda("/nonexistent/never-written", inputs={"x": np.ones((8, 16)), "idx": np.arange(5)})
 

@@ -1,5 +1,5 @@
 """Gather and scatter (`dpt_ir.ops.gather`, `dpt_ir.gather`, the scatter kernels of
-`dpt_ir.backends.warp.scatter`) beyond the table-driven op cases (`tests/op_cases.py`,
+`dpt_ir.backends.cxx.scatter`) beyond the table-driven op cases (`tests/op_cases.py`,
 which check values against NumPy, gradients against finite differences and compiled
 against interpreted for every op):
 

@@ -147,7 +147,7 @@ class ElementWriter:
             return self.vars[key]
         node = self.graph.node_map[name]
         op = node.opdef
-        if op.axis_images is not None and self.edge:
+        if op.axis_images is not None and (self.edge or self.at_output):  # epilogues: no interior split
             var = self._images(node, coords)
         elif op.gather_affine is not None:
             var = gathers.element(self, node, coords)
@@ -156,7 +156,7 @@ class ElementWriter:
         elif scatter.is_scatter(op):  # a scatter's root: base plus its CSR row (`scatter`)
             var = scatter.row_sum(self, node, coords)
         else:
-            found = sites.children(self.graph, node, coords, ext, [], self._fresh, len(self.space()))
+            found = sites.children(self.graph, node, coords, ext, [], self._fresh, len(self.space()), self.nest.digits)
             if found is None:  # cover walked the same coordinates
                 raise ContractError(f"C++ kernel {self.kernel}: {name!r} cannot be read at {coords}")
             args = tuple(self.value(i, c) for i, c in found)

@@ -10,7 +10,7 @@ the element function, in ``[0, extent)``). Guarantees:
   source at ``source_at`` with the gathered axis replaced by a fresh coordinate: the loaded
   position normalised by the mode (``wrap``: p mod n; ``clip``: p limited to [0, n - 1];
   ``raise``: negatives count from the end, a position outside [-n, n) ORs the node's domain
-  flag, the same slot and message as the Warp-Python path) and then clamped into
+  flag, with `raise_detail`'s message) and then clamped into
   ``[0, n)``, so no read is ever out of bounds and the program stays usable after the
   NumericalError. Views under the gather still compose: a layout-preserving view (reshape)
   that cannot map a form involving fresh coordinates affinely reads at its digits, fresh
@@ -99,15 +99,17 @@ def element(w: Any, node: Node, coords: Coords) -> str:
 
 
 def digits(op: OpDef, in_shape: Sequence[int], out_shape: Sequence[int], coords: Coords, ext: Sequence[int],
-           fresh_from: int | None, fresh: Fresh | None) -> Coords | None:  # fmt: skip
+           fresh_from: int | None, fresh: Fresh | None, anywhere: bool = False) -> Coords | None:  # fmt: skip
     """A layout-preserving view's input coordinates where its affine map failed and the flat
     offset involves fresh coordinates (a gather's position: its reads are per element
-    anyway): one fresh coordinate per input axis, ``(offset / stride) % extent``. None
-    otherwise (a reshape of the loop's own coordinates needs div/mod of the inner counter)."""
+    anyway), or ``anywhere`` (a nest with no affine alternative: `nest.Nest.digits`): one
+    fresh coordinate per input axis, ``(offset / stride) % extent``. None otherwise (a
+    reshape of the loop's own coordinates needs div/mod of the inner counter, which keeps
+    the loop scalar)."""
     if not op.preserves_layout or fresh is None or fresh_from is None:
         return None
     offset = idx.flat(coords, out_shape, len(ext))
-    if not any(offset.padded(len(ext)).w[fresh_from:]):
+    if not anywhere and not any(offset.padded(len(ext)).w[fresh_from:]):
         return None
     out = []
     for s, n in zip(idx.strides(in_shape), in_shape, strict=True):

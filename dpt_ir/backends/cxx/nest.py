@@ -16,9 +16,11 @@ int32, uint8 or bool; an epilogue (if any) has one output shape; and every read 
 views: `sites.walk`) is at the iteration index, a scalar, or a per-row base plus (or not) the
 inner counter (or, with one inner axis, a multiple of it), over the group's space or, where
 a reshape does not split there, over the finer factorisation of it that every
-layout-preserving view refines (`sites.refine`, `_refined`). Anything else stays on the
-Warp-Python path (`dpt_ir.backends.warp.codegen`). The loop nest is rows x inner, the inner
-axes contiguous and innermost, and no read divides or takes the modulus of the inner counter.
+layout-preserving view refines (`sites.refine`, `_refined`), or, where neither exists, with
+such reshapes read at per-element digits (`Nest.digits`). Anything else is refused
+(`missing_lowering` says why; `codegen.generate` raises it). The loop nest is rows x inner,
+the inner axes contiguous and innermost, and no read divides or takes the modulus of the
+inner counter (but the digits of a `Nest.digits` read).
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ class Nest:
     # space in the order the reduction folds them (`rowmap`): output o's reduced row r is
     # row ``row_map`` (o, r) of ``base_outer``; None when the reduced axes are one block.
     row_map: RowMap | None = None
+    # Layout-preserving views that neither split into affine coordinates nor refine with the
+    # space read their input at per-element digits of the flat offset (`gathers.digits`:
+    # div/mod of the counter, scalar code, correct); the emitter walks them the same way.
+    digits: bool = False
 
     @property
     def rows(self) -> int:
@@ -143,8 +149,8 @@ def _is_view(op: Any) -> bool:
 
 
 def cover(graph: Graph, group: KernelGroup) -> Nest | None:
-    """The loop nest of ``group`` on the C++ path, or None when the group stays on the
-    Warp-Python path (see the module docstring for what is covered)."""
+    """The loop nest of ``group`` on the C++ path, or None for a group the
+    C++ path cannot lower (see the module docstring for what is covered)."""
     kind, space = group.kind, tuple(group.space)
     if kind == "scatter" and scatter.covers(graph, group):
         kind = "pointwise"  # the root sums its output element's CSR row (`scatter`)
@@ -193,6 +199,11 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
     axes = tuple(group.axes)
     if walked is None:  # a reshape that does not split: a finer space may make it affine
         space, axes, walked = _refined(graph, members, seeds, space, axes, found)
+    digits = walked is None  # none does (3x2 read as 2x3): such reshapes read at their digits
+    if digits:
+        space, axes = tuple(group.space), tuple(group.axes)
+        found.clear()
+        walked = sites.walk(graph, members, seeds, space, guards=found, digits=True)
     if walked is None:
         return None
     guards = list(dict.fromkeys(found))
@@ -203,7 +214,7 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
             return None
         if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()):
             parts = (roots, stores, templates, after, after_shape, guards)
-            return _spread(group, space, axes, walked, most, *parts)
+            return _with_digits(_spread(group, space, axes, walked, most, *parts), digits)
         kept = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block
         if kept:  # the columns: the most trailing kept axes every read is contiguous over
             k = _inner_axes(walked, space, min(kept, most))
@@ -224,9 +235,16 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
     inner = math.prod(space[cut:])
     sub_rows = (math.prod(space[len(space) - k_read :]), space[: len(space) - k_read])
     outer = space[:cut]
-    return Nest(
+    nest = Nest(
         group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards, columns
     )
+    return _with_digits(nest, digits)
+
+
+def _with_digits(nest: Nest | None, digits: bool) -> Nest | None:
+    if nest is not None:
+        nest.digits = digits
+    return nest
 
 
 def _refined(
@@ -328,3 +346,23 @@ def _inner_axes(walked: list[Site], space: tuple[int, ...], most: int) -> int:
         else:
             break
     return best
+
+
+def missing_lowering(graph: Graph, group: KernelGroup) -> str:
+    """Why `cover` refuses ``group``, for the compile error: the members whose op has no C++
+    lowering at all (a user op registered without ``cxx``), or else that the combination
+    is one the C++ path does not lower."""
+    bare = [(n, graph.node_map[n].opdef.name) for n in group.nodes if not graph.node_map[n].opdef.lowered]
+    if bare:
+        named = ", ".join(f"op {op!r} (node {n!r})" for n, op in bare)
+        return (
+            f"{named} with no C++ lowering (an OpDef registered without `cxx=`, its C++ element expression: "
+            "see docs/adding-an-op.md); dp.interpret still runs it"
+        )
+    dtypes = sorted({graph.types[v].dtype for v in (*group.nodes, *group.inputs)} - set(C_TYPES))
+    if dtypes:
+        return f"values of dtype {dtypes}, which the C++ path does not lower (it lowers {sorted(C_TYPES)})"
+    return (
+        "a combination of ops and reads that `dpt_ir.backends.cxx.nest.cover` refuses (see docs/backend.md, "
+        "'Which groups take it')"
+    )

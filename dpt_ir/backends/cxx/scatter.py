@@ -1,5 +1,5 @@
-"""Scatter groups (``add_at``) on the C++ path: the plan of `dpt_ir.backends.warp.scatter`
-(an ordered gather over a destination-sorted CSR of the positions) as C++ element code.
+"""Scatter groups (``add_at``) on the C++ path: an ordered gather over a destination-sorted CSR
+of the positions (`dpt_ir.backends.cxx.csr`), as C++ element code.
 
 Assumes: a fusion group of kind ``scatter`` (one root whose op has a `ScatterLayout` with
 ``key_form`` / ``row_form``; ``group.scatter.form``), float32 or float64 data. Guarantees:
@@ -12,13 +12,13 @@ Assumes: a fusion group of kind ``scatter`` (one root whose op has a `ScatterLay
   ``base[o]`` plus the values of its CSR row (`row_sum`), in CSR order (the increasing
   flat order of the position elements: ``np.add.at``'s), float32 in float64, rounded once;
   the base's and values' producers are element code, the values evaluated inside the loop;
-- ``transpose``: the CSR is built at compile time (`warp.scatter.constant_csr`) and bound as
+- ``transpose``: the CSR is built at compile time (`csr.constant_csr`) and bound as
   launch constants; ``sort``: `sort_launches` builds it per evaluation with a stable counting
   sort (count, scan, place: one task per chunk of positions, integer counters, no atomics)
   into scratch arrays (``$partial:<root>:rows|cols|hist``); a position out of range under
   ``raise`` raises the node's flag and is clamped, so every read stays in bounds.
 
-The chunks are fixed by the shapes (`warp.scatter.chunks`), each CPU or CUDA task runs one
+The chunks are fixed by the shapes (`csr.chunks`), each CPU or CUDA task runs one
 chunk, and each output element sums its own row on one thread: bit-identical for any
 thread count.
 """
@@ -47,7 +47,7 @@ def is_scatter(op: Any) -> bool:
 
 
 def _layout(graph: Graph, node: Node) -> ScatterLayout:
-    from dpt_ir.backends.warp.scatter import layout_of
+    from dpt_ir.backends.cxx.csr import layout_of
 
     return layout_of(graph, node.name)
 
@@ -128,7 +128,7 @@ def children(graph: Graph, node: Node, coords: Coords, variable: Any) -> list[tu
 def _csr(w: Any, node: Node, layout: ScatterLayout, form: str) -> tuple[str, str]:
     """The parameters of the CSR offsets and columns: launch constants (``transpose``) or
     the sort's scratch arrays (``sort``)."""
-    from dpt_ir.backends.warp.scatter import constant_csr, constant_positions
+    from dpt_ir.backends.cxx.csr import constant_csr, constant_positions
 
     if form == "transpose":
         positions = constant_positions(w.graph, node.inputs[layout.indices])
@@ -144,7 +144,7 @@ def _csr(w: Any, node: Node, layout: ScatterLayout, form: str) -> tuple[str, str
 
 def _scratch(graph: Graph, node: Node, layout: ScatterLayout) -> dict[str, tuple[str, int]]:
     """The sort's scratch arrays: CSR offsets, columns, and per-chunk counters."""
-    from dpt_ir.backends.warp.scatter import chunks
+    from dpt_ir.backends.cxx.csr import chunks
 
     count = graph.types[node.inputs[layout.indices]].size
     parts = chunks(count, layout.rows)
@@ -260,10 +260,10 @@ def sort_launches(
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
     """The count, scan and place launches of a ``sort`` group (before its sum launch) and
     their native definitions; each is one task body, the same for the CPU and CUDA drivers."""
+    from dpt_ir.backends.cxx.csr import chunks
     from dpt_ir.backends.cxx.drivers import _pair
     from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
     from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
-    from dpt_ir.backends.warp.scatter import chunks
 
     (root,) = group.roots
     node = graph.node_map[root]

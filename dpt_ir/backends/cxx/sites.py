@@ -193,6 +193,7 @@ def children(
     guards: list[Guard] | None = None,
     variable: Variable | None = None,
     fresh_from: int | None = None,
+    digits: bool = False,
 ) -> list[tuple[str, Coords]] | None:
     """The (input, coordinates) that ``node`` at ``coords`` reads, in order: one per input for
     elementwise ops and views, one per non-zero tap for stencils, the interior shift for
@@ -223,7 +224,7 @@ def children(
         c = op.view_affine(op.parse_attrs(node.attrs, node.name), shapes[0], out_shape, coords, tuple(space))
         if c is None or idx.is_flat(c, shapes[0]):  # through a gather's position: its digits
             # (per-axis, so views below the reshape stay walkable; flat coordinates otherwise)
-            c = gathers.digits(op, shapes[0], out_shape, coords, space, fresh_from, variable) or c
+            c = gathers.digits(op, shapes[0], out_shape, coords, space, fresh_from, variable, digits) or c
         return None if c is None else [(node.inputs[0], c)]
     if op.kind == "stencil" and op.weights is not None:
         shifted = [tuple(c.shifted(d) for c, d in zip(coords, t, strict=True)) for t, _ in taps(graph, node)]
@@ -231,8 +232,13 @@ def children(
     if op.axis_images is not None:
         m = image_map(node, shapes[0])
         bounded = [(c, ax) for c, ax in zip(coords, m.axes, strict=True) if not ax.plain]
-        if bounded and guards is None:  # a boundary needs the edge function: not in this walk
-            return None
+        if bounded and guards is None:  # an epilogue: its images are read per element (`_images`)
+            if variable is None:
+                return None
+            axes = zip(coords, m.axes, shapes[0], strict=True)
+            at = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) if ax.plain else variable(c, n, str)
+                  for c, ax, n in axes]  # fmt: skip
+            return [(node.inputs[0], tuple(at))]
         for c, ax in bounded:
             guards.append((_canonical(c, space), ax.lo, ax.hi))  # type: ignore[union-attr]
         # An input axis of length 1 is read at 0 (the guard holds the coordinate there).
@@ -249,6 +255,7 @@ def walk(
     space: Sequence[int],
     terminals: frozenset[str] = frozenset(),
     guards: list[Guard] | None = None,
+    digits: bool = False,
 ) -> list[Site] | None:
     """The memory reads of evaluating ``seeds`` at the space's element, in first-visit order:
     values outside ``members`` are read; ``terminals`` (finished reductions in an epilogue)
@@ -283,7 +290,7 @@ def walk(
         if name not in members or gathers.is_table(graph, name):  # a table: read from its array
             reads.append(site)
             continue
-        found = children(graph, graph.node_map[name], coords, ext, guards, variable, len(space))
+        found = children(graph, graph.node_map[name], coords, ext, guards, variable, len(space), digits)
         if found is None:
             return None
         stack += reversed(found)

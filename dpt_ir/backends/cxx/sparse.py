@@ -10,7 +10,7 @@ backend-neutral NumPy data: no target syntax), float32 or float64 data. Guarante
   inside the loop, at the column's element;
 - `row_sum` (for `ElementWriter.value`) emits ``s = sum(vals[k] * x[cols[k]])`` over the
   output element's CSR row in CSR order, float32 data in float64 (the weights are float64),
-  plus the bias, rounded once: the sum the Warp-Python path computes, term for term (each
+  plus the bias, rounded once: the sum of the NumPy reference's order, term for term (each
   product is its own statement, so no compiler contracts it into an FMA on the CPU). The
   arrays are launch constants (``$rowptr:<node>``, ``$cols:``, ``$vals:``, ``$bias:``),
   bound per launch, so kernels of equal structure share their text.
@@ -100,7 +100,7 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
     graph = w.graph
     rows = rows_of(node)
     out_t = C_TYPES[node.type.dtype]
-    acc = "double"  # float32 sums in float64, float64 in float64: the Warp-Python path's types
+    acc = "double"  # float32 sums in float64, float64 in float64 (the weights are float64)
     in_shape = tuple(graph.types[node.inputs[0]].shape)
     arrays: dict[str, tuple[str, Any]] = {"rowptr": ("int", rows.rowptr), "cols": ("int", rows.cols)}
     arrays["vals"] = (acc, rows.vals)

@@ -1,7 +1,7 @@
 """Launch records: what one generated kernel launch binds (`KernelSource`), the flags of
 the status word (`StatusSlot`), and their JSON form in the disk cache.
 
-Shared by the kernel writers (`codegen`, `reductions`, `scatter`, the C++ path), the
+Shared by the C++ path's launch writers (`dpt_ir.backends.cxx`, `codegen`), the
 execution plans and the compiler's cache. Guarantees: `kernels_from_record` inverts
 `kernels_record`; launch constants are flat NumPy arrays of their Warp type, and a cache
 record stores each distinct one once.
@@ -58,7 +58,7 @@ class KernelSource:
     constants: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # param -> (wp type, values)
     function: str = ""  # the @wp.kernel launched: the launch's own name, until `_share` points it at an equal one
     status_base: int = 0
-    path: str = "warp"  # "cxx": a C++ element function and drivers (dpt_ir.backends.cxx); "warp": Warp-Python
+    path: str = "cxx"  # the code path, named in dumps: C++ element functions and drivers (dpt_ir.backends.cxx)
 
 
 _CONSTANT_DTYPES = {"wp.int32": np.int32, "wp.float32": np.float32, "wp.float64": np.float64}
