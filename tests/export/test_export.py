@@ -219,3 +219,16 @@ def test_cli_export_cuda(tmp_path: Path) -> None:
     assert [p.name for p in doc_out.plans] == ["run", "value_and_grad"]
     assert (doc_out.inputs[0].low, doc_out.inputs[0].high) == (0.5, 1.5)
     assert main(["export-cuda", str(doc), "--out", str(out)]) == 2  # neither --inputs nor --seed
+
+
+def test_the_sampler_holds_one_case_of_every_lowered_op(bundles: dict[str, Path]) -> None:
+    """Issue 15's op sampler: every op the backend lowers (all but the loop ops, which
+    compile as loop programs) has a case in the sampler bundle."""
+    from dpt_ir.ops.registry import all_ops
+    from tests.export.sampler import covered_cases
+
+    ops = {case.op for _, case, _ in covered_cases()}
+    builtin = [op for op in all_ops() if op.reference.__module__.startswith("dpt_ir.")]  # not tests' user ops
+    lowered = {op.name for op in builtin if op.lowered}
+    assert ops == lowered, (sorted(lowered - ops), sorted(ops - lowered))
+    assert {"logical_and", "logical_not", "logical_or", "matmul", "add_at", "take"} <= ops
