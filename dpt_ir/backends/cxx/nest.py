@@ -226,12 +226,9 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
         k = _inner_axes(walked, space, most)
     cut = len(space) - k
     k_read = k if kind == "pointwise" or columns else _inner_axes(walked, space, min(k, most))
-    reads = {}
-    for site in walked:
-        r = classify(site, space, k_read)
-        if r is None:
-            return None
-        reads[site] = r
+    reads = _classified(walked, space, k_read)
+    if reads is None:
+        return None
     inner = math.prod(space[cut:])
     sub_rows = (math.prod(space[len(space) - k_read :]), space[: len(space) - k_read])
     outer = space[:cut]
@@ -265,6 +262,17 @@ def _refined(
     return finer, tuple(b for b, a in enumerate(owner) if a in axes), walked
 
 
+def _classified(walked: list[Site], space: tuple[int, ...], k: int) -> dict[Site, Read] | None:
+    """Each memory read's `Read` over ``k`` inner axes (`classify`); None if one has none."""
+    reads = {}
+    for site in walked:
+        r = classify(site, space, k)
+        if r is None:
+            return None
+        reads[site] = r
+    return reads
+
+
 def _spread(
     group: KernelGroup,
     space: tuple[int, ...],
@@ -290,12 +298,9 @@ def _spread(
     else:
         k = _inner_axes(walked, space, min(n - 1 - axes[-1], most))
     cut = n - k
-    reads = {}
-    for site in walked:
-        r = classify(site, space, k)
-        if r is None:
-            return None
-        reads[site] = r
+    reads = _classified(walked, space, k)
+    if reads is None:
+        return None
     row_map = RowMap(space[:cut], tuple(a in axes for a in range(cut)))
     sub = math.prod(space[cut:])
     if axes[-1] == n - 1:  # one row per output, of R elements: sub-rows of `sub` elements
