@@ -16,7 +16,7 @@ from a group placed before the set, so the set can run where its first member do
 that sat between members move after the set (they never feed a member). A set holds at least
 two groups and fits `ROW_BUDGET_BYTES`: the bytes of one row of every full-shape value its
 members read or write. Decisions use op kinds, view maps and shapes only. The schedule treats a
-set as one kernel for buffer liveness (`live_ranges`): its members' rows interleave.
+set as one kernel for buffer liveness (`util.live_ranges`): its members' rows interleave.
 """
 
 from __future__ import annotations
@@ -212,27 +212,3 @@ def _record(graph: Graph, members: list[KernelGroup], k: int) -> RowSet:
             "one task runs them row by row while the row is in cache"
         ),
     )
-
-
-def live_ranges(
-    groups: Sequence[KernelGroup], sets: Sequence[RowSet]
-) -> tuple[dict[str, int], dict[str, int]]:
-    """`util.live_ranges` with each row set taken as one kernel: a value a member writes lives
-    from the set's first member, one a member reads until its last (the members' rows
-    interleave, so no buffer may pass from one value to another inside a set)."""
-    from dpt_ir.passes.util import live_ranges as plain
-
-    written, last_read = plain(groups)
-    position = {g.id: k for k, g in enumerate(groups)}
-    for s in sets:
-        span = [position[g] for g in s.groups if g in position]
-        if not span:
-            continue
-        lo, hi = min(span), max(span)
-        for v, k in written.items():
-            if lo <= k <= hi:
-                written[v] = lo
-        for g in s.groups:
-            for v in groups[position[g]].inputs:
-                last_read[v] = max(last_read.get(v, hi), hi)
-    return written, last_read

@@ -18,8 +18,8 @@ from typing import Any
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
-from dpt_ir.passes.fusion_rows import live_ranges
 from dpt_ir.passes.kernel_ir import Buffer, KernelPlan, Schedule, has_plan, plan_of, with_plan
+from dpt_ir.passes.util import live_ranges
 
 NAME = "schedule"
 

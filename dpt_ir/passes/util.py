@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from dpt_ir.graph import Graph, Node, Output
 
 if TYPE_CHECKING:
-    from dpt_ir.passes.kernel_ir import KernelGroup
+    from dpt_ir.passes.kernel_ir import KernelGroup, RowSet
 
 
 def resolve(name: str, subst: Mapping[str, str]) -> str:
@@ -49,9 +49,14 @@ def unique_name(base: str, taken: set[str]) -> str:
     return candidate
 
 
-def live_ranges(groups: Sequence[KernelGroup]) -> tuple[dict[str, int], dict[str, int]]:
+def live_ranges(
+    groups: Sequence[KernelGroup], sets: Sequence[RowSet] = ()
+) -> tuple[dict[str, int], dict[str, int]]:
     """For kernels in order: the index of the kernel that writes each value, and of the
-    last kernel that reads it (values never read have no entry)."""
+    last kernel that reads it (values never read have no entry). Each row set (`sets`,
+    `fusion_rows`) counts as one kernel: a value a member writes lives from the set's first
+    member, one a member reads until its last (the members' rows interleave, so no buffer
+    may pass from one value to another inside a set)."""
     written: dict[str, int] = {}
     last_read: dict[str, int] = {}
     for k, g in enumerate(groups):
@@ -59,6 +64,18 @@ def live_ranges(groups: Sequence[KernelGroup]) -> tuple[dict[str, int], dict[str
             written[v] = k
         for v in g.inputs:
             last_read[v] = k
+    position = {g.id: k for k, g in enumerate(groups)}
+    for s in sets:
+        span = [position[g] for g in s.groups if g in position]
+        if not span:
+            continue
+        lo, hi = min(span), max(span)
+        for v, k in written.items():
+            if lo <= k <= hi:
+                written[v] = lo
+        for g in s.groups:
+            for v in groups[position[g]].inputs:
+                last_read[v] = max(last_read.get(v, hi), hi)
     return written, last_read
 
 

@@ -99,7 +99,7 @@ def _check_buffers(graph: Graph, plan: KernelPlan) -> None:
     if plan.schedule is None:
         return
     groups = plan.groups
-    written, last_read = live_ranges(groups)
+    written, last_read = live_ranges(groups, plan.rows)  # a row set is one kernel
     outputs = {o.value for o in graph.outputs}
     for buf in plan.schedule.buffers:
         values = sorted(buf.values, key=lambda v: written[v])
