@@ -31,13 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dpt_ir.backends.cxx import gathers
 from dpt_ir.graph import Graph, Node
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords
 from dpt_ir.ops.registry import ScatterLayout
 from dpt_ir.passes.kernel_ir import KernelGroup
+from dpt_ir.types import FLOAT_DTYPES
 
-FLOATS = ("float32", "float64")
 Flag = Callable[[str], str]  # a condition -> the statement raising a status flag when it holds
 
 
@@ -60,7 +61,7 @@ def covers(graph: Graph, group: KernelGroup) -> bool:
     if layout.key_form is None or layout.row_form is None or list(group.outputs) != [root]:
         return False
     values, base = graph.types[node.inputs[layout.values]], graph.types[node.inputs[layout.base]]
-    if node.type.dtype not in FLOATS or values.dtype != node.type.dtype or base.dtype != node.type.dtype:
+    if node.type.dtype not in FLOAT_DTYPES or values.dtype != node.type.dtype or base.dtype != node.type.dtype:
         return False
     positions = node.inputs[layout.indices]
     if group.scatter.form == "sort":
@@ -121,7 +122,7 @@ def children(graph: Graph, node: Node, coords: Coords, variable: Any) -> list[tu
     values at their source for a position element (new coordinates, `variable`)."""
     layout = _layout(graph, node)
     positions = tuple(graph.types[node.inputs[layout.indices]].shape)
-    j = _position_coords(positions, lambda _s, n: variable(idx.zero(0), 0, n))
+    j = _position_coords(positions, lambda _s, n: variable(idx.zero(0), n, str))
     return [(node.inputs[layout.base], coords), (node.inputs[layout.values], layout.source_at(coords, j))]
 
 
@@ -182,14 +183,8 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
 def _position(p: str, size: int, mode: str, flag: Flag | None) -> list[str]:
     """Statements normalising int ``p`` in place along an axis of ``size`` (`GatherSite`'s
     modes); under ``raise`` an out-of-range position raises ``flag`` and is clamped."""
-    if mode == "wrap":
-        return [f"{p} = (({p} % {size}) + {size}) % {size};"]
-    out = []
-    if mode == "raise":
-        if flag:
-            out.append(flag(f"{p} < {-size} || {p} >= {size}"))
-        out.append(f"{p} = {p} < 0 ? {p} + {size} : {p};")
-    return [*out, f"{p} = dp_clampi({p}, 0, {size - 1});"]
+    out = [flag(f"{p} < {-size} || {p} >= {size}")] if mode == "raise" and flag else []
+    return [*out, f"{p} = {gathers.position(p, size, mode)};"]
 
 
 def _render(form: Affine, names: list[str]) -> str:
@@ -201,11 +196,10 @@ def _render(form: Affine, names: list[str]) -> str:
 
 @dataclass(frozen=True)
 class _Sort:
-    """What the sort stages of a scatter read: its layout, positions (an int32 value of
-    ``shape``), the destination rows ``n`` and the fixed chunks (``parts`` of ``chunk``)."""
+    """What the sort stages of a scatter read: its layout, the ``shape`` of its positions (an
+    int32 value), the destination rows ``n`` and the fixed chunks (``parts`` of ``chunk``)."""
 
     layout: ScatterLayout
-    positions: str
     shape: tuple[int, ...]
     n: int
     parts: int
@@ -271,7 +265,7 @@ def sort_launches(
     positions = node.inputs[layout.indices]
     shape, size = tuple(graph.types[positions].shape), layout.size
     parts = chunks(math.prod(shape), layout.rows)
-    s = _Sort(layout, positions, shape, layout.rows, parts, -(-math.prod(shape) // parts))
+    s = _Sort(layout, shape, layout.rows, parts, -(-math.prod(shape) // parts))
     scratch = _scratch(graph, node, layout)
     rows, cols, hist = scratch
     made = _positions_nest(graph, group)
@@ -293,8 +287,7 @@ def sort_launches(
             position, w.lines = w.lines, []
             flag = None
             if checks and stage == "count" and layout.mode == "raise":
-                detail = f"a position outside [{-size}, {size}) along an axis of size {size} (mode 'raise')"
-                flag = functools.partial(w.flag, root, node.opdef.name, "domain", detail=detail)
+                flag = functools.partial(w.flag, root, node.opdef.name, "domain", detail=gathers.raise_detail(size))
             body = _chunk_body(s, stage, a, position, flag)
             nf = max(len(slots) - slot_base, 1)
             flags = f"int fl[{nf}] = {{0}}; (void)fl; constexpr bool P = true; int big = 0; (void)P; (void)big;"

@@ -27,11 +27,11 @@ from dpt_ir.graph import Graph, Node
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Coords
 from dpt_ir.ops.registry import SparseRows
+from dpt_ir.types import FLOAT_DTYPES
 
 if TYPE_CHECKING:
     from dpt_ir.backends.cxx.sites import Variable
 
-FLOATS = ("float32", "float64")
 _WP = {"int": "wp.int32", "double": "wp.float64", "float": "wp.float32"}
 
 
@@ -43,7 +43,7 @@ def is_sparse(op: Any) -> bool:
 def covers(graph: Graph, node: Node) -> bool:
     """A sparse member the C++ path lowers: float data in and out."""
     source = graph.types[node.inputs[0]]
-    return node.type.dtype in FLOATS and source.dtype == node.type.dtype and len(source.shape) >= 1
+    return node.type.dtype in FLOAT_DTYPES and source.dtype == node.type.dtype and len(source.shape) >= 1
 
 
 def rows_of(node: Node) -> SparseRows:
@@ -56,9 +56,7 @@ def _flat_read(members: set[str], node: Node, in_shape: tuple[int, ...], rows: S
     return rows.axis is None and (node.inputs[0] not in members or len(in_shape) <= 1)
 
 
-def _source_coords(
-    node: Node, coords: Coords, in_shape: tuple[int, ...], rows: SparseRows, flat: bool, new: Any
-) -> Coords:
+def _source_coords(coords: Coords, in_shape: tuple[int, ...], rows: SparseRows, flat: bool, new: Any) -> Coords:
     """The input coordinates of a row's column: ``new(expr_part, extent)`` makes a coordinate
     from the column (``None``: the column itself; else (stride, extent) of one axis of it)."""
     if rows.axis is not None:
@@ -78,9 +76,9 @@ def children(graph: Graph, node: Node, coords: Coords, variable: Variable) -> li
     rows = rows_of(node)
 
     def new(_part: Any, extent: int) -> Any:
-        return variable(idx.zero(0), 0, extent)
+        return variable(idx.zero(0), extent, str)
 
-    return [(node.inputs[0], _source_coords(node, coords, in_shape, rows, len(in_shape) <= 1, new))]
+    return [(node.inputs[0], _source_coords(coords, in_shape, rows, len(in_shape) <= 1, new))]
 
 
 def _flat_coords(at: Coords, in_shape: tuple[int, ...]) -> Coords:
@@ -123,7 +121,7 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
         col = f"{p['cols']}[{k}]"
         return w._variable(col if part is None else f"(({col} / {part[0]}) % {part[1]})", extent)
 
-    at = _source_coords(node, coords, in_shape, rows, flat, new)
+    at = _source_coords(coords, in_shape, rows, flat, new)
     if flat and len(in_shape) != 1:
         at = _flat_coords(at, in_shape)
     v = w.value(node.inputs[0], at)
