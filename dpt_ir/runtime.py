@@ -29,6 +29,7 @@ from dpt_ir.backends.warp.module import BUILD_LOCK, GeneratedModule, load
 from dpt_ir.backends.warp.plan import WP_DTYPES, ExecutionPlan, Workspace
 from dpt_ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.graph import Graph
+from dpt_ir.passes.kernel_ir import plan_of
 
 
 class Program:
@@ -151,8 +152,9 @@ def _direct_results(plan: ExecutionPlan, results: list[str], bound: dict[str, wp
     and read by no other pipeline; everything else is read back by `_read`."""
     if plan.device != "cpu":
         return {}
-    assignment = plan.graph.meta.get("schedule", {}).get("assignment", {})
-    own = {b["id"] for b in plan.graph.meta.get("schedule", {}).get("buffers", []) if b["output"]}
+    schedule = plan_of(plan.graph).scheduled()
+    assignment = schedule.assignment
+    own = {b.id for b in schedule.buffers if b.output}
     launched = {p for launch in plan.launches for p in launch.params}
     out: dict[str, np.ndarray] = {}
     for value in dict.fromkeys(results):

@@ -176,7 +176,7 @@ def fusion_table(graph: Graph, shared: list[SharedKernel] | None = None) -> str:
         text.append(f"  writes:  {', '.join(g.outputs)}")
         if g.scatter is not None:
             text.append(f"  scatter: {g.scatter.node}: {g.scatter.form}: {g.scatter.reason}")
-    sets = plan_of(graph).rows
+    sets = plan.rows
     if sets:
         text.append("")
     for r in sets:

@@ -51,7 +51,7 @@ class Unit:
         partials: dict[str, tuple[str, int]],
         constants: dict[str, tuple[str, Any]] | None = None,
     ):
-        self.graph, self.params, self.written, self.partials = graph, params, written, partials
+        self.graph, self.params, self.written = graph, params, written
         # Launch constants (sparse rows, scatter tables), typed as partials are (param -> (Warp type, ...)).
         self.constants = constants or {}
         self.typed: dict[str, tuple[str, Any]] = {**partials, **self.constants}

@@ -91,15 +91,15 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
     for prefix, graph in plans.items():
         replaced: set[str] = set()  # members of a row set emitted as one row kernel (`cxx.rows`)
         for group in plan_of(graph).groups:
-            fresh = group.id not in replaced
-            row_set = cxx_rows.starting_at(graph, group, prefix, slots, checks, device) if fresh else None
-            if row_set is not None:
+            if group.id in replaced:
+                continue
+            row_set = cxx_rows.starting_at(graph, group, prefix, slots, checks, device)
+            if row_set is not None:  # its members, this group first, are one row kernel
                 ks, more, heads, members = row_set
                 natives.update(more)
                 kernels += ks
                 headers.update(heads)
                 replaced.update(members)
-            if group.id in replaced:
                 continue
             lowered = cxx_kernels.group_kernels(graph, group, f"{prefix}_{group.id}", slots, checks, device)
             if lowered is None:

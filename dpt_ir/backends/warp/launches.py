@@ -17,13 +17,6 @@ from typing import Any
 
 import numpy as np
 
-WP_TYPES = {
-    "float32": "wp.float32",
-    "float64": "wp.float64",
-    "int32": "wp.int32",
-    "uint8": "wp.uint8",
-    "bool": "wp.bool",
-}
 STATUS = "$status"
 STATUS_BASE = "$status_base"  # scalar kernel argument: the launch's first slot in the status word
 
