@@ -62,6 +62,9 @@ def configure_environment(threads: int, fresh_caches: bool) -> str | None:
 
     The process is also pinned to ``threads`` CPUs: thread-pool flags differ between
     framework versions (XLA's CPU runtime ignores some), pinning holds for all of them.
+    OpenMP pools (torch's libgomp) wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless set):
+    the contenders share one process, and an actively waiting worker spins on a core after
+    its own contender's round, into the next contender's (docs/benchmarks.md, thread scaling).
     """
     if hasattr(os, "sched_setaffinity"):
         cpus = sorted(os.sched_getaffinity(0))
@@ -70,6 +73,7 @@ def configure_environment(threads: int, fresh_caches: bool) -> str | None:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flags).strip()
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(threads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if not fresh_caches:
         return None
     folder = tempfile.mkdtemp(prefix="dpt_ir-bench-")
@@ -223,8 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         "contenders": {c.name: c.note for c in contenders},
         "not_installed": missing,
     }
-    print(f"dpt-ir bench: {args.size}x{args.size} float32, device {args.device}, {args.threads} thread(s), "
-          f"median of {args.reps}; {meta['cpu']} ({meta['cores']} cores); {meta['date']}")
+    print(
+        f"dpt-ir bench: {args.size}x{args.size} float32, device {args.device}, {args.threads} thread(s), "
+        f"median of {args.reps}; {meta['cpu']} ({meta['cores']} cores); {meta['date']}"
+    )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
     if missing:
         print(f"not installed (pip install -e '.[peers]'): {', '.join(missing)}")

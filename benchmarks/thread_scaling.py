@@ -1,6 +1,7 @@
 """dpt_ir on 1 and 2 threads, with a control job that shows whether 2 cores were free.
 
     python benchmarks/thread_scaling.py [--case chain16] [--size 1024] [--reps 15]
+                                        [--torch] [--omp-wait passive|active|unset]
 
 Compiles the case's program with ``threads=1`` and ``threads=2`` and times
 ``value_and_grad`` (wall clock), interleaved round by round with a control job: the same
@@ -9,6 +10,13 @@ thread, then split over 2 threads. On a machine with 2 free cores the control's 
 near 2; when it is not, the machine was busy and dpt_ir's figure is no measurement of the
 design. Prints both speed-ups (medians) and the load average before and after, and checks
 that the two programs' loss and gradient are bit-identical.
+
+``--torch`` runs the case's eager torch peer (2 threads) before every dpt_ir round, as the
+suite's interleaved rounds do, and prints the CPU that threads which are not dpt_ir's (the
+calling thread and its ``dpt_ir_cpu`` pool) ran during the 2-thread rounds, from
+``/proc/self/task/*/schedstat``: an OpenMP worker that waits actively spins there.
+``--omp-wait`` sets ``OMP_WAIT_POLICY`` before torch is imported (default passive, as in
+the suite; ``unset`` leaves the environment's).
 """
 
 from __future__ import annotations
@@ -50,6 +58,35 @@ def control(threads: int, src: np.ndarray, dst: np.ndarray) -> Callable[[], None
     return run
 
 
+def run_ns() -> dict[int, int]:
+    """CPU time (ns) each thread of this process has run, by thread id."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            out[int(tid)] = int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
+        except OSError:  # the thread ended
+            continue
+    return out
+
+
+def foreign_ms(before: dict[int, int], after: dict[int, int]) -> float:
+    """CPU (ms) run between the snapshots by threads that are not dpt_ir's."""
+    ours = {t.native_id for t in threading.enumerate() if t is threading.main_thread() or t.name.startswith("dpt_ir")}
+    return sum(after[t] - before.get(t, after[t]) for t in after if t not in ours) / 1e6
+
+
+def torch_peer(case: str, inputs: dict[str, np.ndarray], wrt: str, policy: str) -> Callable[[], Any]:
+    """The case's eager torch value-and-grad on 2 threads, imported under ``policy``."""
+    if policy != "unset":
+        os.environ["OMP_WAIT_POLICY"] = policy.upper()
+    import torch
+
+    from benchmarks import peers_torch
+
+    torch.set_num_threads(2)
+    return peers_torch.make_value_and_grad(case, inputs, wrt)
+
+
 def timed(step: Callable[[], Any]) -> float:
     start = time.perf_counter()
     step()
@@ -61,6 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--case", default="chain16")
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--torch", action="store_true", help="run the torch peer before every dpt_ir round")
+    p.add_argument("--omp-wait", choices=("passive", "active", "unset"), default="passive")
     args = p.parse_args(argv)
     print(f"load average before: {os.getloadavg()}")
     case = CASES[args.case]
@@ -79,12 +118,19 @@ def main(argv: list[str] | None = None) -> None:
         "control 1": control(1, src, dst),
         "control 2": control(2, src, dst),
     }
+    peer = torch_peer(args.case, inputs, case.wrt, args.omp_wait) if args.torch else None
     for step in steps.values():
         step()
     times: dict[str, list[float]] = {k: [] for k in steps}
+    foreign: list[float] = []
     for _ in range(args.reps):
         for name, step in steps.items():
+            if peer is not None and name.startswith("dpt_ir"):
+                peer()
+            before = run_ns()
             times[name].append(timed(step))
+            if name == "dpt_ir 2":
+                foreign.append(foreign_ms(before, run_ns()))
     med = {k: 1e3 * float(np.median(v)) for k, v in times.items()}
     print(
         f"{args.case} {args.size}^2, median of {args.reps} (wall ms): "
@@ -92,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"dpt_ir 1 -> 2 threads: {med['dpt_ir 1'] / med['dpt_ir 2']:.2f}x; bit-identical: {same}")
     print(f"control (np.sin over 8M floats) 1 -> 2 threads: {med['control 1'] / med['control 2']:.2f}x")
+    print(f"CPU of other threads during a dpt_ir 2 round (median ms): {np.median(foreign):.2f}")
     print(f"load average after: {os.getloadavg()}")
 
 
