@@ -70,9 +70,10 @@ def export_cuda(
     from dpt_ir.runtime import Program
 
     if not isinstance(program, Program):
+        graph_name = getattr(getattr(program, "graph", None), "name", None)
         raise ContractError(
-            f"export_cuda: expected a dp.Program, found {type(program).__name__} (programs with loops launch "
-            "their bodies per step from Python and cannot be exported)"
+            f"export_cuda of {graph_name!r}: expected a dp.Program, found {type(program).__name__} (programs "
+            "with loops launch their bodies per step from Python; their bundle is not built)"
         )
     graph = program.graph
     if reference not in ("interpreter", "program"):
