@@ -107,7 +107,7 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
 
     import dpt_ir as dp
     from dpt_ir.backends.base import target_for
-    from dpt_ir.compiler import _pipelines, options_of
+    from dpt_ir.compiler import options_of, pipelines
     from dpt_ir.passes import fusion_steps
     from dpt_ir.passes.manager import run_pipeline
 
@@ -119,7 +119,7 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
     res: dict[str, Any] = {"kind": kind, "nodes": len(graph.nodes), "max_kernel_nodes": fusion_steps.MAX_KERNEL_NODES}
     t, cpu = time.perf_counter(), time.process_time()
     per_pass: dict[str, float] = {}
-    for options in _pipelines(graph, ("x",), "loss", base).values():
+    for options in pipelines(graph, ("x",), "loss", base).values():
         for rec in run_pipeline(graph, options).records:
             per_pass[rec.name] = per_pass.get(rec.name, 0.0) + rec.seconds
     res["passes_s"] = time.perf_counter() - t

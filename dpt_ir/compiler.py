@@ -124,7 +124,13 @@ def options_of(target: Target, checks: bool = True, fuse: bool = True, recompute
     }
 
 
-def _pipelines(graph: Graph, wrt: tuple[str, ...], loss: str | None, base: dict[str, Any]) -> dict[str, Any]:
+PLAN_PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}  # plan name -> the prefix of its kernels' names
+
+
+def pipelines(graph: Graph, wrt: tuple[str, ...], loss: str | None, base: dict[str, Any]) -> dict[str, Any]:
+    """The pass options of each plan a program compiles (plan name -> `CompileOptions`):
+    ``run``; with ``wrt``, ``tape``, and ``value_and_grad`` when ``loss`` is set. ``base``:
+    `options_of`. `dpt_ir.export` plans its CUDA build with the same table."""
     from dpt_ir.passes.options import CompileOptions
 
     plans: dict[str, CompileOptions] = {"run": CompileOptions(**base)}
@@ -237,13 +243,13 @@ def _build(
         cache = "miss"
         from dpt_ir.passes.manager import run_pipeline
 
-        options = _pipelines(graph, wrt, loss, base)
+        options = pipelines(graph, wrt, loss, base)
         results = {name: run_pipeline(graph, opts) for name, opts in options.items()}
         log.debug("compile %r: passes done in %.2f s", graph.name, time.perf_counter() - start)
         header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
         sources = {  # one module per pipeline, so that a call builds only the module it launches
-            f"{stem}_{_PREFIX[n]}": codegen.generate(
-                {_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target.kind
+            f"{stem}_{PLAN_PREFIX[n]}": codegen.generate(
+                {PLAN_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target.kind
             )
             for n, r in results.items()
         }
@@ -256,8 +262,8 @@ def _build(
         _store(entry, key, built)
     plans = {}
     for name, g in built.graphs.items():
-        module = _module(built, f"{stem}_{_PREFIX[name]}", entry, key, dev, record if cache == "disk" else None)
-        mine = [k for k in built.kernels if k.name.startswith(_PREFIX[name] + "_")]
+        module = _module(built, f"{stem}_{PLAN_PREFIX[name]}", entry, key, dev, record if cache == "disk" else None)
+        mine = [k for k in built.kernels if k.name.startswith(PLAN_PREFIX[name] + "_")]
         slots, checks, tape = built.slots[module.name], base["checks"], name == "tape"
         plans[name] = ExecutionPlan(g, mine, module, dev, slots, checks, grad_outputs=tape, threads=target.threads)
     report = _report(graph, plans, built.kernels, cache, time.perf_counter() - start, dev, stem, base)
@@ -307,7 +313,6 @@ def _module(built: Built, name: str, entry: Path, key: str, dev: str, record: Ca
     return GeneratedModule(name, built.texts[name], entry, key, dev, expected)
 
 
-_PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
 _PIECES: dict[str, dict[str, Program]] = {}
 
 
@@ -346,7 +351,7 @@ def compile_pieces(
             from dpt_ir.passes.manager import run_pipeline
 
             cache = "miss"
-            results = {name: run_pipeline(g, _pipelines(g, (), None, base)["run"]) for name, g in pieces.items()}
+            results = {name: run_pipeline(g, pipelines(g, (), None, base)["run"]) for name, g in pieces.items()}
             graphs = {name: r.graph for name, r in results.items()}
             header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
             source = codegen.generate(

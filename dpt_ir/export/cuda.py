@@ -26,11 +26,11 @@ from dpt_ir.backends.cxx import math_header
 from dpt_ir.backends.cxx.kernels import TASK0
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE, KernelSource, StatusSlot
+from dpt_ir.compiler import PLAN_PREFIX
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
 from dpt_ir.passes.options import CompileOptions
 
-PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}
 _CALL = re.compile(r"\bn_(dpk_[0-9a-f]{16})\(")
 
 
@@ -59,8 +59,8 @@ def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool)
     from dpt_ir.passes.manager import run_pipeline
 
     graphs = {name: run_pipeline(graph, opts).graph for name, opts in pipelines.items()}
-    source = codegen.generate({PREFIX[k]: g for k, g in graphs.items()}, graph.name, "CUDA export", checks, "cuda")
-    kernels = {name: [k for k in source.kernels if k.name.startswith(PREFIX[name] + "_")] for name in graphs}
+    source = codegen.generate({PLAN_PREFIX[k]: g for k, g in graphs.items()}, graph.name, "CUDA export", checks, "cuda")
+    kernels = {name: [k for k in source.kernels if k.name.startswith(PLAN_PREFIX[name] + "_")] for name in graphs}
     units = {}
     for ks in kernels.values():
         for k in ks:

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 import dpt_ir as dp
+from dpt_ir.compiler import PLAN_PREFIX
 from dpt_ir.errors import ContractError
 from dpt_ir.export.bundle import BUNDLE_VERSION, Bundle, StatusSpec, Tolerance
-from dpt_ir.export.cuda import PREFIX, cuda_plans, kernels_cu
+from dpt_ir.export.cuda import cuda_plans, kernels_cu
 from dpt_ir.export.reference import cotangents, input_specs, program_results, raises, store, tape_call
 from dpt_ir.export.tables import constants, plan_spec
 from dpt_ir.version import __version__
@@ -28,23 +29,18 @@ TOLERANCE = Tolerance(rtol=2e-4, atol_rel=2e-5)  # tests/backend/harness.py MODE
 
 
 def _pipelines(program: Any, plans: list[str]) -> dict[str, Any]:
+    """The options of ``plans``, from the table `dp.compile` uses, with the CUDA budgets."""
     from dpt_ir.backends.base import target_for
-    from dpt_ir.compiler import options_of
-    from dpt_ir.passes.options import CompileOptions
+    from dpt_ir.compiler import options_of, pipelines
 
     opts = program.report["options"]
     base = options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute")})
-    wrt, loss = tuple(program.wrt), program.loss
-    every = {
-        "run": lambda: CompileOptions(**base),
-        "value_and_grad": lambda: CompileOptions(wrt=wrt, seeds=(loss,), seed_values={loss: 1.0}, loss=loss, **base),
-        "tape": lambda: CompileOptions(wrt=wrt, **base),
-    }
-    return {name: every[name]() for name in plans}
+    every = pipelines(program.graph, tuple(program.wrt), program.loss, base)
+    return {name: every[name] for name in plans}
 
 
 def _chosen(program: Any, plans: list[str] | None) -> list[str]:
-    have = [name for name in PREFIX if name in program.plans]
+    have = [name for name in PLAN_PREFIX if name in program.plans]
     if plans is None:
         return have
     unknown = [p for p in plans if p not in have]
@@ -74,9 +70,10 @@ def export_cuda(
     from dpt_ir.runtime import Program
 
     if not isinstance(program, Program):
+        graph_name = getattr(getattr(program, "graph", None), "name", None)
         raise ContractError(
-            f"export_cuda: expected a dp.Program, found {type(program).__name__} (programs with loops launch "
-            "their bodies per step from Python and cannot be exported)"
+            f"export_cuda of {graph_name!r}: expected a dp.Program, found {type(program).__name__} (programs "
+            "with loops launch their bodies per step from Python; their bundle is not built)"
         )
     graph = program.graph
     if reference not in ("interpreter", "program"):
@@ -92,9 +89,10 @@ def export_cuda(
         else:
             ref[f"input/{spec.name}@sum"] = np.float64(arrays[spec.name].sum(dtype=np.float64))
     plan_specs = []
+    forward = dp.interpret(graph, **arrays) if reference == "interpreter" else None  # one forward for every plan
     for name in names:
         pg = build.graphs[name]
-        outs, grads, call = _reference(program, name, pg, arrays, ref, seed or 0, reference)
+        outs, grads, call = _reference(program, name, pg, arrays, ref, seed or 0, forward)
         for key, value in [*_keyed("output", outs), *_keyed("gradient", grads)]:
             store(ref, f"{name}/{key}", value)
         raised = call is not None and raises(call)  # program references exist only where nothing raised
@@ -131,29 +129,29 @@ def _reference(
     arrays: dict[str, np.ndarray],
     ref: dict[str, np.ndarray],
     seed: int,
-    reference: str,
+    forward: dict[str, np.ndarray] | None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], Any]:
-    """The outputs and gradients of plan ``name`` (the interpreter's, or the program's), and
-    the program call that tells whether the plan raises a NumericalError on these inputs
-    (None for the program's own results: they exist only when it did not raise)."""
+    """The outputs and gradients of plan ``name`` (the interpreter's, whose ``forward`` is
+    computed once per program; or, ``forward`` None, the program's), and the program call that
+    tells whether the plan raises a NumericalError on these inputs (None for the program's own
+    results: they exist only when it did not raise)."""
     graph = program.graph
-    if reference == "program":
+    if forward is None:
         seeds = cotangents(graph, pg, seed + 1000) if name == "tape" else {}
         for out, value in seeds.items():
             ref[f"tape/cotangent/{out}"] = value
         outs, grads = program_results(program, name, arrays, seeds)
         return outs, grads, None
-    outs = dp.interpret(graph, **arrays)
     if name == "run":
-        return outs, {}, lambda: program.run(**arrays)
+        return forward, {}, lambda: program.run(**arrays)
     if name == "value_and_grad":
         grads = dp.interpret_grad(graph, list(program.wrt), seed={program.loss: 1.0}, **arrays)
-        return outs, grads, lambda: program.value_and_grad(**arrays)
+        return forward, grads, lambda: program.value_and_grad(**arrays)
     seeds = cotangents(graph, pg, seed + 1000)
     for out, value in seeds.items():
         ref[f"tape/cotangent/{out}"] = value  # uploaded whole: never sampled
     grads = dp.interpret_grad(graph, list(program.wrt), seed=seeds, **arrays)
-    return outs, grads, tape_call(program, arrays, seeds)
+    return forward, grads, tape_call(program, arrays, seeds)
 
 
 def _keyed(kind: str, values: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:

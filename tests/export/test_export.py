@@ -207,6 +207,18 @@ def test_only_a_program_exports() -> None:
         export_cuda(object(), "/nonexistent/never-written", seed=0)
 
 
+def test_a_loop_program_is_refused_by_name() -> None:
+    from dpt_ir.export import export_cuda
+
+    g = dp.GraphBuilder("scanned")
+    x = g.input("x", (4,), "float32")
+    y, _ = dp.scan(lambda c, _: (dp.sin(c), None), x, length=3)
+    g.output("loss", dp.sum(y))
+    program = dp.compile(g.build(), wrt=["x"], device="cpu")
+    with pytest.raises(dp.ContractError, match=r"export_cuda of 'scanned': expected a dp.Program, found LoopProgram"):
+        export_cuda(program, "/nonexistent/never-written", seed=0)
+
+
 def test_cli_export_cuda(tmp_path: Path) -> None:
     from dpt_ir.cli import main
 

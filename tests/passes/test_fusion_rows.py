@@ -10,7 +10,7 @@ from __future__ import annotations
 import dpt_ir as dp
 from benchmarks.graphs import normalisation, softmax_xent
 from dpt_ir.backends.base import target_for
-from dpt_ir.compiler import _pipelines, options_of
+from dpt_ir.compiler import options_of, pipelines
 from dpt_ir.passes.dumps import fusion_table
 from dpt_ir.passes.fusion_rows import ROW_BUDGET_BYTES
 from dpt_ir.passes.kernel_ir import plan_of
@@ -21,7 +21,7 @@ BASE = options_of(target_for("cpu"))
 
 def _plans(graph: dp.Graph, wrt: str) -> dict[str, dp.Graph]:
     """The run / value_and_grad / tape plans `dp.compile` builds on the CPU."""
-    return {name: run_pipeline(graph, o).graph for name, o in _pipelines(graph, (wrt,), "loss", BASE).items()}
+    return {name: run_pipeline(graph, o).graph for name, o in pipelines(graph, (wrt,), "loss", BASE).items()}
 
 
 def _ids(graph: dp.Graph) -> list[str]:

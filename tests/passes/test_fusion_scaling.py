@@ -11,7 +11,7 @@ import dpt_ir as dp
 from benchmarks.compile_scaling import chain
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
-from dpt_ir.compiler import _pipelines, options_of
+from dpt_ir.compiler import options_of, pipelines
 from dpt_ir.passes.fusion_steps import MAX_KERNEL_NODES
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
@@ -54,7 +54,7 @@ def chain_plans() -> tuple[dict[str, dp.Graph], float]:
     assert len(graph.nodes) == 1999
     start = time.process_time()
     plans = {}
-    for name, options in _pipelines(graph, ("x",), "loss", base).items():
+    for name, options in pipelines(graph, ("x",), "loss", base).items():
         result = run_pipeline(graph, options)
         assert [r.name for r in result.records][-3:] == ["saved_attributes", "fusion", "schedule"]
         plans[name] = result.graph

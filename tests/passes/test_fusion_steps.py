@@ -15,7 +15,7 @@ import dpt_ir as dp
 from benchmarks.compile_scaling import LAPLACIAN, chain, heat, wide
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
-from dpt_ir.compiler import _pipelines, options_of
+from dpt_ir.compiler import options_of, pipelines
 from dpt_ir.passes import fusion_steps
 from dpt_ir.passes.dumps import fusion_table
 from dpt_ir.passes.manager import run_pipeline
@@ -26,7 +26,7 @@ STEPS = 20
 
 def _plans(graph: dp.Graph) -> dict[str, dp.Graph]:
     """The run / value_and_grad / tape plans `dp.compile` builds on the CPU."""
-    return {name: run_pipeline(graph, o).graph for name, o in _pipelines(graph, ("x",), "loss", BASE).items()}
+    return {name: run_pipeline(graph, o).graph for name, o in pipelines(graph, ("x",), "loss", BASE).items()}
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_a_chains_pieces_repeat_with_its_steps(monkeypatch: pytest.MonkeyPatch) 
     distinct = []
     for steps in (60, 120):
         graph = chain(steps, (16,))
-        (options,) = [o for name, o in _pipelines(graph, ("x",), "loss", BASE).items() if name == "value_and_grad"]
+        (options,) = [o for name, o in pipelines(graph, ("x",), "loss", BASE).items() if name == "value_and_grad"]
         plan = run_pipeline(graph, options).graph
         distinct.append(len(codegen.generate({"vg": plan}, graph.name, "", True, "cpu").functions()))
     assert distinct[1] == distinct[0], distinct
@@ -93,7 +93,7 @@ def test_the_terms_of_a_wide_sum_are_not_strands(monkeypatch: pytest.MonkeyPatch
     input there, not written when the size bound cuts: they do not recur (`_recurs`)."""
     monkeypatch.setattr(fusion_steps, "MAX_KERNEL_NODES", 48)
     graph = wide(40, (16,))
-    (options,) = [o for name, o in _pipelines(graph, ("x",), "loss", BASE).items() if name == "value_and_grad"]
+    (options,) = [o for name, o in pipelines(graph, ("x",), "loss", BASE).items() if name == "value_and_grad"]
     plan = run_pipeline(graph, options).graph
     reasons = [b["reason"] for b in plan.meta["boundaries"]]
     assert any("its inline code reached" in r for r in reasons), reasons  # the bound did cut
