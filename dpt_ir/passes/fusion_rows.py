@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords
-from dpt_ir.passes.kernel_ir import KernelGroup, KernelPlan, RowSet, plan_of, with_plan
+from dpt_ir.passes.kernel_ir import KernelGroup, RowSet, plan_of, with_plan
 
 # Bytes of one row of all the full-shape values a row set reads or writes: the row task keeps
 # them in L1/L2 between its members (the study measured row-local normalisation with 4 KiB rows,
@@ -187,8 +187,7 @@ def annotate(graph: Graph) -> Graph:
         k = found[0] + len(members)
     if not sets:
         return graph  # no row set: the plan (and its meta records) as fusion left it
-    rowed = KernelPlan(groups=tuple(groups), boundaries=plan.boundaries, halo=plan.halo, rows=tuple(sets))
-    return with_plan(graph, rowed)
+    return with_plan(graph, plan.with_(groups=tuple(groups), rows=tuple(sets), schedule=None))
 
 
 def _record(graph: Graph, members: list[KernelGroup], k: int) -> RowSet:
