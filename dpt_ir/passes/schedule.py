@@ -52,7 +52,7 @@ def run(graph: Graph, options: Any = None) -> Graph:
     schedule = Schedule(
         order=tuple(g.id for g in groups),
         buffers=made,
-        assignment={v: b.id for b in made for v in b.values},
+        assignment=Schedule.held(made),
         workspace_bytes=sum(b.bytes for b in made if not b.output),
         output_bytes=sum(b.bytes for b in made if b.output),
     )
