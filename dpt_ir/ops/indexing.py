@@ -3,10 +3,9 @@
 - `Affine` coordinate forms, backend-neutral, for layout views whose input coordinates are
   affine in the output's (`OpDef.view_affine`): the C++ path renders them, and `split`
   proves a reshape affine (every coordinate in range) before it is used;
-- integer-arithmetic strings (``"(j0 * 3 + p)"``, literals folded: `add`, `mul`,
-  `linearize`) where the op table describes a map symbolically and the compiler evaluates
-  it itself (a scatter's destination keys, on NumPy arrays of constant positions; the
-  images a pad's adjoint counts). No backend syntax.
+- integer-arithmetic strings (``"(j0 * 3 + p)"``, literals folded: `add`, `mul`) where the
+  op table describes a map symbolically and the compiler evaluates it itself (the images a
+  pad's adjoint counts). No backend syntax.
 """
 
 from __future__ import annotations
@@ -54,15 +53,6 @@ def strides(shape: Sequence[int]) -> list[int]:
         out.append(acc)
         acc *= d
     return out[::-1]
-
-
-def linearize(index: Sequence[str], shape: Sequence[int]) -> str:
-    """Flat row-major offset of ``index`` in an array of ``shape`` (size-1 axes skipped)."""
-    total = "0"
-    for e, s, d in zip(index, strides(shape), shape, strict=True):
-        if d != 1:
-            total = add(total, mul(e, s))
-    return total
 
 
 # -- Affine coordinate forms: backend-neutral index maps of layout views -------------------
