@@ -95,6 +95,15 @@ def zero(rank: int) -> Affine:
     return Affine(0, (0,) * rank)
 
 
+def canonical(form: Affine, space: Sequence[int]) -> Affine:
+    """``form`` over ``space`` with no weight on axes of extent 1 (their coordinate is always
+    0) and no trailing zero weights, so equal offsets compare equal."""
+    w = [0 if n == 1 else x for x, n in zip(form.padded(len(space)).w, space, strict=True)]
+    while w and w[-1] == 0:
+        w.pop()
+    return Affine(form.b, tuple(w))
+
+
 def axis(a: int, rank: int) -> Affine:
     """The coordinate ``c[a]`` of a space of ``rank`` axes."""
     return Affine(0, tuple(int(k == a) for k in range(rank)))

@@ -67,12 +67,6 @@ def _identity(space: Sequence[int]) -> Coords:
     return tuple(idx.axis(k, len(space)) for k in range(len(space)))
 
 
-def _canonical(form: Affine, space: Sequence[int]) -> Affine:
-    """``form`` over ``space`` with no weight on extent-1 axes, so equal offsets compare equal."""
-    w = form.padded(len(space)).w
-    return Affine(form.b, tuple(0 if d == 1 else x for x, d in zip(w, space, strict=True)))
-
-
 def _row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> bool:
     """Does ``group`` read every value in ``written`` (by earlier members) within the row of the
     element it computes? Walks its members from its seeds (reduction inputs, full-shape stores)
@@ -81,7 +75,7 @@ def _row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> b
     space = tuple(group.space)
     n, size = len(space), math.prod(space)
     members, roots = set(group.nodes), set(group.roots)
-    full, row = _canonical(idx.flat(_identity(space), space, n), space), _canonical(_row_form(space, a), space)
+    full, row = idx.canonical(idx.flat(_identity(space), space, n), space), idx.canonical(_row_form(space, a), space)
     seeds = [graph.node_map[r].inputs[0] if graph.node_map[r].opdef.kind == "reduction" else r for r in roots]
     stack = [(v, _identity(space)) for v in seeds if tuple(graph.types[v].shape) == space]
     seen: set[tuple[str, Coords]] = set()
@@ -93,7 +87,7 @@ def _row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> b
         shape = tuple(graph.types[value].shape)
         if value not in members:
             if value in written:
-                at = _canonical(idx.flat(coords, shape, n), space)
+                at = idx.canonical(idx.flat(coords, shape, n), space)
                 if at != (full if graph.types[value].size == size else row):
                     return False
             continue
