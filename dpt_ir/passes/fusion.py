@@ -60,7 +60,10 @@ def run(graph: Graph, options: Any = None) -> Graph:
         groups = merge_siblings(graph, groups)
         groups = merge_epilogues(graph, groups)
     graph = _annotate(graph, groups, reasons, halo)
-    return fusion_rows.annotate(graph) if fuse else graph  # row sets: `fusion_rows`
+    if not fuse:
+        return graph
+    rows = getattr(options, "row_budget", None)  # 0 is a budget too: no row set fits it
+    return fusion_rows.annotate(graph, fusion_rows.ROW_BUDGET if rows is None else rows)  # row sets
 
 
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:

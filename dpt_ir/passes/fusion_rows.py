@@ -14,8 +14,9 @@ row (proved on the coordinate forms of every read, through the op table's views:
 `OpDef.view_affine`; no op is named). Every value read from memory that no member writes comes
 from a group placed before the set, so the set can run where its first member does; groups
 that sat between members move after the set (they never feed a member). A set holds at least
-two groups and fits `ROW_BUDGET_BYTES`: the bytes of one row of every full-shape value its
-members read or write. Decisions use op kinds, view maps and shapes only. The schedule treats a
+two groups and fits the row budget (`CompileOptions.row_budget`, from the backend's `Target`;
+`ROW_BUDGET` by default): the bytes of one row of every full-shape value its members read or
+write. Decisions use op kinds, view maps and shapes only. The schedule treats a
 set as one kernel for buffer liveness (`util.live_ranges`): its members' rows interleave.
 """
 
@@ -29,10 +30,9 @@ from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords
 from dpt_ir.passes.kernel_ir import KernelGroup, RowSet, plan_of, with_plan
 
-# Bytes of one row of all the full-shape values a row set reads or writes: the row task keeps
-# them in L1/L2 between its members (the study measured row-local normalisation with 4 KiB rows,
-# 16 KiB of live values per row). One named constant until the backend's `Target` carries it.
-ROW_BUDGET_BYTES = 32 * 1024
+# The default row budget (bytes of one row of all the full-shape values a row set reads or
+# writes) when the options name none: the CPU `Target.row_budget`, which `dp.compile` passes.
+ROW_BUDGET = 32 * 1024
 
 
 def _row_axis(group: KernelGroup) -> int | None:
@@ -129,7 +129,7 @@ def _row_bytes(graph: Graph, groups: Sequence[KernelGroup], space: tuple[int, ..
     return sum(graph.types[v].nbytes // size * row for v in values)
 
 
-def _grow(graph: Graph, groups: list[KernelGroup], start: int, taken: set[str]) -> list[int] | None:
+def _grow(graph: Graph, groups: list[KernelGroup], start: int, taken: set[str], budget: int) -> list[int] | None:
     """The positions of the row set that starts at ``groups[start]``, or None."""
     first = groups[start]
     a = _row_axis(first)
@@ -153,23 +153,24 @@ def _grow(graph: Graph, groups: list[KernelGroup], start: int, taken: set[str]) 
             continue  # it reads a group placed after the set's start that is not a member
         if not _row_local(graph, g, written, a):
             continue
-        if _row_bytes(graph, [groups[m] for m in members] + [g], space, row) > ROW_BUDGET_BYTES:
+        if _row_bytes(graph, [groups[m] for m in members] + [g], space, row) > budget:
             break
         members.append(k)
         written |= set(g.outputs)
     return members if len(members) > 1 else None
 
 
-def annotate(graph: Graph) -> Graph:
+def annotate(graph: Graph, budget: int = ROW_BUDGET) -> Graph:
     """``graph`` with ``meta["rows"]`` (the row sets, each with its reason; no key when there
-    is none) and its groups reordered so that every set's members are consecutive."""
+    is none) and its groups reordered so that every set's members are consecutive; each set's
+    row of full-shape values fits ``budget`` bytes."""
     plan = plan_of(graph)
     groups = list(plan.groups)
     sets: list[RowSet] = []
     taken: set[str] = set()
     k = 0
     while k < len(groups):
-        found = _grow(graph, groups, k, taken)
+        found = _grow(graph, groups, k, taken, budget)
         if found is None:
             k += 1
             continue
@@ -177,14 +178,14 @@ def annotate(graph: Graph) -> Graph:
         between = [g for m, g in enumerate(groups) if found[0] < m < found[-1] and m not in found]
         groups[found[0] : found[-1] + 1] = [*members, *between]
         taken |= {g.id for g in members}
-        sets.append(_record(graph, members, len(sets)))
+        sets.append(_record(graph, members, len(sets), budget))
         k = found[0] + len(members)
     if not sets:
         return graph  # no row set: the plan (and its meta records) as fusion left it
     return with_plan(graph, plan.with_(groups=tuple(groups), rows=tuple(sets), schedule=None))
 
 
-def _record(graph: Graph, members: list[KernelGroup], k: int) -> RowSet:
+def _record(graph: Graph, members: list[KernelGroup], k: int, budget: int) -> RowSet:
     first = members[0]
     space = tuple(first.space)
     a = _row_axis(first)
@@ -201,7 +202,7 @@ def _record(graph: Graph, members: list[KernelGroup], k: int) -> RowSet:
         row_bytes=live,
         reason=(
             f"each of {', '.join(ids[1:])} reads what the groups before it write only within the same row of "
-            f"{row} element(s); one row of their full-shape values is {live} B (budget {ROW_BUDGET_BYTES} B): "
+            f"{row} element(s); one row of their full-shape values is {live} B (budget {budget} B): "
             "one task runs them row by row while the row is in cache"
         ),
     )

@@ -11,11 +11,11 @@ import pytest
 
 import dpt_ir as dp
 from benchmarks.graphs import normalisation, softmax_xent
-from dpt_ir.backends.base import target_for
+from dpt_ir.backends.base import Target, target_for
 from dpt_ir.compiler import _pipelines, options_of
 from dpt_ir.passes import verify
 from dpt_ir.passes.dumps import fusion_table
-from dpt_ir.passes.fusion_rows import ROW_BUDGET_BYTES
+from dpt_ir.passes.fusion_rows import ROW_BUDGET
 from dpt_ir.passes.kernel_ir import Buffer, Schedule, plan_of, with_plan
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.util import live_ranges
@@ -41,7 +41,7 @@ def test_normalisation_runs_as_one_row_set() -> None:
     (rset,) = plan_of(vg).rows
     assert list(rset.groups) == _ids(vg) and len(rset.groups) == 5
     assert rset.axes == (1,) and rset.row == 1024
-    assert rset.row_bytes == 4 * 1024 * 4 <= ROW_BUDGET_BYTES
+    assert rset.row_bytes == 4 * 1024 * 4 <= target_for("cpu").row_budget == ROW_BUDGET
     assert "within the same row" in rset.reason
     assert "rows0: row-local fusion of f0, f1, f2, f3, f4" in fusion_table(vg)
     run = plans["run"]  # the forward alone: two row means and the loss
@@ -125,3 +125,21 @@ def test_verify_refuses_a_buffer_shared_inside_a_row_set() -> None:
     message = rf"buffer '{held[a]}': '{b}' is written by kernel .* while '{a}' is still read"
     with pytest.raises(dp.ContractError, match=message):
         verify.run(with_plan(vg, plan.with_(schedule=shared)))
+
+
+def test_the_row_budget_is_the_targets() -> None:
+    """The budget reaches fusion from `Target.row_budget` through the options (which key the
+    caches): the 16 KiB normalisation set of five groups splits into smaller ones within 8 KiB, and
+    none forms within 4 KiB (two full-shape values already take 8 KiB a row)."""
+    cpu = target_for("cpu")
+    graph = normalisation((64, 1024))
+
+    def value_and_grad(budget: int) -> dp.Graph:
+        options = options_of(Target(**{**dict(cpu), "row_budget": budget}))
+        assert options["row_budget"] == budget and options != options_of(cpu)
+        return run_pipeline(graph, _pipelines(graph, ("x",), "loss", options)["value_and_grad"]).graph
+
+    sets = plan_of(value_and_grad(8 * 1024)).rows
+    assert sets and all(len(r.groups) < 5 and r.row_bytes <= 8 * 1024 for r in sets), sets
+    assert all("(budget 8192 B)" in r.reason for r in sets)
+    assert not plan_of(value_and_grad(4 * 1024)).rows
