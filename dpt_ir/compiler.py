@@ -121,6 +121,7 @@ def options_of(target: Target, checks: bool = True, fuse: bool = True, recompute
         "recompute": recompute,
         "halo_budget": target.halo_budget,
         "recompute_budget": target.recompute_budget,
+        "row_budget": target.row_budget,
     }
 
 

@@ -4,9 +4,9 @@ Assumes: nothing (a pure model; the backend modules and the compiler import it, 
 never do: `dp.compile` hands the budgets to them through `CompileOptions`).
 Guarantees: `Target.for_device` gives the facts of a device kind (``cpu`` or ``cuda``) with
 the budgets the user left unset filled in, the numbers every plan and kernel was built with
-before they moved here (so plans are unchanged): the halo and recompute budgets the passes
-use, the CPU threads a launch may use, how a reduction is split into partials, the C++ CPU
-driver's element block and task size, and the CUDA launch block. `target_for(kind)` is the
+before they moved here (so plans are unchanged): the halo, recompute and row-set budgets the
+passes use, the CPU threads a launch may use, how a reduction is split into partials, the C++
+CPU driver's element block and task size, and the CUDA launch block. `target_for(kind)` is the
 default target of a kind, which the backends read where a kind's partition is fixed by
 shapes alone (a CPU build also emits, and tests, the CUDA driver's partition).
 """
@@ -38,6 +38,10 @@ class Target(FrozenModel):
       ``partials_from`` elements per output is split into partials (CUDA: enough threads in
       flight, about ``partial_threads`` in all, each partial at least ``partial_chunk``
       elements), combined in order by a final kernel; the CPU runs one partial per output.
+    - ``row_budget``: bytes of one row of every full-shape value a row set (row-local
+      fusion, `CompileOptions.row_budget`) may read or write: what one task keeps in L1/L2
+      between the set's members (the study measured row-local normalisation with 4 KiB
+      rows, 16 KiB of live values per row).
     - ``block``: elements per block of the C++ CPU driver (stack buffers, column blocks);
       ``cpu_task``: elements per task of its fixed partition; ``cuda_block``: threads per
       block of a CUDA launch.
@@ -50,6 +54,7 @@ class Target(FrozenModel):
     partials_from: int = Field(default=8192, ge=1)
     partial_threads: int = Field(default=65536, ge=1)
     partial_chunk: int = Field(default=4096, ge=1)
+    row_budget: int = Field(default=32 * 1024, ge=0)
     block: int = Field(default=512, ge=8)
     cpu_task: int = Field(default=65536, ge=1)
     cuda_block: int = Field(default=256, ge=32, le=1024)
@@ -97,4 +102,3 @@ _DEFAULTS = {kind: Target.for_device(kind) for kind in ("cpu", "cuda")}
 def target_for(device: str) -> Target:
     """The default target of ``device``'s kind (one thread, default budgets)."""
     return _DEFAULTS[_kind(device)]
-

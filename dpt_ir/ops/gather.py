@@ -202,7 +202,6 @@ def _add_at_layout(attrs: GatherAttrs, shape: tuple[int, ...], indices: tuple[in
         return ScatterLayout(
             **common,
             rows=math.prod(shape),
-            key=lambda j, p: idx.linearize(j[:axis] + (p,) + j[axis + 1 :], shape),
             source_at=lambda dest, j: j,
             key_form=lambda j, p: idx.flat(j[:axis] + (p,) + j[axis + 1 :], shape, 0),
             row_form=lambda dest: idx.flat(dest, shape, 0),
@@ -210,7 +209,6 @@ def _add_at_layout(attrs: GatherAttrs, shape: tuple[int, ...], indices: tuple[in
     return ScatterLayout(
         **common,
         rows=shape[axis],
-        key=lambda j, p: p,
         source_at=lambda dest, j: dest[:axis] + j + dest[axis + 1 :],
         key_form=lambda j, p: p,
         row_form=lambda dest: dest[axis],

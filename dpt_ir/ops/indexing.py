@@ -3,10 +3,9 @@
 - `Affine` coordinate forms, backend-neutral, for layout views whose input coordinates are
   affine in the output's (`OpDef.view_affine`): the C++ path renders them, and `split`
   proves a reshape affine (every coordinate in range) before it is used;
-- integer-arithmetic strings (``"(j0 * 3 + p)"``, literals folded: `add`, `mul`,
-  `linearize`) where the op table describes a map symbolically and the compiler evaluates
-  it itself (a scatter's destination keys, on NumPy arrays of constant positions; the
-  images a pad's adjoint counts). No backend syntax.
+- integer-arithmetic strings (``"(j0 * 3 + p)"``, literals folded: `add`, `mul`) where the
+  op table describes a map symbolically and the compiler evaluates it itself (the images a
+  pad's adjoint counts). No backend syntax.
 """
 
 from __future__ import annotations
@@ -56,15 +55,6 @@ def strides(shape: Sequence[int]) -> list[int]:
     return out[::-1]
 
 
-def linearize(index: Sequence[str], shape: Sequence[int]) -> str:
-    """Flat row-major offset of ``index`` in an array of ``shape`` (size-1 axes skipped)."""
-    total = "0"
-    for e, s, d in zip(index, strides(shape), shape, strict=True):
-        if d != 1:
-            total = add(total, mul(e, s))
-    return total
-
-
 # -- Affine coordinate forms: backend-neutral index maps of layout views -------------------
 @dataclass(frozen=True)
 class Affine:
@@ -103,6 +93,15 @@ Coords = tuple[Affine, ...]  # one form per axis of an array
 
 def zero(rank: int) -> Affine:
     return Affine(0, (0,) * rank)
+
+
+def canonical(form: Affine, space: Sequence[int]) -> Affine:
+    """``form`` over ``space`` with no weight on axes of extent 1 (their coordinate is always
+    0) and no trailing zero weights, so equal offsets compare equal."""
+    w = [0 if n == 1 else x for x, n in zip(form.padded(len(space)).w, space, strict=True)]
+    while w and w[-1] == 0:
+        w.pop()
+    return Affine(form.b, tuple(w))
 
 
 def axis(a: int, rank: int) -> Affine:

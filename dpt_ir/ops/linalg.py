@@ -22,6 +22,7 @@ import numpy as np
 
 from dpt_ir import functions as F
 from dpt_ir.errors import ContractError
+from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.registry import Contraction, Derivative, GradContext, OpDef, register_op
 from dpt_ir.ops.rules import Attrs
 from dpt_ir.types import FLOAT_DTYPES, TensorType, broadcast_shapes
@@ -73,14 +74,6 @@ def _reference(attrs: MatmulAttrs, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.matmul(x.astype(np.float64), y.astype(np.float64)).astype(a.dtype)
 
 
-def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, step = [], 1
-    for d in reversed(shape):
-        out.append(step)
-        step *= d
-    return tuple(reversed(out))
-
-
 def _operand(
     shape: tuple[int, ...], transposed: bool, side: str, batch: tuple[int, ...]
 ) -> tuple[tuple[int, ...], int, int]:
@@ -89,7 +82,7 @@ def _operand(
     zeros = (0,) * len(batch)
     if len(shape) == 1:  # a row (one row, unit column stride) or a column (unit row stride)
         return (zeros, 0, 1) if side == "a" else (zeros, 1, 0)
-    strides = _strides(shape)
+    strides = idx.strides(shape)
     own = shape[:-2]
     lead = len(batch) - len(own)
     aligned = tuple(0 if d < lead or own[d - lead] == 1 else strides[d - lead] for d in range(len(batch)))

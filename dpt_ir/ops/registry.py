@@ -172,16 +172,16 @@ class ScatterLayout:
     axis ``axis`` (length ``size``, normalised by ``mode`` as in `GatherCoords`); each
     position element ``j`` (a multi-index into ``indices``) sends input ``values`` at
     ``source_at(dest, j)`` to the output element ``dest``. ``rows``: how many destination
-    rows the positions sort into; ``key(j, p)``: the row of position element ``j``
-    holding normalised position ``p``, an integer-arithmetic string over the names ``j``
-    and ``p`` (evaluated on NumPy arrays for constant positions: `dpt_ir.backends.cxx.csr`);
-    the sources of ``dest`` are the position elements of its row, in increasing flat order.
-    ``source_at`` only rearranges its arguments' entries, so it takes `Affine` forms.
+    rows the positions sort into; ``key_form(j, p)``: the row of position element ``j``
+    holding normalised position ``p``, as an `Affine` form over coordinate forms (``j`` one
+    form per axis, ``p`` a form; evaluated on NumPy arrays for constant positions:
+    `dpt_ir.backends.cxx.csr`); the sources of ``dest`` are the position elements of its
+    row, in increasing flat order. ``source_at`` only rearranges its arguments' entries, so
+    it takes `Affine` forms.
 
     The C++ path (`dpt_ir.backends.cxx.scatter`) reads the maps as `Affine` forms, which it
-    renders itself: ``key_form(j, p)`` is ``key`` over coordinate forms and ``row_form(dest)``
-    the row of an output element (``j`` and ``dest`` one form per axis, ``p`` a form); None:
-    no C++ lowering."""
+    renders itself: ``key_form`` and ``row_form(dest)``, the row of an output element
+    (``dest`` one form per axis); None: no C++ lowering."""
 
     base: int
     indices: int
@@ -190,7 +190,6 @@ class ScatterLayout:
     size: int
     mode: str
     rows: int
-    key: Callable[[tuple[str, ...], str], str]
     source_at: Callable[[tuple[str, ...], tuple[str, ...]], tuple[str, ...]]
     key_form: Callable[[Coords, Affine], Affine] | None = None
     row_form: Callable[[Coords], Affine] | None = None

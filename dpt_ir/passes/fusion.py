@@ -37,7 +37,7 @@ from dpt_ir.graph import Graph, Node
 from dpt_ir.passes import fusion_rows
 from dpt_ir.passes import fusion_traits as traits
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
-from dpt_ir.passes.fusion_steps import bound_kernel_nodes, step_cuts
+from dpt_ir.passes.fusion_steps import bound_kernel_nodes, past_views, step_cuts
 from dpt_ir.passes.kernel_ir import Boundary, Halo, KernelGroup, KernelPlan, ScatterForm, with_plan
 from dpt_ir.passes.util import phase_of
 
@@ -60,7 +60,10 @@ def run(graph: Graph, options: Any = None) -> Graph:
         groups = merge_siblings(graph, groups)
         groups = merge_epilogues(graph, groups)
     graph = _annotate(graph, groups, reasons, halo)
-    return fusion_rows.annotate(graph) if fuse else graph  # row sets: `fusion_rows`
+    if not fuse:
+        return graph
+    rows = getattr(options, "row_budget", None)  # 0 is a budget too: no row set fits it
+    return fusion_rows.annotate(graph, fusion_rows.ROW_BUDGET if rows is None else rows)  # row sets
 
 
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:
@@ -114,14 +117,7 @@ def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[Halo]:
             if reads == 1:
                 continue
             # Single-read views (pad, slices) are index arithmetic: decide for what they read.
-            while (
-                value in graph.node_map
-                and value not in reasons
-                and graph.node_map[value].opdef.kind == "shape"
-                and len(graph.node_map[value].inputs) == 1
-                and traits.reads(graph.node_map[value]) == 1
-            ):
-                value = graph.node_map[value].inputs[0]
+            value = past_views(graph, value, reasons)
             cost = _eval_cost(graph, value, reasons, {})
             if cost == 0:
                 continue

@@ -14,8 +14,9 @@ row (proved on the coordinate forms of every read, through the op table's views:
 `OpDef.view_affine`; no op is named). Every value read from memory that no member writes comes
 from a group placed before the set, so the set can run where its first member does; groups
 that sat between members move after the set (they never feed a member). A set holds at least
-two groups and fits `ROW_BUDGET_BYTES`: the bytes of one row of every full-shape value its
-members read or write. Decisions use op kinds, view maps and shapes only. The schedule treats a
+two groups and fits the row budget (`CompileOptions.row_budget`, from the backend's `Target`;
+`ROW_BUDGET` by default): the bytes of one row of every full-shape value its members read or
+write. Decisions use op kinds, view maps and shapes only. The schedule treats a
 set as one kernel for buffer liveness (`util.live_ranges`): its members' rows interleave.
 """
 
@@ -27,12 +28,11 @@ from collections.abc import Sequence
 from dpt_ir.graph import Graph
 from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.indexing import Affine, Coords
-from dpt_ir.passes.kernel_ir import KernelGroup, KernelPlan, RowSet, plan_of, with_plan
+from dpt_ir.passes.kernel_ir import KernelGroup, RowSet, plan_of, with_plan
 
-# Bytes of one row of all the full-shape values a row set reads or writes: the row task keeps
-# them in L1/L2 between its members (the study measured row-local normalisation with 4 KiB rows,
-# 16 KiB of live values per row). One named constant until the backend's `Target` carries it.
-ROW_BUDGET_BYTES = 32 * 1024
+# The default row budget (bytes of one row of all the full-shape values a row set reads or
+# writes) when the options name none: the CPU `Target.row_budget`, which `dp.compile` passes.
+ROW_BUDGET = 32 * 1024
 
 
 def _row_axis(group: KernelGroup) -> int | None:
@@ -67,12 +67,6 @@ def _identity(space: Sequence[int]) -> Coords:
     return tuple(idx.axis(k, len(space)) for k in range(len(space)))
 
 
-def _canonical(form: Affine, space: Sequence[int]) -> Affine:
-    """``form`` over ``space`` with no weight on extent-1 axes, so equal offsets compare equal."""
-    w = form.padded(len(space)).w
-    return Affine(form.b, tuple(0 if d == 1 else x for x, d in zip(w, space, strict=True)))
-
-
 def _row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> bool:
     """Does ``group`` read every value in ``written`` (by earlier members) within the row of the
     element it computes? Walks its members from its seeds (reduction inputs, full-shape stores)
@@ -81,7 +75,7 @@ def _row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> b
     space = tuple(group.space)
     n, size = len(space), math.prod(space)
     members, roots = set(group.nodes), set(group.roots)
-    full, row = _canonical(idx.flat(_identity(space), space, n), space), _canonical(_row_form(space, a), space)
+    full, row = idx.canonical(idx.flat(_identity(space), space, n), space), idx.canonical(_row_form(space, a), space)
     seeds = [graph.node_map[r].inputs[0] if graph.node_map[r].opdef.kind == "reduction" else r for r in roots]
     stack = [(v, _identity(space)) for v in seeds if tuple(graph.types[v].shape) == space]
     seen: set[tuple[str, Coords]] = set()
@@ -93,7 +87,7 @@ def _row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> b
         shape = tuple(graph.types[value].shape)
         if value not in members:
             if value in written:
-                at = _canonical(idx.flat(coords, shape, n), space)
+                at = idx.canonical(idx.flat(coords, shape, n), space)
                 if at != (full if graph.types[value].size == size else row):
                     return False
             continue
@@ -135,7 +129,7 @@ def _row_bytes(graph: Graph, groups: Sequence[KernelGroup], space: tuple[int, ..
     return sum(graph.types[v].nbytes // size * row for v in values)
 
 
-def _grow(graph: Graph, groups: list[KernelGroup], start: int, taken: set[str]) -> list[int] | None:
+def _grow(graph: Graph, groups: list[KernelGroup], start: int, taken: set[str], budget: int) -> list[int] | None:
     """The positions of the row set that starts at ``groups[start]``, or None."""
     first = groups[start]
     a = _row_axis(first)
@@ -159,23 +153,24 @@ def _grow(graph: Graph, groups: list[KernelGroup], start: int, taken: set[str]) 
             continue  # it reads a group placed after the set's start that is not a member
         if not _row_local(graph, g, written, a):
             continue
-        if _row_bytes(graph, [groups[m] for m in members] + [g], space, row) > ROW_BUDGET_BYTES:
+        if _row_bytes(graph, [groups[m] for m in members] + [g], space, row) > budget:
             break
         members.append(k)
         written |= set(g.outputs)
     return members if len(members) > 1 else None
 
 
-def annotate(graph: Graph) -> Graph:
+def annotate(graph: Graph, budget: int = ROW_BUDGET) -> Graph:
     """``graph`` with ``meta["rows"]`` (the row sets, each with its reason; no key when there
-    is none) and its groups reordered so that every set's members are consecutive."""
+    is none) and its groups reordered so that every set's members are consecutive; each set's
+    row of full-shape values fits ``budget`` bytes."""
     plan = plan_of(graph)
     groups = list(plan.groups)
     sets: list[RowSet] = []
     taken: set[str] = set()
     k = 0
     while k < len(groups):
-        found = _grow(graph, groups, k, taken)
+        found = _grow(graph, groups, k, taken, budget)
         if found is None:
             k += 1
             continue
@@ -183,15 +178,14 @@ def annotate(graph: Graph) -> Graph:
         between = [g for m, g in enumerate(groups) if found[0] < m < found[-1] and m not in found]
         groups[found[0] : found[-1] + 1] = [*members, *between]
         taken |= {g.id for g in members}
-        sets.append(_record(graph, members, len(sets)))
+        sets.append(_record(graph, members, len(sets), budget))
         k = found[0] + len(members)
     if not sets:
         return graph  # no row set: the plan (and its meta records) as fusion left it
-    rowed = KernelPlan(groups=tuple(groups), boundaries=plan.boundaries, halo=plan.halo, rows=tuple(sets))
-    return with_plan(graph, rowed)
+    return with_plan(graph, plan.with_(groups=tuple(groups), rows=tuple(sets), schedule=None))
 
 
-def _record(graph: Graph, members: list[KernelGroup], k: int) -> RowSet:
+def _record(graph: Graph, members: list[KernelGroup], k: int, budget: int) -> RowSet:
     first = members[0]
     space = tuple(first.space)
     a = _row_axis(first)
@@ -208,7 +202,7 @@ def _record(graph: Graph, members: list[KernelGroup], k: int) -> RowSet:
         row_bytes=live,
         reason=(
             f"each of {', '.join(ids[1:])} reads what the groups before it write only within the same row of "
-            f"{row} element(s); one row of their full-shape values is {live} B (budget {ROW_BUDGET_BYTES} B): "
+            f"{row} element(s); one row of their full-shape values is {live} B (budget {budget} B): "
             "one task runs them row by row while the row is in cache"
         ),
     )

@@ -61,7 +61,7 @@ def step_cuts(graph: Graph, reasons: dict[str, str]) -> set[str]:
         if not multi_read(node) or counts[step_key(node)] < STEP_REPEATS:
             continue
         for read in node.inputs:
-            value = _carried(graph, _past_views(graph, read, reasons), reasons)
+            value = _carried(graph, past_views(graph, read, reasons), reasons)
             if value not in graph.node_map or value in reasons or is_free(graph.node_map[value]):
                 continue
             inner = graph.node_map[value]
@@ -75,8 +75,9 @@ def step_cuts(graph: Graph, reasons: dict[str, str]) -> set[str]:
     return set(cuts) | _alike(graph, reasons, cuts)
 
 
-def _past_views(graph: Graph, value: str, reasons: dict[str, str]) -> str:
-    """What ``value`` reads through single-read, single-input views (pads, slices)."""
+def past_views(graph: Graph, value: str, reasons: dict[str, str]) -> str:
+    """What ``value`` reads through single-read, single-input views (pads, slices) not in
+    ``reasons`` (not written): views are index arithmetic, decisions are for what they read."""
     while (
         value in graph.node_map
         and value not in reasons

@@ -134,10 +134,15 @@ class Schedule(FrozenModel):
     workspace_bytes: int = Field(ge=0)
     output_bytes: int = Field(ge=0)
 
+    @staticmethod
+    def held(buffers: tuple[Buffer, ...]) -> dict[str, str]:
+        """Value -> id of the buffer holding it: the ``assignment`` that ``buffers`` make."""
+        return {v: b.id for b in buffers for v in b.values}
+
     def check(self) -> None:
         """ContractError unless ``assignment`` is exactly the buffers' values and the byte
         totals are the buffers' (`verify` asks, after its liveness checks)."""
-        held = {v: b.id for b in self.buffers for v in b.values}
+        held = self.held(self.buffers)
         if held != self.assignment:
             raise ContractError(f"schedule: expected the assignment {held} of its buffers, found {self.assignment}")
         sums = {
@@ -194,6 +199,11 @@ class KernelPlan(FrozenModel):
             if -1 in at or at != list(range(at[0], at[0] + len(at))):
                 found = list(r.groups)
                 raise ContractError(f"row set {r.id!r}: expected consecutive kernels of the plan, found {found}")
+
+    def with_(self, **changes: Any) -> KernelPlan:
+        """This plan with ``changes`` (field name -> value), validated as a new plan (never an
+        unchecked copy): a bad field raises ContractError."""
+        return KernelPlan(**{**dict(self), **changes})
 
     def group(self, gid: str) -> KernelGroup:
         """The group with id ``gid``."""

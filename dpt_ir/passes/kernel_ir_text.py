@@ -73,7 +73,7 @@ def _canonical_plan(meta: dict[str, Any]) -> KernelPlan | None:
     if exact(plan.to_meta()) != exact(records):
         return None
     s = plan.schedule
-    if s is not None and s.assignment != {v: b.id for b in s.buffers for v in b.values}:
+    if s is not None and s.assignment != s.held(s.buffers):
         return None
     return plan
 

@@ -34,6 +34,9 @@ class CompileOptions(BaseModel):
     - ``recompute_budget``: the op work per element the backward may spend recomputing
       one forward value before `saved_attributes` saves it instead (None: no limit, only
       saved bytes count; `dp.compile` sets a limit for the compute-bound CPU backend).
+    - ``row_budget``: the bytes of one row of the full-shape values a row set
+      (`fusion_rows`) may read or write (None: `fusion_rows.ROW_BUDGET`; `dp.compile` sets
+      its target's, `Target.row_budget`).
     - ``threads``: CPU threads a launch of a C++ kernel may use (None: the machine's cores,
       `resolved_threads`). The kernels' task partition is fixed by the shapes, so results do
       not depend on it and it keys no compiled code, only the in-process program cache.
@@ -51,6 +54,7 @@ class CompileOptions(BaseModel):
     max_inline_consumers: int = 4
     halo_budget: int | None = None
     recompute_budget: int | None = None
+    row_budget: int | None = Field(default=None, ge=0)
     threads: int | None = Field(default=None, ge=1, le=1024)
 
     def resolved_threads(self) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
-from dpt_ir.passes.kernel_ir import Buffer, KernelPlan, Schedule, has_plan, plan_of, with_plan
+from dpt_ir.passes.kernel_ir import Buffer, Schedule, has_plan, plan_of, with_plan
 from dpt_ir.passes.util import live_ranges
 
 NAME = "schedule"
@@ -52,13 +52,11 @@ def run(graph: Graph, options: Any = None) -> Graph:
     schedule = Schedule(
         order=tuple(g.id for g in groups),
         buffers=made,
-        assignment={v: b.id for b in made for v in b.values},
+        assignment=Schedule.held(made),
         workspace_bytes=sum(b.bytes for b in made if not b.output),
         output_bytes=sum(b.bytes for b in made if b.output),
     )
-    return with_plan(
-        graph, KernelPlan(groups=groups, boundaries=plan.boundaries, halo=plan.halo, schedule=schedule, rows=plan.rows)
-    )
+    return with_plan(graph, plan.with_(schedule=schedule))
 
 
 class _Pool:

@@ -153,3 +153,11 @@ def test_target_holds_the_device_facts_plans_were_built_with() -> None:
         Target.for_device("tpu")
     with pytest.raises(dp.ContractError, match="threads"):
         Target.for_device("cpu", threads=0)
+
+
+def test_a_plan_update_is_validated(scheduled: dict[str, dp.Graph]) -> None:
+    plan = plan_of(scheduled["softmax_xent"])
+    assert plan.with_(halo=()) == KernelPlan(**{**dict(plan), "halo": ()})
+    assert plan.with_(schedule=None).schedule is None and plan.with_(schedule=None).groups == plan.groups
+    with pytest.raises(dp.ContractError, match="groups"):
+        plan.with_(groups="not groups")

@@ -19,6 +19,7 @@ import pytest
 import warp as wp
 
 import dpt_ir as dp
+from dpt_ir import runtime
 
 from .conftest import make_inputs, to_warp
 
@@ -104,3 +105,17 @@ def test_spy_sees_allocations(program: dp.Program, spy: AllocationSpy) -> None:
     """The counter is live: a plain wp.zeros on the program's device is counted."""
     wp.zeros(16, dtype=wp.float32, device=program.device)
     assert spy.allocations == [64]
+
+
+def test_direct_gradients_are_fresh_per_call(program: dp.Program) -> None:
+    """The gradients the kernels write straight into (`runtime._direct_results`, the set fixed
+    per plan) are new arrays per call: a later call neither shares nor overwrites them."""
+    plan = program.plans["value_and_grad"]
+    assert {plan.outputs[g] for g in plan.gradients.values()} <= runtime._direct_values(plan)
+    _, first = program.value_and_grad(**make_inputs(1))
+    kept = {k: v.copy() for k, v in first.items()}
+    _, second = program.value_and_grad(**make_inputs(2))
+    for name, grad in first.items():
+        assert not np.shares_memory(grad, second[name]), name
+        np.testing.assert_array_equal(grad, kept[name])
+        assert not np.array_equal(grad, second[name]), name

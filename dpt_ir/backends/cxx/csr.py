@@ -10,12 +10,11 @@ the device or the thread count, so results are bit-identical for any of them.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from dpt_ir.errors import ContractError, NumericalError
 from dpt_ir.graph import Graph
+from dpt_ir.ops import indexing as idx
 from dpt_ir.ops.gather import normalise
 from dpt_ir.ops.registry import ScatterLayout
 
@@ -43,16 +42,18 @@ def chunks(count: int, rows: int) -> int:
 
 def constant_csr(layout: ScatterLayout, positions: np.ndarray, root: str) -> tuple[list[int], list[int]]:
     """The CSR of constant ``positions``: offsets per destination row and the position
-    elements in a stable destination order. The layout's key expressions are evaluated
-    on NumPy integer arrays (they are integer arithmetic: ``+ * // %``)."""
+    elements in a stable destination order. The layout's ``key_form`` (an affine form over
+    the position element's axes and its position) is evaluated on NumPy integer arrays."""
     try:
         p = normalise(positions, layout.size, layout.mode, f"node {root!r}")
     except NumericalError as exc:  # a constant position out of range is in the user's graph
         raise ContractError(str(exc)) from None
-    names = tuple(f"j{k}" for k in range(positions.ndim))
-    env: dict[str, Any] = {n: g for n, g in zip(names, np.indices(positions.shape, dtype=np.int64), strict=True)}
-    env["p"] = p
-    key = eval(layout.key(names, "p"), {"__builtins__": {}}, env)  # noqa: S307  (our own integer arithmetic)
+    rank = positions.ndim + 1  # the position element's axes, then its position
+    assert layout.key_form is not None  # `scatter.covers` lowers only layouts with forms
+    j = tuple(idx.axis(k, rank) for k in range(positions.ndim))
+    form = layout.key_form(j, idx.axis(positions.ndim, rank)).padded(rank)
+    coords = (*np.indices(positions.shape, dtype=np.int64), np.asarray(p, dtype=np.int64))
+    key = form.b + sum((w * c for w, c in zip(form.w, coords, strict=True) if w), np.int64(0))
     keys = np.broadcast_to(np.asarray(key, dtype=np.int64), positions.shape)
     keys = keys.reshape(-1)
     order = np.argsort(keys, kind="stable")

@@ -52,8 +52,8 @@ def row_kernels(
 ) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
     """The launches of row set ``rset`` (the row kernel, then the final folds of stages with
     partials) and their native definitions; None when a member is not covered."""
-    by_id = {g.id: g for g in plan_of(graph).groups}
-    members = [by_id[g] for g in rset.groups]
+    plan = plan_of(graph)
+    members = [plan.group(g) for g in rset.groups]
     row = rset.row
     layouts = [stage_layout(graph, g, row) for g in members]
     if any(lay is None for lay in layouts):
@@ -71,27 +71,31 @@ def row_kernels(
         natives.update({k: v for k, v in more.items() if k != fn})
         stages.append((fn, launches[0]))
         finals += launches[1:]
-    main = _row_launch(graph, rset, name, members[0], stages, checks)
-    fn, cxx, stub = _row_source(graph, rset, stages, main, checks)
+    internal = row_local_values(graph, rset)
+    main = _row_launch(rset, name, members[0], stages, checks, internal)
+    fn, cxx, stub = _row_source(graph, rset, stages, main, checks, internal)
     natives[fn] = (cxx, stub)
     return [main, *finals], natives
 
 
+def _tasks(rset: RowSet) -> tuple[int, int]:
+    """The set's rows, and the rows per task (one task per `CPU_TASK` elements of rows)."""
+    return math.prod(rset.space) // rset.row, max(1, CPU_TASK // rset.row)
+
+
 def _row_launch(
-    graph: Graph, rset: RowSet, name: str, first: KernelGroup, stages: list[tuple[str, Any]], checks: bool
+    rset: RowSet, name: str, first: KernelGroup, stages: list[tuple[str, Any]], checks: bool, internal: list[str]
 ) -> Any:
-    """The row kernel's `KernelSource`: the stages' parameters in first-use order, one task per
-    `CPU_TASK` elements of rows."""
+    """The row kernel's `KernelSource`: the stages' parameters in first-use order but the
+    row-local ``internal`` values, one task per `CPU_TASK` elements of rows."""
     from dpt_ir.backends.warp.launches import KernelSource
 
     params: list[str] = []
     partials: dict[str, tuple[str, int]] = {}
-    internal = set(row_local_values(graph, rset))
     for _, k in stages:
         params += [p for p in _values(k, checks) if p not in params and p not in internal]
         partials.update(k.partials)
-    rows = math.prod(rset.space) // rset.row
-    per_task = max(1, CPU_TASK // rset.row)
+    rows, per_task = _tasks(rset)
     dim = -(-rows // per_task)
     base = stages[0][1].status_base
     return KernelSource(name, "", params, dim, first.id, partials, {}, "", base, "cxx")
@@ -103,16 +107,16 @@ def _values(k: Any, checks: bool) -> list[str]:
 
 
 def _row_source(
-    graph: Graph, rset: RowSet, stages: list[tuple[str, Any]], main: Any, checks: bool
+    graph: Graph, rset: RowSet, stages: list[tuple[str, Any]], main: Any, checks: bool, internal: list[str]
 ) -> tuple[str, str, str]:
-    """The row drivers' hashed name, C++ and Warp stub; sets ``main``'s kernel text and params."""
-    written = {p for _, k in stages for p in k.params if p in k.partials or _writes(graph, p, k)}
+    """The row drivers' hashed name, C++ and Warp stub (the ``internal`` values in row
+    buffers of the task); sets ``main``'s kernel text and params."""
+    plan = plan_of(graph)
+    written = {p for _, k in stages for p in k.params if p in k.partials or p in plan.group(k.group).outputs}
     unit = kernels.Unit(graph, main.params, written, main.partials)
-    rows = math.prod(rset.space) // rset.row
-    per_task = max(1, CPU_TASK // rset.row)
+    rows, per_task = _tasks(rset)
     sig = f"{unit.sig()}, int* st, int sb, int t"
     row = rset.row
-    internal = row_local_values(graph, rset)
     names = {p: f"a{main.params.index(p)}" for p in main.params}
     names.update({v: f"w{k}" for k, v in enumerate(internal)})
     # A value only the set reads lives in a row buffer of the task: stages index it by the
@@ -158,12 +162,6 @@ def row_local_values(graph: Graph, rset: RowSet) -> list[str]:
     return [v for v in dict.fromkeys(written) if graph.types[v].size == size and v not in outputs | outside]
 
 
-def _writes(graph: Graph, value: str, launch: Any) -> bool:
-    """Does the stage ``launch`` write ``value`` (its group's outputs)?"""
-    group = next(g for g in plan_of(graph).groups if g.id == launch.group)
-    return value in group.outputs
-
-
 def starting_at(
     graph: Graph, group: KernelGroup, prefix: str, slots: list[Any], checks: bool, device: str
 ) -> tuple[list[Any], dict[str, tuple[str, str]], dict[str, str], list[str]] | None:
@@ -177,11 +175,10 @@ def starting_at(
     if built is None:
         return None
     launches, natives = built
-    by_id = {g.id: g for g in plan_of(graph).groups}
     heads = {
         k.name: f"# {k.name}: [cxx] row kernel of {', '.join(rset.groups)}, rows of {rset.row} element(s)"
         if k.name == name
-        else f"# {k.name}: [cxx] the ordered fold of {by_id[k.group].id}'s per-row partials"
+        else f"# {k.name}: [cxx] the ordered fold of {k.group}'s per-row partials"
         for k in launches
     }
     return launches, natives, heads, list(rset.groups)

@@ -78,23 +78,14 @@ def _prefix_products(shape: Sequence[int]) -> list[int]:
     return out
 
 
-def _canonical(form: Affine, space: Sequence[int]) -> Affine:
-    """``form`` with no weight on axes of extent 1 (their coordinate is always 0) and no
-    trailing zero weights, so equal offsets compare equal."""
-    w = [0 if n == 1 else x for x, n in zip(form.padded(len(space)).w, space, strict=True)]
-    while w and w[-1] == 0:
-        w.pop()
-    return Affine(form.b, tuple(w))
-
-
 def offset(coords: Coords, shape: Sequence[int], space: Sequence[int]) -> Affine:
     """The flat row-major offset of ``coords`` in a value of ``shape``, canonical."""
-    return _canonical(idx.flat(coords, shape, len(space)), space)
+    return idx.canonical(idx.flat(coords, shape, len(space)), space)
 
 
 def flat_index(space: Sequence[int]) -> Affine:
     """The offset of the space's own element (``i`` in a loop, ``o`` in an epilogue)."""
-    return _canonical(Affine(0, tuple(idx.strides(space))), space)
+    return idx.canonical(Affine(0, tuple(idx.strides(space))), space)
 
 
 def taps(graph: Graph, node: Node) -> list[tuple[tuple[int, ...], float]]:
@@ -240,7 +231,7 @@ def children(
                   for c, ax, n in axes]  # fmt: skip
             return [(node.inputs[0], tuple(at))]
         for c, ax in bounded:
-            guards.append((_canonical(c, space), ax.lo, ax.hi))  # type: ignore[union-attr]
+            guards.append((idx.canonical(c, space), ax.lo, ax.hi))  # type: ignore[union-attr]
         # An input axis of length 1 is read at 0 (the guard holds the coordinate there).
         axes = zip(coords, m.axes, shapes[0], strict=True)
         shifted = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) for c, ax, n in axes]
