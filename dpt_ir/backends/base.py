@@ -38,6 +38,10 @@ class Target(FrozenModel):
       ``partials_from`` elements per output is split into partials (CUDA: enough threads in
       flight, about ``partial_threads`` in all, each partial at least ``partial_chunk``
       elements), combined in order by a final kernel; the CPU runs one partial per output.
+    - ``combine_group``: CUDA combines more than this many partials of an output in two
+      levels: a combine kernel folds each run of ``combine_group`` consecutive partials in
+      order into a group partial, the final kernel folds the group partials in order (a fixed
+      order, so the same bits for any launch; about sqrt(parts) serial steps per level).
     - ``block``: elements per block of the C++ CPU driver (stack buffers, column blocks);
       ``cpu_task``: elements per task of its fixed partition; ``cuda_block``: threads per
       block of a CUDA launch.
@@ -50,6 +54,7 @@ class Target(FrozenModel):
     partials_from: int = Field(default=8192, ge=1)
     partial_threads: int = Field(default=65536, ge=1)
     partial_chunk: int = Field(default=4096, ge=1)
+    combine_group: int = Field(default=128, ge=2)
     block: int = Field(default=512, ge=8)
     cpu_task: int = Field(default=65536, ge=1)
     cuda_block: int = Field(default=256, ge=32, le=1024)
@@ -97,4 +102,3 @@ _DEFAULTS = {kind: Target.for_device(kind) for kind in ("cpu", "cuda")}
 def target_for(device: str) -> Target:
     """The default target of ``device``'s kind (one thread, default budgets)."""
     return _DEFAULTS[_kind(device)]
-
