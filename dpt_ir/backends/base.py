@@ -42,6 +42,10 @@ class Target(FrozenModel):
       fusion, `CompileOptions.row_budget`) may read or write: what one task keeps in L1/L2
       between the set's members (the study measured row-local normalisation with 4 KiB
       rows, 16 KiB of live values per row).
+    - ``combine_group``: CUDA combines more than this many partials of an output in two
+      levels: a combine kernel folds each run of ``combine_group`` consecutive partials in
+      order into a group partial, the final kernel folds the group partials in order (a fixed
+      order, so the same bits for any launch; about sqrt(parts) serial steps per level).
     - ``block``: elements per block of the C++ CPU driver (stack buffers, column blocks);
       ``cpu_task``: elements per task of its fixed partition; ``cuda_block``: threads per
       block of a CUDA launch.
@@ -55,6 +59,7 @@ class Target(FrozenModel):
     partial_threads: int = Field(default=65536, ge=1)
     partial_chunk: int = Field(default=4096, ge=1)
     row_budget: int = Field(default=32 * 1024, ge=0)
+    combine_group: int = Field(default=128, ge=2)
     block: int = Field(default=512, ge=8)
     cpu_task: int = Field(default=65536, ge=1)
     cuda_block: int = Field(default=256, ge=32, le=1024)

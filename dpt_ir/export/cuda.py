@@ -73,8 +73,10 @@ def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool)
 
 def _unit(name: str, text: str) -> Unit:
     """The unit's entry names (`group_kernels`: ``<name>_cpu``/``<name>_cuda``, or one
-    ``<name>_final`` for both devices) and its pointer parameters, from its signature."""
-    cpu, cuda = (f"{name}_cpu", f"{name}_cuda") if f"{name}_cuda(" in text else (f"{name}_final",) * 2
+    ``<name>_final`` or ``<name>_combine`` for both devices) and its pointer parameters, from
+    its signature."""
+    both = f"{name}_combine" if f"{name}_combine(" in text else f"{name}_final"
+    cpu, cuda = (f"{name}_cpu", f"{name}_cuda") if f"{name}_cuda(" in text else (both,) * 2
     match = re.search(rf"DP_FN void {cuda}\(([^)]*)\)", text)
     if match is None:
         raise ContractError(f"C++ unit {name!r}: no driver {cuda!r} found in its text")

@@ -137,7 +137,7 @@ def test_the_row_budget_is_the_targets() -> None:
     def value_and_grad(budget: int) -> dp.Graph:
         options = options_of(Target(**{**dict(cpu), "row_budget": budget}))
         assert options["row_budget"] == budget and options != options_of(cpu)
-        return run_pipeline(graph, _pipelines(graph, ("x",), "loss", options)["value_and_grad"]).graph
+        return run_pipeline(graph, pipelines(graph, ("x",), "loss", options)["value_and_grad"]).graph
 
     sets = plan_of(value_and_grad(8 * 1024)).rows
     assert sets and all(len(r.groups) < 5 and r.row_bytes <= 8 * 1024 for r in sets), sets

@@ -20,7 +20,8 @@ Guarantees:
 - CUDA: one element per thread for pointwise groups; a reduction thread with partials folds
   the positions ``p, p + parts, ...`` of its row (consecutive threads read consecutive
   elements) into the same lanes, element by element, lane = iteration mod 8; the partials
-  of an output are combined in order by `final_function` (both devices), so a result is the
+  of an output are combined in order by the final kernel (both devices; on CUDA in two fixed
+  levels past `Target.combine_group` partials, `kernels._combine_kernel`), so a result is the
   same for any thread count.
 """
 

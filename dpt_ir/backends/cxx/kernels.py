@@ -183,9 +183,16 @@ def group_kernels(
     main = _launch(name, unit, fn, checks, lay.dim, group.id, dict(partials), w.slot_base)
     if lay.parts == 1:
         return [*pre, main], natives
-    final, more = _final_kernel(graph, nest, name + "_final", slots, checks, lay, partials)
+    combine: list[Any] = []
+    groups = lay.parts
+    if device != "cpu" and stage is None and lay.parts > target_for("cuda").combine_group:
+        kernel, more, partials, groups = _combine_kernel(graph, nest, name + "_combine", slots, lay, partials)
+        natives.update(more)
+        combine.append(kernel)
+    suffix = ":group" if combine else ""
+    final, more = _final_kernel(graph, nest, name + "_final", slots, checks, groups, partials, suffix)
     natives.update(more)
-    return [main, final], natives
+    return [main, *combine, final], natives
 
 
 def _launch(
@@ -212,10 +219,12 @@ def _final_kernel(
     name: str,
     slots: list[Any],
     checks: bool,
-    lay: drivers.Layout,
+    parts: int,
     partials: dict[str, tuple[str, int]],
+    suffix: str = "",
 ) -> tuple[Any, dict[str, tuple[str, str]]]:
-    """One thread per output: the partials folded in order, finalized, checked, stored."""
+    """One thread per output: its ``parts`` partials (``$partial:<root>:<state><suffix>``)
+    folded in order, finalized, checked, stored."""
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = [""]  # the flags' declaration, once their number is known
@@ -223,11 +232,11 @@ def _final_kernel(
         t = nest.templates[root]
         subst = drivers.subst(nest, q)
         for state, c_type in t.state:
-            body.append(f"{c_type} s{q}_{state} = {w.param(f'$partial:{root}:{state}')}[o * {lay.parts}];")
-        body.append(f"for (int p = 1; p < {lay.parts}; ++p) {{")
+            body.append(f"{c_type} s{q}_{state} = {w.param(f'$partial:{root}:{state}{suffix}')}[o * {parts}];")
+        body.append(f"for (int p = 1; p < {parts}; ++p) {{")
         for state, c_type in t.state:
             body.append(
-                f"    const {c_type} o{q}_{state} = {w.param(f'$partial:{root}:{state}')}[o * {lay.parts} + p];"
+                f"    const {c_type} o{q}_{state} = {w.param(f'$partial:{root}:{state}{suffix}')}[o * {parts} + p];"
             )
         body += ["    " + t.combine.format(**subst), "}"]
         body += _finalize(nest, w, q, "o", subst)
@@ -245,3 +254,47 @@ def _final_kernel(
     kernel = _launch(name, unit, fn, checks, nest.rows, nest.group.id,
                      {p: v for p, v in partials.items() if p in params}, w.slot_base)  # fmt: skip
     return kernel, natives
+
+
+def _combine_kernel(
+    graph: Graph,
+    nest: Nest,
+    name: str,
+    slots: list[Any],
+    lay: drivers.Layout,
+    partials: dict[str, tuple[str, int]],
+) -> tuple[Any, dict[str, tuple[str, str]], dict[str, tuple[str, int]], int]:
+    """The first level of a CUDA reduction's two-level combine: thread ``t = o * groups + g``
+    folds the partials ``[g G, (g + 1) G)`` of output ``o`` in order (``G``:
+    `Target.combine_group`) into one group partial (``$partial:<root>:<state>:group``), which
+    `_final_kernel` then folds in ``g`` order. Every fold order is fixed by ``parts`` and ``G``:
+    a result is the same for any launch. Returns the kernel, its C++, the partials (the group
+    partials added) and ``groups``."""
+    size = target_for("cuda").combine_group
+    groups = -(-lay.parts // size)
+    params: list[str] = []
+    w = ElementWriter(graph, nest, params, slots, name, False)
+    out = dict(partials)
+    body = [f"const int o = t / {groups}, g = t - o * {groups}, p0 = g * {size};"]
+    body.append(f"const int p1 = {drivers._min(f'p0 + {size}', lay.parts)};")
+    for q, root in enumerate(nest.roots):
+        t = nest.templates[root]
+        src = {state: w.param(f"$partial:{root}:{state}") for state, _ in t.state}
+        for state, c_type in t.state:
+            body.append(f"{c_type} s{q}_{state} = {src[state]}[o * {lay.parts} + p0];")
+        body.append("for (int p = p0 + 1; p < p1; ++p) {")
+        body += [f"    const {c} o{q}_{s} = {src[s]}[o * {lay.parts} + p];" for s, c in t.state]
+        body += ["    " + t.combine.format(**drivers.subst(nest, q)), "}"]
+        for state, c_type in t.state:
+            group = f"$partial:{root}:{state}:group"
+            out[group] = (WP_STATE[c_type], nest.rows * groups)
+            body.append(f"{w.param(group)}[t] = s{q}_{state};")
+    written = {p for p in out if p.endswith(":group")}
+    unit = Unit(graph, params, written, out, w.constants)
+    lines = [f"DP_FN void {TOKEN}_combine({unit.sig()}, int* st, int sb, int t) {{", "    (void)st; (void)sb;"]
+    lines += [*("    " + s for s in body), "}"]
+    fn, cxx = _hashed("\n".join(lines) + "\n")
+    natives = {fn: (cxx, unit.stub(fn, f"{fn}_combine", f"{fn}_combine", False))}
+    used = {p: v for p, v in out.items() if p in params}
+    kernel = _launch(name, unit, fn, False, nest.rows * groups, nest.group.id, used, w.slot_base)
+    return kernel, natives, out, groups
