@@ -29,6 +29,7 @@ from typing import Any
 
 from dpt_ir.graph import Graph, Node
 from dpt_ir.ops.registry import get_op
+from dpt_ir.passes.options import CompileOptions
 from dpt_ir.passes.util import substitute, unique_name
 from dpt_ir.types import TensorType
 
@@ -36,15 +37,16 @@ NAME = "reciprocal"
 MIN_RATIO = 2  # the result has at least this many elements per divisor element
 
 
-def run(graph: Graph, options: object = None) -> Graph:
-    if options is not None and not getattr(options, "reciprocal", True):
+def run(graph: Graph, options: CompileOptions | None = None) -> Graph:
+    if options is not None and not options.reciprocal:
         return graph
     producers = {n.name: n for n in graph.nodes}
-    taken = set(graph.types)
+    types = dict(graph.types)  # gains the new nodes' types
+    taken = set(types)
     nodes: list[Node] = []
     subst: dict[str, str] = {}
     for node in graph.nodes:
-        rewritten = _rewrite(graph, node, producers, taken)
+        rewritten = _rewrite(graph, node, producers, types, taken)
         if rewritten:
             subst[node.name] = rewritten[-1].name
             nodes.extend(rewritten)
@@ -52,7 +54,9 @@ def run(graph: Graph, options: object = None) -> Graph:
     return substitute(graph, subst, nodes) if subst else graph
 
 
-def _rewrite(graph: Graph, node: Node, producers: dict[str, Node], taken: set[str]) -> list[Node]:
+def _rewrite(
+    graph: Graph, node: Node, producers: dict[str, Node], types: dict[str, TensorType], taken: set[str]
+) -> list[Node]:
     """The nodes replacing ``node`` (the multiply last), or [] where it stays."""
     traits = node.opdef.divides_as
     if traits is None or len(node.inputs) != 2:
@@ -65,7 +69,6 @@ def _rewrite(graph: Graph, node: Node, producers: dict[str, Node], taken: set[st
     if graph.types[source].dtype != node.type.dtype:
         return []
     mul_name, rcp_name = traits
-    types = dict(graph.types)
     new = [_emit(types, rcp_name, (source,), {}, unique_name(f"rcp.{source}", taken), node.meta)]
     for view in chain:
         new.append(
@@ -90,8 +93,14 @@ def _views_to_small(graph: Graph, value: str, size: int, producers: dict[str, No
     return chain[::-1]
 
 
-def _emit(types: dict[str, TensorType], op_name: str, inputs: tuple[str, ...], attrs: dict[str, Any], name: str,
-          meta: dict[str, Any]) -> Node:  # fmt: skip
+def _emit(
+    types: dict[str, TensorType],
+    op_name: str,
+    inputs: tuple[str, ...],
+    attrs: dict[str, Any],
+    name: str,
+    meta: dict[str, Any],
+) -> Node:
     """A node of op ``op_name`` typed as the op infers from ``types``, which gains it."""
     op = get_op(op_name, f"node {name!r}")
     where = f"node {name!r}"
