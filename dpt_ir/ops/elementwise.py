@@ -330,6 +330,7 @@ _binary(
     True,
     identity=1.0,
     work=4,
+    divides_as=("mul", "reciprocal"),
     doc="true division a / b (floating)",
     cxx="({0} / {1})",
 )

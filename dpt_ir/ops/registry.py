@@ -353,6 +353,9 @@ class OpDef:
     commutative: bool = False
     involution: bool = False  # op(op(x)) == x
     constant_value: Callable[[Any], Any] | None = None  # the fill value of a constant op
+    # Read by the reciprocal pass: (multiply op, reciprocal op) with a op b == multiply(a, reciprocal(b))
+    # up to rounding (div: a * (1 / b), one extra rounding)
+    divides_as: tuple[str, str] | None = None
 
     @property
     def lowered(self) -> bool:

@@ -26,6 +26,7 @@ from dpt_ir.passes import (
     dce,
     dumps,
     fusion,
+    reciprocal,
     saved_attributes,
     schedule,
     verify,
@@ -36,7 +37,7 @@ from dpt_ir.types import FrozenModel
 
 PassFn = Callable[[Graph, CompileOptions], Graph]
 PASSES: dict[str, PassFn] = {
-    m.NAME: m.run for m in (verify, canonicalize, cse, dce, autodiff, saved_attributes, fusion, schedule)
+    m.NAME: m.run for m in (verify, canonicalize, cse, dce, autodiff, reciprocal, saved_attributes, fusion, schedule)
 }
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "verify",
@@ -44,6 +45,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "cse",
     "dce",
     "autodiff",
+    "reciprocal",
     "canonicalize",
     "cse",
     "dce",

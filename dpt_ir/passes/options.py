@@ -23,6 +23,9 @@ class CompileOptions(BaseModel):
       with 1.0); those outputs get a constant instead of an input.
     - ``loss``: the output ``value_and_grad`` differentiates.
     - ``recompute``: let `saved_attributes` recompute cheap work in the backward.
+    - ``reciprocal``: let `reciprocal` turn a division by a broadcast value (a per-row
+      scale) into a multiplication by its reciprocal, computed at the divisor's shape (may
+      differ from the division by about one ulp; see that pass).
     - ``fuse``: let `fusion` group nodes (off: one kernel per node).
     - ``checks``: kernels report non-finite and out-of-domain values.
     - ``max_inline_consumers``: a cheap value read by more fusion groups than this is
@@ -49,6 +52,7 @@ class CompileOptions(BaseModel):
     seed_values: dict[str, float] = Field(default_factory=dict)
     loss: str | None = None
     recompute: bool = True
+    reciprocal: bool = True
     fuse: bool = True
     checks: bool = True
     max_inline_consumers: int = 4

@@ -115,6 +115,19 @@ def identities() -> dp.Graph:
     return g.build()
 
 
+def row_divide() -> dp.Graph:
+    """Divisions by per-row values, implicitly broadcast and through a view chain (for
+    `reciprocal`), beside a same-shape division (left as it is)."""
+    g = dp.GraphBuilder("row_divide")
+    x = g.input("x", SHAPE, F64)
+    s = g.input("s", (SHAPE[0],), F64)
+    w = g.input("w", SHAPE, F64, requires_grad=False)
+    col = dp.reshape(s, (SHAPE[0], 1))
+    viewed = x / dp.broadcast_to(col, SHAPE)
+    g.output("loss", dp.sum(dp.square(viewed) + x / col + x / w))
+    return g.build()
+
+
 # -- inputs --------------------------------------------------------------------------------
 def _beer_inputs(rng: np.random.Generator) -> Inputs:
     return {"x": _uniform(rng, 0.5, 2.0), "obs": _uniform(rng, 0.1, 0.6), "w": _uniform(rng, 0.5, 1.5)}
@@ -145,6 +158,10 @@ def _broadcast_inputs(rng: np.random.Generator) -> Inputs:
     }
 
 
+def _row_divide_inputs(rng: np.random.Generator) -> Inputs:
+    return {"x": rng.normal(0.0, 1.0, SHAPE), "s": _uniform(rng, 0.5, 2.0, (SHAPE[0],)), "w": _uniform(rng, 0.5, 2.0)}
+
+
 def _shape_inputs(rng: np.random.Generator) -> Inputs:
     return {"x": rng.normal(0.0, 1.0, SHAPE), "y": rng.normal(0.0, 1.0, (SHAPE[0], 2))}
 
@@ -167,5 +184,6 @@ CASES: dict[str, Case] = {
         Case("where_clamp", where_clamp, _where_inputs, ("x", "y")),
         Case("two_outputs", two_outputs, _x_obs, ("x",)),
         Case("identities", identities, _x_only, ("x",)),
+        Case("row_divide", row_divide, _row_divide_inputs, ("x", "s")),
     )
 }

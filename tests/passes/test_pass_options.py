@@ -14,7 +14,10 @@ from dpt_ir.passes.options import CompileOptions
 
 from .graphs import CASES
 
-VALID = r"valid options are \['checks', 'fuse', 'halo_budget', 'loss', 'max_inline_consumers', 'recompute'"
+VALID = (
+    r"valid options are \['checks', 'fuse', 'halo_budget', 'loss', 'max_inline_consumers', 'reciprocal', "
+    r"'recompute'"
+)
 
 
 @pytest.mark.parametrize(
