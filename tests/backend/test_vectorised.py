@@ -3,11 +3,14 @@ benchmark graph's generated module must hold packed vector instructions.
 
 Builds the ``value_and_grad`` module of ``benchmarks.graphs.chain16`` (16 transcendental and
 arithmetic ops, then a sum: one C++ kernel) at Warp's shipped ``-O2``, counts the packed
-AVX instructions on ``ymm`` registers in its object file with ``objdump`` (a "census"), and
+AVX instructions on vector registers in its object file with ``objdump`` (a "census"), and
 does the same for a build of the very same source with ``DP_VEC_LOOP`` defined as
 ``#pragma clang loop vectorize(disable) interleave(disable)``: the guard passes for the
-first and must fail for the second. A change that makes the element loop scalar (a div/mod
-of the inner index, a libm call, an early exit, a loop-carried float) fails here.
+first and must fail for the second. The census counts the widest registers the vectorised
+build uses: ``ymm`` on an AVX2 host, ``zmm`` where Warp's ``-march=native`` lets clang pick
+512-bit vectors (an AVX-512 host); a threshold that differs between the two says so. A
+change that makes the element loop scalar (a div/mod of the inner index, a libm call, an
+early exit, a loop-carried float) fails here.
 
 The same census runs on the imaging blur (`gaussian_filter`, 13 taps per axis, reflect): its
 interior loops (the interior/edge split of the pads) must hold packed instructions too, and
@@ -40,23 +43,41 @@ from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
 OBJDUMP = shutil.which("llvm-objdump") or shutil.which("objdump")
-PACKED_YMM = re.compile(r"\sv\w+p[sd]\s.*%ymm")
-MIN_PACKED = 200  # the vectorised chain16 kernel holds thousands; its scalar build a handful
-MIN_STENCIL = 100  # the blur's two 13-tap interior loops (measured counts: docs/backend.md)
-MIN_LANES = 350  # softmax_xent 64x64 module: 543 measured; 174 with DP_LANE_LOOP empty, 162 scalar
-MIN_COLUMNS = 150  # a column sum: 352 packed in its vectorised build, 64 (init and merge loops) in its scalar one
-MIN_SPREAD = 150  # sum over axes (0, 2) of 8x16x256 (row map): 256 packed vectorised, 64 scalar (measured)
-MIN_ROWS = 450  # normalisation's row kernel at 64x64: 646 measured; 264 (its lane loops) in its scalar build
+WIDTHS = ("zmm", "ymm")  # the widest first
+MIN_PACKED = 200  # the vectorised chain16 kernel holds thousands (zmm: 906); its scalar build a handful (72)
+MIN_STENCIL = 100  # the blur's two 13-tap interior loops (measured counts: docs/backend.md; zmm 356, scalar 0)
+# softmax_xent 64x64 module: ymm 543 measured, 174 with DP_LANE_LOOP empty, 162 scalar; zmm 346, 270 with
+# DP_LANE_LOOP empty, 100 scalar
+MIN_LANES = {"ymm": 350, "zmm": 310}
+MIN_COLUMNS = 150  # a column sum: ymm 352 vectorised, 64 (init and merge loops) scalar; zmm 373, 128
+MIN_SPREAD = 150  # sum over axes (0, 2) of 8x16x256 (row map): ymm 256 vectorised, 64 scalar; zmm 164, 68
+# normalisation's row kernel at 64x64: ymm 646 measured, 264 (its lane loops) scalar; zmm 376, 152
+MIN_ROWS = {"ymm": 450, "zmm": 300}
 SCALAR = '_Pragma("clang loop vectorize(disable) interleave(disable)")'
 
 pytestmark = pytest.mark.skipif(OBJDUMP is None, reason="needs objdump or llvm-objdump for the census")
 
 
-def packed_ymm(obj: Path) -> int:
-    """Packed single/double-precision AVX instructions on ymm registers in ``obj``."""
+def census(obj: Path) -> dict[str, int]:
+    """Packed single/double-precision AVX instructions in ``obj``, per register width."""
     out = subprocess.run([str(OBJDUMP), "-d", "--no-show-raw-insn", str(obj)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    return sum(1 for line in out.stdout.splitlines() if PACKED_YMM.search(line))
+    packed = {w: re.compile(rf"\sv\w+p[sd]\s.*%{w}") for w in WIDTHS}
+    lines = out.stdout.splitlines()
+    return {w: sum(1 for line in lines if pattern.search(line)) for w, pattern in packed.items()}
+
+
+def widest(counts: dict[str, int]) -> str:
+    """The widest register width the vectorised build uses (``ymm`` when it uses none)."""
+    return next((w for w in WIDTHS if counts[w]), "ymm")
+
+
+def packed_pair(vectorised: str, scalar: str, label: str) -> tuple[str, int, int]:
+    """The width of ``vectorised``'s build and the packed counts at that width of it and of
+    ``scalar`` (the same source with a loop pragma changed)."""
+    vec = census(build(vectorised, label))
+    width = widest(vec)
+    return width, vec[width], census(build(scalar, label + "_scalar"))[width]
 
 
 def build(text: str, label: str) -> Path:
@@ -110,29 +131,29 @@ def blur_text() -> str:
 
 
 def test_chain16_hot_loop_is_vectorised(chain16_text: str) -> None:
-    count = packed_ymm(build(chain16_text, "vec"))
-    assert count >= MIN_PACKED, f"{count} packed ymm instructions; the element loop went scalar"
+    width, count, _ = packed_pair(chain16_text, scalar_build(chain16_text), "chain16")
+    assert count >= MIN_PACKED, f"{count} packed {width} instructions; the element loop went scalar"
 
 
 def test_guard_fails_for_a_scalar_build(chain16_text: str) -> None:
-    count = packed_ymm(build(scalar_build(chain16_text), "scalar"))
-    assert count < MIN_PACKED, f"{count} packed ymm instructions in a build with vectorisation disabled"
+    width, _, scalar = packed_pair(chain16_text, scalar_build(chain16_text), "chain16")
+    assert scalar < MIN_PACKED, f"{scalar} packed {width} instructions in a build with vectorisation disabled"
 
 
 def test_blur_interior_loops_are_vectorised(blur_text: str) -> None:
     assert "_edge<" in blur_text, "the pads should split rows into an interior and edges"
-    count = packed_ymm(build(blur_text, "blur"))
-    assert count >= MIN_STENCIL, f"{count} packed ymm instructions; the blur's interior loops went scalar"
-    scalar = packed_ymm(build(scalar_build(blur_text), "blur_scalar"))
-    assert scalar < MIN_STENCIL, f"{scalar} packed ymm instructions in a build with vectorisation disabled"
+    width, count, scalar = packed_pair(blur_text, scalar_build(blur_text), "blur")
+    assert count >= MIN_STENCIL, f"{count} packed {width} instructions; the blur's interior loops went scalar"
+    assert scalar < MIN_STENCIL, f"{scalar} packed {width} instructions in a build with vectorisation disabled"
 
 
 def test_reduction_lane_loops_are_vectorised(softmax_text: str) -> None:
     assert "DP_LANE_LOOP for (int l = 0; l < 8; ++l)" in softmax_text
-    count = packed_ymm(build(softmax_text, "softmax"))
-    assert count >= MIN_LANES, f"{count} packed ymm instructions; the reduction lane loops are not 8 wide"
-    plain = packed_ymm(build(scalar_build(softmax_text, "DP_LANE_LOOP", ""), "softmax_plain"))
-    assert plain < MIN_LANES, f"{plain} packed ymm instructions with DP_LANE_LOOP empty: the guard cannot fail"
+    plain_text = scalar_build(softmax_text, "DP_LANE_LOOP", "")
+    width, count, plain = packed_pair(softmax_text, plain_text, "softmax")
+    least = MIN_LANES[width]
+    assert count >= least, f"{count} packed {width} instructions; the reduction lane loops are not 8 wide"
+    assert plain < least, f"{plain} packed {width} instructions with DP_LANE_LOOP empty: the guard cannot fail"
 
 
 @pytest.fixture(scope="module")
@@ -144,10 +165,9 @@ def column_sum_text() -> str:
 
 
 def test_column_sum_loops_are_vectorised(column_sum_text: str) -> None:
-    count = packed_ymm(build(column_sum_text, "columns"))
-    assert count >= MIN_COLUMNS, f"{count} packed ymm instructions; the column sum's loops went scalar"
-    scalar = packed_ymm(build(scalar_build(column_sum_text), "columns_scalar"))
-    assert scalar < MIN_COLUMNS, f"{scalar} packed ymm instructions in a build with vectorisation disabled"
+    width, count, scalar = packed_pair(column_sum_text, scalar_build(column_sum_text), "columns")
+    assert count >= MIN_COLUMNS, f"{count} packed {width} instructions; the column sum's loops went scalar"
+    assert scalar < MIN_COLUMNS, f"{scalar} packed {width} instructions in a build with vectorisation disabled"
 
 
 @pytest.fixture(scope="module")
@@ -161,10 +181,9 @@ def spread_sum_text() -> str:
 def test_non_adjacent_reduction_loops_are_vectorised(spread_sum_text: str) -> None:
     """Sub-rows found through the row map (`rowmap`) run the trailing case's element and
     lane loops: they vectorise."""
-    count = packed_ymm(build(spread_sum_text, "spread"))
-    assert count >= MIN_SPREAD, f"{count} packed ymm instructions; the row-map reduction's loops went scalar"
-    scalar = packed_ymm(build(scalar_build(spread_sum_text), "spread_scalar"))
-    assert scalar < MIN_SPREAD, f"{scalar} packed ymm instructions in a build with vectorisation disabled"
+    width, count, scalar = packed_pair(spread_sum_text, scalar_build(spread_sum_text), "spread")
+    assert count >= MIN_SPREAD, f"{count} packed {width} instructions; the row-map reduction's loops went scalar"
+    assert scalar < MIN_SPREAD, f"{scalar} packed {width} instructions in a build with vectorisation disabled"
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +195,6 @@ def rows_text() -> str:
 
 
 def test_row_kernel_loops_are_vectorised(rows_text: str) -> None:
-    count = packed_ymm(build(rows_text, "rows"))
-    scalar = packed_ymm(build(scalar_build(rows_text), "rows_scalar"))
-    assert count >= MIN_ROWS, f"{count} packed ymm instructions; the row kernel's stage loops went scalar"
-    assert scalar < MIN_ROWS, f"{scalar} packed ymm instructions in a build with vectorisation disabled"
+    width, count, scalar = packed_pair(rows_text, scalar_build(rows_text), "rows")
+    assert count >= MIN_ROWS[width], f"{count} packed {width} instructions; the row kernel's stage loops went scalar"
+    assert scalar < MIN_ROWS[width], f"{scalar} packed {width} instructions in a build with vectorisation disabled"
