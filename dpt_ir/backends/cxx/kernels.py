@@ -231,14 +231,8 @@ def _final_kernel(
     for q, root in enumerate(nest.roots):
         t = nest.templates[root]
         subst = drivers.subst(nest, q)
-        for state, c_type in t.state:
-            body.append(f"{c_type} s{q}_{state} = {w.param(f'$partial:{root}:{state}{suffix}')}[o * {parts}];")
-        body.append(f"for (int p = 1; p < {parts}; ++p) {{")
-        for state, c_type in t.state:
-            body.append(
-                f"    const {c_type} o{q}_{state} = {w.param(f'$partial:{root}:{state}{suffix}')}[o * {parts} + p];"
-            )
-        body += ["    " + t.combine.format(**subst), "}"]
+        src = {state: w.param(f"$partial:{root}:{state}{suffix}") for state, _ in t.state}
+        body += _fold(nest, q, src, f"o * {parts}", "0", str(parts))
         body += _finalize(nest, w, q, "o", subst)
     body += w.epilogue({r: f"res{k}" for k, r in enumerate(nest.roots)})
     nflags = len(slots) - w.slot_base
@@ -254,6 +248,17 @@ def _final_kernel(
     kernel = _launch(name, unit, fn, checks, nest.rows, nest.group.id,
                      {p: v for p, v in partials.items() if p in params}, w.slot_base)  # fmt: skip
     return kernel, natives
+
+
+def _fold(nest: Nest, q: int, src: dict[str, str], row: str, first: str, end: str) -> list[str]:
+    """C++ that folds root ``q``'s partials ``[first, end)`` of the row starting at ``row``
+    (each state read from its array in ``src``) in order into ``s<q>_<state>``, with the
+    op's own combine template (the one fixed order of `_final_kernel` and `_combine_kernel`)."""
+    t = nest.templates[nest.roots[q]]
+    lines = [f"{c_type} s{q}_{state} = {src[state]}[{row} + {first}];" for state, c_type in t.state]
+    lines.append(f"for (int p = {first} + 1; p < {end}; ++p) {{")
+    lines += [f"    const {c_type} o{q}_{state} = {src[state]}[{row} + p];" for state, c_type in t.state]
+    return [*lines, "    " + t.combine.format(**drivers.subst(nest, q)), "}"]
 
 
 def _combine_kernel(
@@ -280,11 +285,7 @@ def _combine_kernel(
     for q, root in enumerate(nest.roots):
         t = nest.templates[root]
         src = {state: w.param(f"$partial:{root}:{state}") for state, _ in t.state}
-        for state, c_type in t.state:
-            body.append(f"{c_type} s{q}_{state} = {src[state]}[o * {lay.parts} + p0];")
-        body.append("for (int p = p0 + 1; p < p1; ++p) {")
-        body += [f"    const {c} o{q}_{s} = {src[s]}[o * {lay.parts} + p];" for s, c in t.state]
-        body += ["    " + t.combine.format(**drivers.subst(nest, q)), "}"]
+        body += _fold(nest, q, src, f"o * {lay.parts}", "p0", "p1")
         for state, c_type in t.state:
             group = f"$partial:{root}:{state}:group"
             out[group] = (WP_STATE[c_type], nest.rows * groups)
