@@ -17,7 +17,6 @@ used by one thread at a time.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +29,6 @@ from dpt_ir.backends.warp.module import BUILD_LOCK, GeneratedModule, load
 from dpt_ir.backends.warp.plan import WP_DTYPES, ExecutionPlan, Workspace
 from dpt_ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.graph import Graph
-from dpt_ir.passes.kernel_ir import plan_of
 
 
 class Program:
@@ -145,35 +143,17 @@ def _input_types(graph: Graph) -> dict[str, Any]:
     return {i.name: i.type for i in graph.inputs}
 
 
-# Per plan, the values `_direct_results` may give arrays of their own: fixed by the plan.
-_DIRECT: weakref.WeakKeyDictionary[ExecutionPlan, frozenset[str]] = weakref.WeakKeyDictionary()
-
-
-def _direct_values(plan: ExecutionPlan) -> frozenset[str]:
-    """The values of ``plan`` with a buffer of their own (a graph output's) that a launch
-    binds; computed once per plan (concurrent first calls compute the same set)."""
-    found = _DIRECT.get(plan)
-    if found is None:
-        schedule = plan_of(plan.graph).scheduled()
-        own = {b.id for b in schedule.buffers if b.output}
-        launched = {p for launch in plan.launches for p in launch.params}
-        found = frozenset(v for v in launched if schedule.assignment.get(v) in own)
-        _DIRECT[plan] = found
-    return found
-
-
 def _direct_results(plan: ExecutionPlan, results: list[str], bound: dict[str, wp.array]) -> dict[str, np.ndarray]:
     """CPU plans: a fresh NumPy array per result value (a gradient's) that the kernels write
     into directly, bound for this call ahead of the workspace's buffer (`plan._resolve` looks
     in ``bound`` first), so the result needs no copy out of the workspace (a pass over 4 MB
     at 1024²). Only values with a buffer of their own (a graph output's), written by a launch
-    and read by no other pipeline (`_direct_values`); everything else is read back by `_read`."""
+    and read by no other pipeline (`ExecutionPlan.direct_values`); everything else is read back by `_read`."""
     if plan.device != "cpu":
         return {}
-    eligible = _direct_values(plan)
     out: dict[str, np.ndarray] = {}
     for value in dict.fromkeys(results):
-        if value in bound or value not in eligible:
+        if value in bound or value not in plan.direct_values:
             continue
         t = plan.graph.types[value]
         out[value] = np.empty(t.shape, dtype=t.dtype)

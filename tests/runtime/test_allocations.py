@@ -19,7 +19,6 @@ import pytest
 import warp as wp
 
 import dpt_ir as dp
-from dpt_ir import runtime
 
 from .conftest import make_inputs, to_warp
 
@@ -111,7 +110,7 @@ def test_direct_gradients_are_fresh_per_call(program: dp.Program) -> None:
     """The gradients the kernels write straight into (`runtime._direct_results`, the set fixed
     per plan) are new arrays per call: a later call neither shares nor overwrites them."""
     plan = program.plans["value_and_grad"]
-    assert {plan.outputs[g] for g in plan.gradients.values()} <= runtime._direct_values(plan)
+    assert {plan.outputs[g] for g in plan.gradients.values()} <= plan.direct_values
     _, first = program.value_and_grad(**make_inputs(1))
     kept = {k: v.copy() for k, v in first.items()}
     _, second = program.value_and_grad(**make_inputs(2))

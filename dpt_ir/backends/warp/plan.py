@@ -134,8 +134,15 @@ class ExecutionPlan:
                 if id(values) not in made:
                     made[id(values)] = wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
                 self.constants[p] = made[id(values)]
-        phases = {g.id: g.phase for g in plan_of(graph).groups}
+        kplan = plan_of(graph)
+        phases = {g.id: g.phase for g in kplan.groups}
         self.launches = [Launch(k.name, k.function, k.dim, k.params, phases[k.group], k.status_base) for k in kernels]
+        # The values with a buffer of their own (a graph output's) that a launch binds: those a
+        # CPU call may give fresh arrays of their own (`runtime._direct_results`).
+        schedule = kplan.scheduled()
+        own = {b.id for b in schedule.buffers if b.output}
+        launched = {p for launch in self.launches for p in launch.params}
+        self.direct_values = frozenset(v for v in launched if schedule.assignment.get(v) in own)
         self._ready = False
         self.outputs = {o.name: o.value for o in graph.outputs}
         self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
