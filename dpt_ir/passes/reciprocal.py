@@ -102,8 +102,8 @@ def _emit(
     meta: dict[str, Any],
 ) -> Node:
     """A node of op ``op_name`` typed as the op infers from ``types``, which gains it."""
-    op = get_op(op_name, f"node {name!r}")
     where = f"node {name!r}"
+    op = get_op(op_name, where)
     out = op.infer(tuple(types[i] for i in inputs), op.parse_attrs(attrs, where), where)
     types[name] = out
     return Node(name=name, op=op_name, inputs=inputs, attrs=attrs, type=out, meta=dict(meta))
