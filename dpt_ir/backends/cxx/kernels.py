@@ -185,8 +185,9 @@ def group_kernels(
         return [*pre, main], natives
     combine: list[Any] = []
     groups = lay.parts
-    if device != "cpu" and stage is None and lay.parts > target_for("cuda").combine_group:
-        kernel, more, partials, groups = _combine_kernel(graph, nest, name + "_combine", slots, lay, partials)
+    size = target_for("cuda").combine_group
+    if device != "cpu" and stage is None and lay.parts > size:
+        kernel, more, partials, groups = _combine_kernel(graph, nest, name + "_combine", slots, lay, partials, size)
         natives.update(more)
         combine.append(kernel)
     suffix = ":group" if combine else ""
@@ -268,14 +269,14 @@ def _combine_kernel(
     slots: list[Any],
     lay: drivers.Layout,
     partials: dict[str, tuple[str, int]],
+    size: int,
 ) -> tuple[Any, dict[str, tuple[str, str]], dict[str, tuple[str, int]], int]:
     """The first level of a CUDA reduction's two-level combine: thread ``t = o * groups + g``
-    folds the partials ``[g G, (g + 1) G)`` of output ``o`` in order (``G``:
+    folds the partials ``[g G, (g + 1) G)`` of output ``o`` in order (``G``: ``size``,
     `Target.combine_group`) into one group partial (``$partial:<root>:<state>:group``), which
     `_final_kernel` then folds in ``g`` order. Every fold order is fixed by ``parts`` and ``G``:
     a result is the same for any launch. Returns the kernel, its C++, the partials (the group
     partials added) and ``groups``."""
-    size = target_for("cuda").combine_group
     groups = -(-lay.parts // size)
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, False)
