@@ -125,6 +125,13 @@ def options_of(target: Target, checks: bool = True, fuse: bool = True, recompute
     }
 
 
+def cache_key(graph: str, options: str, target: Target) -> str:
+    """The disk-cache key of a build: the graph's and the options' JSON, every fact of
+    ``target`` that shapes plans and code (`Target.fingerprint`), the dpt_ir and Warp versions
+    and dpt_ir's own source (`source_fingerprint`)."""
+    return content_key(graph, options, target.fingerprint(), __version__, wp.config.version, source_fingerprint())
+
+
 PLAN_PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}  # plan name -> the prefix of its kernels' names
 
 
@@ -197,14 +204,7 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
 
         loop_dump = resolve_dump_dir(dump_dir)
         return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, loop_dump)  # type: ignore[return-value]
-    key = content_key(
-        graph.model_dump_json(),
-        json.dumps([wrt_names, loss, base], sort_keys=True),
-        "cpu" if dev == "cpu" else "cuda",
-        __version__,
-        wp.config.version,
-        source_fingerprint(),
-    )
+    key = cache_key(graph.model_dump_json(), json.dumps([wrt_names, loss, base], sort_keys=True), target)
     out_dir = resolve_dump_dir(dump_dir)
     with _COMPILE_LOCK:
         cached = _PROGRAMS.get(f"{key}:{dev}:{n_threads}")
@@ -250,7 +250,7 @@ def _build(
         header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
         sources = {  # one module per pipeline, so that a call builds only the module it launches
             f"{stem}_{PLAN_PREFIX[n]}": codegen.generate(
-                {PLAN_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target.kind
+                {PLAN_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target
             )
             for n, r in results.items()
         }
@@ -325,13 +325,11 @@ def compile_pieces(
     program costs one module build, not one per piece. Cached like `compile`: in process
     by content, and on disk (the scheduled plans and the module; a new process skips the
     passes and Warp reuses its binary)."""
-    key = content_key(
+    target = target_for(dev)
+    key = cache_key(
         json.dumps({k: g.model_dump_json() for k, g in sorted(pieces.items())}),
         json.dumps(base, sort_keys=True),
-        "cpu" if dev == "cpu" else "cuda",
-        __version__,
-        wp.config.version,
-        source_fingerprint(),
+        target,
     )
     with _COMPILE_LOCK:
         cached = _PIECES.get(f"{key}:{dev}")
@@ -356,7 +354,7 @@ def compile_pieces(
             graphs = {name: r.graph for name, r in results.items()}
             header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
             source = codegen.generate(
-                {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target_for(dev).kind
+                {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target
             )
             built = Built(graphs, source.kernels, {module_name: source.slots}, {module_name: source.text})
             _store(entry, key, built)

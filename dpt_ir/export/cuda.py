@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx import math_header
 from dpt_ir.backends.cxx.kernels import TASK0
 from dpt_ir.backends.warp import codegen
@@ -59,7 +60,9 @@ def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool)
     from dpt_ir.passes.manager import run_pipeline
 
     graphs = {name: run_pipeline(graph, opts).graph for name, opts in pipelines.items()}
-    source = codegen.generate({PLAN_PREFIX[k]: g for k, g in graphs.items()}, graph.name, "CUDA export", checks, "cuda")
+    source = codegen.generate(
+        {PLAN_PREFIX[k]: g for k, g in graphs.items()}, graph.name, "CUDA export", checks, target_for("cuda")
+    )
     kernels = {name: [k for k in source.kernels if k.name.startswith(PLAN_PREFIX[name] + "_")] for name in graphs}
     units = {}
     for ks in kernels.values():

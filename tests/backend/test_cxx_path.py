@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.backends.cxx import drivers, tasks
+from dpt_ir.backends.base import target_for
+from dpt_ir.backends.cxx import tasks
 
 from .harness import assert_gradient_close, assert_same_bits
 
@@ -96,4 +97,4 @@ def test_task_ranges_are_contiguous_and_cover_every_task() -> None:
             parts = tasks.ranges(dim, threads)
             assert [first for first, _ in parts] == [sum(c for _, c in parts[:k]) for k in range(len(parts))]
             assert sum(c for _, c in parts) == dim and len(parts) == min(dim, threads)
-    assert drivers.CPU_TASK == 65536  # the partition the docs and the figures describe
+    assert target_for("cpu").cpu_task == 65536  # the partition the docs and the figures describe

@@ -37,6 +37,7 @@ import warp as wp
 
 import dpt_ir as dp
 from benchmarks.graphs import chain16, normalisation, softmax_xent
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.module import cache_root, content_key, import_source, load, warp_cache_dir
 from dpt_ir.passes.manager import run_pipeline
@@ -98,7 +99,7 @@ def build(text: str, label: str) -> Path:
 
 def generated(graph: dp.Graph, options: CompileOptions) -> str:
     plans = {"p": run_pipeline(graph, options).graph}
-    source = codegen.generate(plans, graph.name, "vectorisation guard", True, "cpu")
+    source = codegen.generate(plans, graph.name, "vectorisation guard", True, target_for("cpu"))
     assert {k.path for k in source.kernels} == {"cxx"}, [(k.name, k.path) for k in source.kernels]
     return source.text
 
