@@ -212,7 +212,7 @@ def _launch(
 
     text, params = unit.kernel(name, fn, checks), unit.launch_params(checks)
     constants = {p: (t, constant_array(t, v)) for p, (t, v) in unit.constants.items()}
-    return KernelSource(name, text, params, dim, group, partials, constants, name, slot_base, "cxx")
+    return KernelSource(name, text, params, dim, group, partials, constants, name, slot_base)
 
 
 def _final_kernel(

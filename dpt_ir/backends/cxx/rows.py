@@ -105,7 +105,7 @@ def _row_launch(
     rows, per_task = _tasks(rset, target)
     dim = -(-rows // per_task)
     base = stages[0][1].status_base
-    return KernelSource(name, "", params, dim, first.id, partials, {}, "", base, "cxx")
+    return KernelSource(name, "", params, dim, first.id, partials, {}, "", base)
 
 
 def _values(k: Any, checks: bool) -> list[str]:

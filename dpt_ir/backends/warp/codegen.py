@@ -106,7 +106,7 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, tar
             ks, more = lowered
             natives.update(more)
             kernels += ks
-            headers.update({k.name: f"# {k.name}: [{k.path}] {_header(group)[2:]}" for k in ks})
+            headers.update({k.name: f"# {k.name}: [cxx] {_header(group)[2:]}" for k in ks})
     distinct = _share(kernels)
     users: dict[str, list[str]] = {}
     for k in kernels:
