@@ -112,13 +112,16 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def options_of(target: Target, checks: bool = True, fuse: bool = True, recompute: bool = True) -> dict[str, Any]:
+def options_of(
+    target: Target, checks: bool = True, fuse: bool = True, recompute: bool = True, reciprocal: bool = True
+) -> dict[str, Any]:
     """The compile options every pipeline of a program shares (and the cache keys): the
     switches, and the budgets of ``target`` that the passes plan with."""
     return {
         "checks": checks,
         "fuse": fuse,
         "recompute": recompute,
+        "reciprocal": reciprocal,
         "halo_budget": target.halo_budget,
         "recompute_budget": target.recompute_budget,
         "row_budget": target.row_budget,
@@ -161,12 +164,16 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     halo_budget: int | None = None,
     recompute_budget: int | None = None,
     threads: int | None = None,
+    reciprocal: bool = True,
 ) -> Program:
     """Compile ``graph`` for ``device``; differentiate wrt the inputs named in ``wrt``.
 
     ``loss`` names the output `Program.value_and_grad` differentiates (default: the only
     scalar float output). ``checks`` compiles the status word in; ``fuse`` and
     ``recompute`` switch fusion and backward recomputation off (for comparison);
+    ``reciprocal=False`` keeps every division a division (the `reciprocal` pass turns a
+    division by a per-row scale into a multiplication by its reciprocal, which may differ
+    by about one ulp; docs/passes.md);
     ``halo_budget`` sets how much work a stencil may spend recomputing its producers
     (default: by device); ``recompute_budget`` how much work the backward may spend
     recomputing one forward value before saving it instead (default: by device; CUDA has
@@ -198,7 +205,9 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         None if halo_budget is None else int(halo_budget),
         None if recompute_budget is None else int(recompute_budget),
     )
-    base = options_of(target, checks=bool(checks), fuse=bool(fuse), recompute=bool(recompute))
+    base = options_of(
+        target, checks=bool(checks), fuse=bool(fuse), recompute=bool(recompute), reciprocal=bool(reciprocal)
+    )
     if any(n.opdef.kind == "loop" for n in graph.nodes):  # a trait: loop ops compile their bodies once
         from dpt_ir.backends.warp.loop_program import LoopProgram
 

@@ -34,7 +34,7 @@ def _pipelines(program: Any, plans: list[str]) -> dict[str, Any]:
     from dpt_ir.compiler import options_of, pipelines
 
     opts = program.report["options"]
-    base = options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute")})
+    base = options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute", "reciprocal")})
     every = pipelines(program.graph, tuple(program.wrt), program.loss, base)
     return {name: every[name] for name in plans}
 
