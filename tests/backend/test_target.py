@@ -70,3 +70,19 @@ def test_the_contraction_block_is_the_cuda_launch_block() -> None:
     from dpt_ir.backends.cxx import contraction
 
     assert contraction.BLOCK == target_for("cuda").cuda_block
+
+
+def test_the_cpu_task_size_sets_the_row_kernels_tasks() -> None:
+    """A row kernel's task is `Target.cpu_task` elements of rows: normalisation's 64 rows of
+    1,024 make one task by default, eight with tasks of 8,192 elements."""
+    from benchmarks.graphs import normalisation
+
+    graph = normalisation((64, 1024))
+    plan = run_pipeline(graph, CompileOptions(row_budget=target_for("cpu").row_budget)).graph
+
+    def row_dims(target: Target) -> list[int]:
+        source = codegen.generate({"run": plan}, graph.name, "", True, target)
+        return [k.dim for k in source.kernels if "_rows" in k.name]
+
+    assert row_dims(target_for("cpu")) == [1]
+    assert row_dims(_with("cpu", cpu_task=8192)) == [8]
