@@ -13,15 +13,20 @@ Guarantees: the launches, their order, their arguments and their task ranges are
 a multi-threaded CPU plan one per `tasks.ranges` range of a task-partitioned kernel, run by
 `tasks.run_parts`), so the results are bit-identical to them. The commands are recorded with
 ``wp.launch(..., record_cmd=True)`` the first time the workspace runs the phase, which is
-also when Warp checks every argument's type; the workspace's own buffers stay bound. Each
-value a call may bind has one array descriptor, shared by every command that reads it, and
-`run` rewrites its data pointer before any command runs, from the call's array or, for a
-direct value the call does not bind, from the workspace's buffer: no stale pointer of an
-earlier call survives into a launch. A replay packs no arguments and allocates nothing.
+also when Warp checks every argument's type; the workspace's own buffers stay bound. A CPU
+command is replayed as a call of its kernel's entry point with an argument structure built
+once (what ``Launch.launch`` rebuilds at every replay); a CUDA command by ``Launch.launch``.
+Every descriptor of a value a call may bind (a field of a CPU command's structure, or one
+descriptor shared by the CUDA commands) has its data pointer rewritten by `run` before any
+command runs, from the call's array or, for a direct value the call does not bind, from the
+workspace's buffer: no stale pointer of an earlier call survives into a launch. A replay
+packs no arguments and allocates nothing.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,19 +52,22 @@ class RecordedPhase:
     the first call's ``bound``. ``count``: the plan's launches it runs (a split launch counts once)."""
 
     def __init__(self, plan: Any, phase: str, ws: Any, bound: Mapping[str, Any]) -> None:
-        self.descriptors: dict[str, Any] = {}  # value name -> the descriptor its commands share
+        self.targets: dict[str, list[Any]] = {}  # value name -> the descriptors that bind it
         self.fallback: dict[str, int] = {}  # direct value -> the workspace buffer's pointer
+        self.commands: list[Any] = []  # kept: a command holds its module loaded
         self.steps: list[Callable[[], None]] = []
         launches = plan.launches_of(phase)
         self.count = len(launches)
         for launch in launches:
             split = plan.threads > 1 and launch.dim > 1 and TASK0 in launch.params
             parts = tasks.ranges(launch.dim, plan.threads) if split else [(0, launch.dim)]
-            commands = [self._record(plan, launch, ws, bound, first, count) for first, count in parts]
-            self.steps.append(commands[0].launch if len(commands) == 1 else _parts(commands, plan.threads))
-        self.names = list(self.descriptors.items())
+            steps = [self._record(plan, launch, ws, bound, first, count) for first, count in parts]
+            self.steps.append(steps[0] if len(steps) == 1 else _parts(steps, plan.threads))
+        self.names = list(self.targets.items())
 
-    def _record(self, plan: Any, launch: Any, ws: Any, bound: Mapping[str, Any], first: int, count: int) -> Any:
+    def _record(
+        self, plan: Any, launch: Any, ws: Any, bound: Mapping[str, Any], first: int, count: int
+    ) -> Callable[[], None]:
         args: list[Any] = []
         shared: list[tuple[int, str]] = []
         for index, p in enumerate(launch.params):
@@ -72,24 +80,41 @@ class RecordedPhase:
             elif p in plan.rebindable:
                 args.append(_as_warp(bound[p]) if p in bound else ws.buffers[p])
                 shared.append((index, p))
+                if p in ws.buffers:
+                    self.fallback[p] = ws.buffers[p].ptr or 0
             else:
                 args.append(ws.buffers[p])
         command = wp.launch(launch.kernel, dim=count, inputs=args, device=plan.device, record_cmd=True)
-        for index, p in shared:
-            if p not in self.descriptors:  # a private copy: the array it was packed from is not kept
+        self.commands.append(command)
+        if plan.device == "cpu" and command.block_dim == 1:
+            return self._entry_point(command, shared)
+        for index, p in shared:  # one private descriptor per value, shared by its commands
+            if p not in self.targets:
                 desc = array_t.from_buffer_copy(command.params[index + 1])
                 desc.grad, desc.flags = 0, 0  # the generated kernels have no adjoint
-                self.descriptors[p] = desc
-                if p in ws.buffers:
-                    self.fallback[p] = ws.buffers[p].ptr or 0
-            command.set_param_at_index_from_ctype(index, self.descriptors[p])
-        return command
+                self.targets[p] = [desc]
+            command.set_param_at_index_from_ctype(index, self.targets[p][0])
+        return command.launch
+
+    def _entry_point(self, command: Any, shared: list[tuple[int, str]]) -> Callable[[], None]:
+        """A CPU command as a call of its kernel's entry point with one argument structure,
+        built here once (``Launch.launch`` builds the same structure from its parameters at
+        every replay); the fields of the values a call binds are its targets."""
+        fields = [(a.label, type(v)) for a, v in zip(command.kernel.adj.args, command.params[1:], strict=True)]
+        arguments = type("Arguments", (ctypes.Structure,), {"_fields_": fields})(*command.params[1:])
+        for index, p in shared:
+            view = getattr(arguments, fields[index][0])  # a view into ``arguments``
+            view.grad, view.flags = 0, 0  # the generated kernels have no adjoint
+            self.targets.setdefault(p, []).append(view)
+        return functools.partial(command.hooks.forward, ctypes.byref(command.bounds), ctypes.byref(arguments))
 
     def run(self, bound: Mapping[str, Any]) -> int:
-        """Point every shared descriptor at this call's array (or the workspace's), then
+        """Point every target descriptor at this call's array (or the workspace's), then
         replay the commands; returns `count`."""
-        for name, desc in self.names:
-            desc.data = address(bound[name]) if name in bound else self.fallback[name]
+        for name, targets in self.names:
+            ptr = address(bound[name]) if name in bound else self.fallback[name]
+            for desc in targets:
+                desc.data = ptr
         for step in self.steps:
             step()
         return self.count
@@ -103,6 +128,5 @@ def _as_warp(value: Any) -> wp.array:
     return value
 
 
-def _parts(commands: list[Any], threads: int) -> Callable[[], None]:
-    launches = [c.launch for c in commands]
-    return lambda: tasks.run_parts(launches, threads)
+def _parts(steps: list[Callable[[], None]], threads: int) -> Callable[[], None]:
+    return lambda: tasks.run_parts(steps, threads)
