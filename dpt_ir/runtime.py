@@ -97,7 +97,7 @@ class Program:
         plan = self.plans["value_and_grad"]
         with plan.workspace() as ws:
             bound = plan.bind(inputs, self._input_types, ws)
-            direct = _direct_results(plan, [plan.outputs[g] for g in plan.gradients.values()], bound)
+            direct = _direct_results(plan, bound)
             ws.clear_status()
             self.launch_count = plan.run("forward", bound, ws) + plan.run("backward", bound, ws)
             self.checkpoint("value_and_grad", ws)
@@ -137,18 +137,14 @@ def _describe(slot: StatusSlot) -> str:
     return f"{what} at node {slot.node!r} (op {slot.op}{origin}, kernel {slot.kernel}){detail}"
 
 
-def _direct_results(plan: ExecutionPlan, results: list[str], bound: dict[str, Any]) -> dict[str, np.ndarray]:
-    """CPU plans: a fresh NumPy array per result value (a gradient's) that the kernels write
-    into directly, bound for this call instead of the workspace's buffer (`ExecutionPlan.run`
+def _direct_results(plan: ExecutionPlan, bound: dict[str, Any]) -> dict[str, np.ndarray]:
+    """CPU plans: a fresh NumPy array per gradient value that the kernels write into
+    directly, bound for this call instead of the workspace's buffer (`ExecutionPlan.run`
     binds it), so the result needs no copy out of the workspace (a pass over 4 MB
     at 1024²). Only values with a buffer of their own (a graph output's), written by a launch
-    and read by no other pipeline (`ExecutionPlan.direct_values`); everything else is read back by `_read`."""
-    if plan.device != "cpu":
-        return {}
+    and read by no other pipeline (`ExecutionPlan.direct_gradients`); everything else is read back by `_read`."""
     out: dict[str, np.ndarray] = {}
-    for value in dict.fromkeys(results):
-        if value in bound or value not in plan.direct_values:
-            continue
+    for value in plan.direct_gradients:
         t = plan.graph.types[value]
         out[value] = bound[value] = np.empty(t.shape, dtype=t.dtype)
     return out

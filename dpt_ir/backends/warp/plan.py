@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,6 +175,9 @@ class ExecutionPlan:
         self.outputs = {o.name: o.value for o in graph.outputs}
         self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
         self.gradients: dict[str, str] = graph.meta.get("gradients", {})
+        # The gradients a CPU call gives fresh arrays of their own (`runtime._direct_results`).
+        gradient_values = dict.fromkeys(self.outputs[g] for g in self.gradients.values())
+        self.direct_gradients = tuple(v for v in gradient_values if v in self.direct_values and device == "cpu")
         self._lock = threading.Lock()
         self._all: weakref.WeakSet[Workspace] = weakref.WeakSet()  # every live workspace (alias checks)
         self._free: list[Workspace] = [self._new_workspace()]
@@ -199,14 +201,9 @@ class ExecutionPlan:
         with self._lock:
             self._free.append(ws)
 
-    @contextmanager
-    def workspace(self) -> Iterator[Workspace]:
-        """A workspace checked out for the block and returned after it, even on error."""
-        ws = self.checkout()
-        try:
-            yield ws
-        finally:
-            self.checkin(ws)
+    def workspace(self) -> Lease:
+        """A workspace checked out for a ``with`` block and returned after it, even on error."""
+        return Lease(self)
 
     def owned_arrays(self) -> Iterator[wp.array]:
         """Every array of every live workspace, for `bind`'s refusal of a program-owned
@@ -295,6 +292,23 @@ class ExecutionPlan:
                     "copy it first (an output buffer is overwritten by the next evaluation)"
                 )
         return value.reshape((t.size,)) if value.ndim != 1 or value.shape[0] != t.size else value
+
+
+class Lease:
+    """``with plan.workspace() as ws``: `ExecutionPlan.checkout` on entry, `checkin` on exit
+    (a class, not a generator: it is on every call's path)."""
+
+    __slots__ = ("plan", "ws")
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.plan = plan
+
+    def __enter__(self) -> Workspace:
+        self.ws = self.plan.checkout()
+        return self.ws
+
+    def __exit__(self, *exc: object) -> None:
+        self.plan.checkin(self.ws)
 
 
 def scalar_argument(param: str, launch: Launch) -> int:
