@@ -11,6 +11,8 @@ a direct value is refused as a binding.
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -109,6 +111,21 @@ def test_steady_state_packs_no_launch_and_wraps_no_array(program: dp.Program, mo
             call()
     assert counts == {"launch": 0, "array": 0}
     assert program.launch_count > 0
+
+
+def test_recording_keeps_no_array_of_the_call_that_recorded(program: dp.Program) -> None:
+    """The call that records a workspace's launches (here a second workspace, checked out
+    while the first is held) leaves no reference to its arrays behind."""
+    inputs = make_inputs(61)
+    alive = [weakref.ref(v) for v in inputs.values()]
+    plan = program.plans["value_and_grad"]
+    with plan.workspace():  # the next call needs a workspace of its own, recorded for it
+        before = len(plan._all)
+        out, grads = program.value_and_grad(**inputs)
+        assert len(plan._all) == before + 1
+    del inputs
+    gc.collect()
+    assert [ref() is None for ref in alive] == [True] * len(alive)
 
 
 def test_only_inputs_and_direct_values_can_be_bound(program: dp.Program) -> None:

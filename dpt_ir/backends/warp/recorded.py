@@ -54,7 +54,7 @@ class RecordedPhase:
     def __init__(self, plan: Any, phase: str, ws: Any, bound: Mapping[str, Any]) -> None:
         self.targets: dict[str, list[Any]] = {}  # value name -> the descriptors that bind it
         self.fallback: dict[str, int] = {}  # direct value -> the workspace buffer's pointer
-        self.commands: list[Any] = []  # kept: a command holds its module loaded
+        self.modules: list[Any] = []  # the loaded modules the commands run, held loaded
         self.steps: list[Callable[[], None]] = []
         launches = plan.launches_of(phase)
         self.count = len(launches)
@@ -85,7 +85,7 @@ class RecordedPhase:
             else:
                 args.append(ws.buffers[p])
         command = wp.launch(launch.kernel, dim=count, inputs=args, device=plan.device, record_cmd=True)
-        self.commands.append(command)
+        self.modules.append(command.module_exec)
         if plan.device == "cpu" and command.block_dim == 1:
             return self._entry_point(command, shared)
         for index, p in shared:  # one private descriptor per value, shared by its commands
@@ -99,7 +99,8 @@ class RecordedPhase:
     def _entry_point(self, command: Any, shared: list[tuple[int, str]]) -> Callable[[], None]:
         """A CPU command as a call of its kernel's entry point with one argument structure,
         built here once (``Launch.launch`` builds the same structure from its parameters at
-        every replay); the fields of the values a call binds are its targets."""
+        every replay); the fields of the values a call binds are its targets. The command
+        itself is dropped: it holds the first call's arrays."""
         fields = [(a.label, type(v)) for a, v in zip(command.kernel.adj.args, command.params[1:], strict=True)]
         arguments = type("Arguments", (ctypes.Structure,), {"_fields_": fields})(*command.params[1:])
         for index, p in shared:
