@@ -40,12 +40,16 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.errors import ContractError
-from dpt_ir.types import TensorType
+from dpt_ir.types import DTYPES, TensorType
+
+_NP_DTYPES = {name: np.dtype(name) for name in DTYPES}
 
 
 def check_names(graph: str, values: Mapping[str, Any], names: Mapping[str, Any], what: str = "input") -> None:
     """``values`` holds exactly the keys of ``names``; ContractError listing the missing
     and unexpected ones otherwise."""
+    if values.keys() == names.keys():
+        return
     missing = [n for n in names if n not in values]
     extra = [n for n in values if n not in names]
     if missing or extra:
@@ -65,6 +69,13 @@ def is_warp_array(value: Any) -> bool:
 def host_array(name: str, value: Any, t: TensorType, what: str = "input") -> np.ndarray:
     """``value`` (anything but a `wp.array`) as a C-contiguous NumPy array of exactly
     ``t``'s shape and dtype, by the table of the module docstring; ContractError otherwise."""
+    if (
+        type(value) is np.ndarray
+        and value.shape == t.shape
+        and value.dtype == _NP_DTYPES[t.dtype]
+        and value.flags.c_contiguous
+    ):
+        return value  # the common case, which the checks below return as is
     python = _is_python(value)
     try:
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)

@@ -26,7 +26,7 @@ import warp as wp
 from dpt_ir.autodiff import seed_arrays
 from dpt_ir.backends.warp.launches import StatusSlot
 from dpt_ir.backends.warp.module import BUILD_LOCK, GeneratedModule, load
-from dpt_ir.backends.warp.plan import WP_DTYPES, ExecutionPlan, Workspace
+from dpt_ir.backends.warp.plan import ExecutionPlan, Workspace
 from dpt_ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.graph import Graph
 
@@ -54,6 +54,7 @@ class Program:
         self.report = report
         self.module_name = module_name  # the stem of the program's module names (and of its cache entry)
         self.launch_count = 0  # launches of the last evaluation (of any thread)
+        self._input_types = {i.name: i.type for i in graph.inputs}  # the graph is immutable
 
     @property
     def modules(self) -> dict[str, GeneratedModule]:
@@ -78,11 +79,11 @@ class Program:
         """Forward only: a dict output name -> numpy array."""
         plan = self.plans["run"]
         with plan.workspace() as ws:
-            bound = plan.bind(inputs, _input_types(self.graph), ws)
-            _begin(ws)
+            bound = plan.bind(inputs, self._input_types, ws)
+            ws.clear_status()
             self.launch_count = plan.run("forward", bound, ws)
             self.checkpoint("forward", ws)
-            return {name: _read(plan, name, ws) for name in plan.outputs}
+            return {name: plan.output_copy(name, ws) for name in plan.outputs}
 
     def value_and_grad(self, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Outputs and the gradients of the loss output (seeded with 1) wrt ``wrt``."""
@@ -95,9 +96,9 @@ class Program:
             )
         plan = self.plans["value_and_grad"]
         with plan.workspace() as ws:
-            bound = plan.bind(inputs, _input_types(self.graph), ws)
-            direct = _direct_results(plan, [plan.outputs[g] for g in plan.gradients.values()], bound)
-            _begin(ws)
+            bound = plan.bind(inputs, self._input_types, ws)
+            direct = _direct_results(plan, bound)
+            ws.clear_status()
             self.launch_count = plan.run("forward", bound, ws) + plan.run("backward", bound, ws)
             self.checkpoint("value_and_grad", ws)
             outs = {o.name: _read(plan, o.name, ws, direct) for o in self.graph.outputs}
@@ -121,12 +122,9 @@ class Program:
     # -- status --
     def checkpoint(self, where: str, ws: Workspace) -> None:
         """Read the status word of ``ws``; raise NumericalError if any kernel raised a flag."""
-        if ws.status is None:
-            return
-        flags = ws.status.numpy()
-        raised = [ws.slots[k] for k in np.flatnonzero(flags)]
+        raised = [ws.slots[k] for k in ws.raised()]
         if raised:
-            ws.status.zero_()
+            ws.clear_status()
             reasons = "; ".join(_describe(s) for s in raised[:8])
             more = f" (and {len(raised) - 8} more)" if len(raised) > 8 else ""
             raise NumericalError(f"{where} of {self.graph.name!r}: {reasons}{more}")
@@ -139,25 +137,16 @@ def _describe(slot: StatusSlot) -> str:
     return f"{what} at node {slot.node!r} (op {slot.op}{origin}, kernel {slot.kernel}){detail}"
 
 
-def _input_types(graph: Graph) -> dict[str, Any]:
-    return {i.name: i.type for i in graph.inputs}
-
-
-def _direct_results(plan: ExecutionPlan, results: list[str], bound: dict[str, wp.array]) -> dict[str, np.ndarray]:
-    """CPU plans: a fresh NumPy array per result value (a gradient's) that the kernels write
-    into directly, bound for this call ahead of the workspace's buffer (`plan._resolve` looks
-    in ``bound`` first), so the result needs no copy out of the workspace (a pass over 4 MB
+def _direct_results(plan: ExecutionPlan, bound: dict[str, Any]) -> dict[str, np.ndarray]:
+    """CPU plans: a fresh NumPy array per gradient value that the kernels write into
+    directly, bound for this call instead of the workspace's buffer (`ExecutionPlan.run`
+    binds it), so the result needs no copy out of the workspace (a pass over 4 MB
     at 1024²). Only values with a buffer of their own (a graph output's), written by a launch
-    and read by no other pipeline (`ExecutionPlan.direct_values`); everything else is read back by `_read`."""
-    if plan.device != "cpu":
-        return {}
+    and read by no other pipeline (`ExecutionPlan.direct_gradients`); everything else is read back by `_read`."""
     out: dict[str, np.ndarray] = {}
-    for value in dict.fromkeys(results):
-        if value in bound or value not in plan.direct_values:
-            continue
+    for value in plan.direct_gradients:
         t = plan.graph.types[value]
-        out[value] = np.empty(t.shape, dtype=t.dtype)
-        bound[value] = wp.array(out[value].reshape(-1), dtype=WP_DTYPES[t.dtype], device="cpu", copy=False)
+        out[value] = bound[value] = np.empty(t.shape, dtype=t.dtype)
     return out
 
 
@@ -175,13 +164,7 @@ def _read(
     value = plan.outputs[output]
     if direct and value in direct:
         return direct[value].copy()
-    return plan.output_array(output, ws).numpy().reshape(plan.graph.types[value].shape).copy()
-
-
-def _begin(ws: Workspace) -> None:
-    """Clear the status word of ``ws`` before a phase runs."""
-    if ws.status is not None:
-        ws.status.zero_()
+    return plan.output_copy(output, ws)
 
 
 def require_state(graph: str, state: str, allowed: tuple[str, ...], action: str) -> None:
@@ -214,7 +197,7 @@ class TapePass:
         self.tape = tape
         self.state = "new"
         self._ws: Workspace | None = None
-        self._bound: dict[str, wp.array] | None = None
+        self._bound: dict[str, Any] | None = None
         self._inputs: dict[str, Any] = {}
 
     def _require(self, allowed: tuple[str, ...], action: str) -> None:
@@ -245,11 +228,11 @@ class TapePass:
         self._require(("recording",), "run forward")
         if self._bound is not None:
             raise LifecycleError("tape pass: forward already ran in this pass (one evaluation per pass)")
-        types = _input_types(self.program.graph)
+        types = self.program._input_types
         self._ws = ws = self.plan.checkout()
         try:
             bound = self.plan.bind(inputs, types, ws)
-            _begin(ws)
+            ws.clear_status()
             self.program.launch_count = self.plan.run("forward", bound, ws)
             self.program.checkpoint("forward", ws)
         except BaseException:
@@ -281,7 +264,7 @@ class TapePass:
         self.state = "complete"
         return grads
 
-    def _seeds(self, seed: Mapping[str, Any] | None) -> dict[str, wp.array]:
+    def _seeds(self, seed: Mapping[str, Any] | None) -> dict[str, Any]:
         graph = self.program.graph
         if seed is None:
             raise ContractError("tape pass: backward needs an explicit seed, e.g. seed={'loss': 1.0}")
@@ -296,11 +279,11 @@ class TapePass:
         assert self._ws is not None
         return self.plan.bind(full, {ct: self.plan.graph.types[ct] for ct in full}, self._ws, what="seed")
 
-    def _run_backward(self, seeds: dict[str, wp.array]) -> dict[str, wp.array]:
+    def _run_backward(self, seeds: dict[str, Any]) -> dict[str, wp.array]:
         assert self._bound is not None and self._ws is not None
         ws = self._ws
         bound = {**self._bound, **seeds}
-        _begin(ws)
+        ws.clear_status()
         self.program.launch_count = self.plan.run("backward", bound, ws)
         self.program.checkpoint("backward", ws)
         return {w: self.plan.output_array(g, ws) for w, g in self.plan.gradients.items()}

@@ -87,6 +87,18 @@ def test_one_and_two_threads_are_bit_identical(programs: tuple[dp.Program, dp.Pr
     assert_same_bits(one, two, ins)
 
 
+def test_two_threads_rebind_every_range_to_each_calls_arrays(programs: tuple[dp.Program, dp.Program]) -> None:
+    """Arrays A, then B, then A again: each range of a split launch (its own recorded
+    command) reads the call's arrays, so two threads stay bit-identical to one, and one
+    thread matches the interpreter."""
+    one, two = programs
+    assert two.plans["run"].threads == 2 and max(launch.dim for launch in two.plans["run"].launches) > 1
+    a, b = inputs(3), inputs(4)
+    for ins in (a, b, a):
+        assert_same_bits(one, two, ins)
+        np.testing.assert_allclose(two.run(**ins)["y"], dp.interpret(one.graph, **ins)["y"], rtol=1e-5, atol=1e-5)
+
+
 def test_threads_must_be_positive() -> None:
     with pytest.raises(dp.ContractError, match="threads"):
         dp.compile(mixed(), threads=0)

@@ -3,21 +3,20 @@ of its tasks.
 
 Assumes: the kernel's launch index is a task of a partition fixed by the shapes (the kernel
 adds its ``a__task0`` argument to ``wp.tid()``), tasks write disjoint elements and their own
-partials, and status flags are only ever set to 1; ``wp.launch`` on the CPU releases the
-GIL while the kernel runs. Guarantees: the calling thread runs the first range and the pool
-the others, every range is waited for before `run_split` returns (the first error is
-raised), and the result is the one a single launch over every task gives, bit for bit,
-because the ranges only decide which thread runs a task, never what a task computes.
+partials, and status flags are only ever set to 1; a CPU launch (a recorded Warp launch
+replayed, `dpt_ir.backends.warp.recorded`) releases the GIL while the kernel runs.
+Guarantees: the calling thread runs the first range and the pool the others, every range is
+waited for before `run_parts` returns (the first error is raised), and the result is the
+one a single launch over every task gives, bit for bit, because the ranges only decide
+which thread runs a task, never what a task computes.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
-
-import warp as wp
 
 _pools: dict[tuple[int, int], ThreadPoolExecutor] = {}
 _lock = threading.Lock()
@@ -42,22 +41,14 @@ def ranges(dim: int, threads: int) -> list[tuple[int, int]]:
     return [(cuts[k], cuts[k + 1] - cuts[k]) for k in range(n)]
 
 
-def _launch(kernel: Any, args: list[Any], at: int, first: int, count: int) -> None:
-    mine = list(args)
-    mine[at] = first
-    wp.launch(kernel, dim=count, inputs=mine, device="cpu", record_tape=False)
-
-
-def run_split(kernel: Any, dim: int, args: list[Any], task0_at: int, threads: int) -> None:
-    """Launch ``kernel`` over ``dim`` tasks on up to ``threads`` threads (argument
-    ``task0_at`` of ``args`` is each range's first task)."""
-    parts = ranges(dim, threads)
-    futures: list[Future[None]] = [
-        pool(threads - 1).submit(_launch, kernel, args, task0_at, first, count) for first, count in parts[1:]
-    ]
+def run_parts(parts: list[Callable[[], None]], threads: int) -> None:
+    """Run the ranges of one launch on up to ``threads`` threads (``parts``: one recorded
+    launch per `ranges` range, each with its first task bound): the first on this thread,
+    the others on the pool of ``threads - 1``."""
+    futures: list[Future[None]] = [pool(threads - 1).submit(part) for part in parts[1:]]
     error: BaseException | None = None
     try:
-        _launch(kernel, args, task0_at, *parts[0])
+        parts[0]()
     except BaseException as exc:  # wait for the others before raising
         error = exc
     for f in futures:

@@ -17,16 +17,16 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import warp as wp
 
-from dpt_ir.backends.cxx import tasks
 from dpt_ir.backends.cxx.kernels import TASK0
-from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE, KernelSource, StatusSlot
+from dpt_ir.backends.warp.launches import STATUS_BASE, KernelSource, StatusSlot
 from dpt_ir.backends.warp.module import GeneratedModule
+from dpt_ir.backends.warp.recorded import RecordedPhase
 from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
@@ -61,7 +61,9 @@ class Workspace:
     """The arrays one call of a plan writes: flat views as kernels take them (``buffers``),
     outputs in their own shape (``shaped``), output copies of inputs (``copies``), CUDA
     staging arrays (``staging``) and the status word (None without checks), whose flags
-    ``slots`` describes."""
+    ``slots`` describes; each phase's launches once recorded here (``phases``, by
+    `ExecutionPlan.run`). On the CPU, NumPy views of the status word (``flags``) and of the
+    outputs in their declared shapes (``host``), made once."""
 
     def __init__(self, plan: ExecutionPlan) -> None:
         graph, device = plan.graph, plan.device
@@ -70,7 +72,11 @@ class Workspace:
         self.shaped: dict[str, wp.array] = {}
         self.copies: dict[str, wp.array] = {}  # input value -> flat view of its output array
         self.staging: dict[str, wp.array] = {}
+        self.phases: dict[str, RecordedPhase] = {}
         self.status = wp.zeros(plan.status_size, dtype=wp.int32, device=device) if plan.status_size else None
+        cpu = device == "cpu"
+        self.flags = self.status.numpy() if cpu and self.status is not None else None
+        self._clear = bytes(4 * plan.status_size)
         for buf in plan_of(graph).scheduled().buffers:
             dtype = WP_DTYPES[buf.dtype]
             if buf.output:
@@ -98,6 +104,21 @@ class Workspace:
                 arr = wp.zeros(shape, dtype=WP_DTYPES[t.dtype], device=device, requires_grad=plan.grad_outputs)
                 self.shaped[o.value] = arr
                 self.copies[o.value] = self.buffers[f"$copy:{o.value}"] = arr.flatten()
+        self.host = {v: a.numpy().reshape(graph.types[v].shape) for v, a in self.shaped.items()} if cpu else {}
+
+    def clear_status(self) -> None:
+        """Lower every flag of the status word (before a phase runs)."""
+        if self.flags is not None:
+            self.flags.fill(0)
+        elif self.status is not None:
+            self.status.zero_()
+
+    def raised(self) -> list[int]:
+        """The indices of the raised flags of the status word (none without checks); they
+        stay raised."""
+        if self.flags is not None:
+            return [] if self.flags.tobytes() == self._clear else np.flatnonzero(self.flags).tolist()
+        return [] if self.status is None else np.flatnonzero(self.status.numpy()).tolist()
 
 
 class ExecutionPlan:
@@ -143,10 +164,20 @@ class ExecutionPlan:
         own = {b.id for b in schedule.buffers if b.output}
         launched = {p for launch in self.launches for p in launch.params}
         self.direct_values = frozenset(v for v in launched if schedule.assignment.get(v) in own)
+        # The values a call binds arrays for (`run`'s ``bound``): the inputs (and cotangents), and
+        # the direct values; the recorded launches re-point exactly these at every call.
+        self.rebindable = frozenset(graph.input_map) | self.direct_values
+        self._phases = {
+            phase: tuple(launch for launch in self.launches if launch.phase == phase and launch.dim > 0)
+            for phase in dict.fromkeys(launch.phase for launch in self.launches)
+        }
         self._ready = False
         self.outputs = {o.name: o.value for o in graph.outputs}
         self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
         self.gradients: dict[str, str] = graph.meta.get("gradients", {})
+        # The gradients a CPU call gives fresh arrays of their own (`runtime._direct_results`).
+        gradient_values = dict.fromkeys(self.outputs[g] for g in self.gradients.values())
+        self.direct_gradients = tuple(v for v in gradient_values if v in self.direct_values and device == "cpu")
         self._lock = threading.Lock()
         self._all: weakref.WeakSet[Workspace] = weakref.WeakSet()  # every live workspace (alias checks)
         self._free: list[Workspace] = [self._new_workspace()]
@@ -170,14 +201,9 @@ class ExecutionPlan:
         with self._lock:
             self._free.append(ws)
 
-    @contextmanager
-    def workspace(self) -> Iterator[Workspace]:
-        """A workspace checked out for the block and returned after it, even on error."""
-        ws = self.checkout()
-        try:
-            yield ws
-        finally:
-            self.checkin(ws)
+    def workspace(self) -> Lease:
+        """A workspace checked out for a ``with`` block and returned after it, even on error."""
+        return Lease(self)
 
     def owned_arrays(self) -> Iterator[wp.array]:
         """Every array of every live workspace, for `bind`'s refusal of a program-owned
@@ -199,51 +225,58 @@ class ExecutionPlan:
                 launch.kernel = getattr(module, launch.function)
             self._ready = True
 
-    def launches_of(self, phase: str) -> list[Launch]:
-        return [launch for launch in self.launches if launch.phase == phase]
+    def launches_of(self, phase: str) -> tuple[Launch, ...]:
+        """The launches of ``phase`` that run (launch size above 0), in order."""
+        return self._phases.get(phase, ())
 
-    def run(self, phase: str, bound: dict[str, wp.array], ws: Workspace) -> int:
-        """Launch every kernel of ``phase`` with inputs ``bound`` in workspace ``ws``;
-        returns the launch count."""
+    def run(self, phase: str, bound: dict[str, Any], ws: Workspace) -> int:
+        """Launch every kernel of ``phase`` with the arrays ``bound`` (value name -> a
+        `wp.array` on the plan's device or, on the CPU, a C-contiguous NumPy array, of the
+        value's type: `bind`'s) in workspace ``ws``, through the launches recorded for ``ws``
+        (`RecordedPhase`, recorded at its first run of the phase); returns the launch count."""
         self.ready()
+        if not self.rebindable.issuperset(bound):
+            unknown = sorted(set(bound) - self.rebindable)
+            raise ContractError(f"plan of {self.graph.name!r}: values {unknown} cannot be bound (not inputs)")
         for value, dst in ws.copies.items():
             if value in bound:
-                wp.copy(dst, bound[value])
-        count = 0
-        for launch in self.launches_of(phase):
-            if launch.dim == 0:
-                continue
-            args = [scalar_argument(p, launch) if p in SCALARS else _resolve(p, bound, ws) for p in launch.params]
-            if self.threads > 1 and launch.dim > 1 and TASK0 in launch.params:
-                tasks.run_split(launch.kernel, launch.dim, args, launch.params.index(TASK0), self.threads)
-            else:
-                wp.launch(launch.kernel, dim=launch.dim, inputs=args, device=self.device, record_tape=False)
-            count += 1
-        return count
+                src = bound[value]
+                wp.copy(dst, src if is_warp_array(src) else wp.array(src.reshape(-1), device="cpu", copy=False))
+        recorded = ws.phases.get(phase)
+        if recorded is None:
+            recorded = ws.phases[phase] = RecordedPhase(self, phase, ws, bound)
+        return recorded.run(bound)
 
     def output_array(self, name: str, ws: Workspace) -> wp.array:
         """The array of output ``name`` in ``ws``, in the output's shape (a scalar output is
         a 1-element array)."""
         return ws.shaped[self.outputs[name]]
 
+    def output_copy(self, name: str, ws: Workspace) -> np.ndarray:
+        """A host copy of output ``name`` in ``ws``, in its declared shape."""
+        value = self.outputs[name]
+        view = ws.host.get(value)
+        if view is None:  # a device array: read back
+            view = ws.shaped[value].numpy().reshape(self.graph.types[value].shape)
+        return view.copy()
+
     # -- inputs --
-    def bind(
-        self, values: dict[str, Any], names: dict[str, Any], ws: Workspace, what: str = "input"
-    ) -> dict[str, wp.array]:
+    def bind(self, values: dict[str, Any], names: dict[str, Any], ws: Workspace, what: str = "input") -> dict[str, Any]:
         """Check user arrays against the declared ``names`` (name -> TensorType) and return
-        flat Warp arrays on the plan's device (NumPy inputs for CUDA are staged into ``ws``).
+        what `run` binds: flat Warp arrays on the plan's device, or on the CPU the checked
+        C-contiguous NumPy arrays themselves (NumPy inputs for CUDA are staged into ``ws``).
         The checks are `dpt_ir.contracts`' (the same as the interpreter's); ContractError
         names the offending input."""
         check_names(self.graph.name, values, names, what)
         return {n: self._flat(n, values[n], t, what, ws.staging) for n, t in names.items()}
 
-    def _flat(self, name: str, value: Any, t: Any, what: str, staging: dict[str, wp.array]) -> wp.array:
+    def _flat(self, name: str, value: Any, t: Any, what: str, staging: dict[str, wp.array]) -> Any:
         if is_warp_array(value):
             return self._check_warp(name, value, t, what)
         arr = host_array(name, value, t, what)
-        flat = arr.reshape(-1)
         if self.device == "cpu":
-            return wp.array(flat, dtype=WP_DTYPES[t.dtype], device="cpu", copy=False)
+            return arr
+        flat = arr.reshape(-1)
         stage = staging.get(name)
         if stage is None:
             stage = staging[name] = wp.empty(flat.size, dtype=WP_DTYPES[t.dtype], device=self.device)
@@ -261,15 +294,24 @@ class ExecutionPlan:
         return value.reshape((t.size,)) if value.ndim != 1 or value.shape[0] != t.size else value
 
 
+class Lease:
+    """``with plan.workspace() as ws``: `ExecutionPlan.checkout` on entry, `checkin` on exit
+    (a class, not a generator: it is on every call's path)."""
+
+    __slots__ = ("plan", "ws")
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.plan = plan
+
+    def __enter__(self) -> Workspace:
+        self.ws = self.plan.checkout()
+        return self.ws
+
+    def __exit__(self, *exc: object) -> None:
+        self.plan.checkin(self.ws)
+
+
 def scalar_argument(param: str, launch: Launch) -> int:
     """A launch's scalar argument: its first status slot, or its first task (0: a launch
     on one thread runs every task)."""
     return launch.status_base if param == STATUS_BASE else 0
-
-
-def _resolve(param: str, bound: dict[str, wp.array], ws: Workspace) -> wp.array:
-    if param == STATUS:
-        return ws.status
-    if param in bound:
-        return bound[param]
-    return ws.buffers[param]
