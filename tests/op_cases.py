@@ -1394,7 +1394,7 @@ REDUCTION_SPECIALS: tuple[tuple[str, Callable[..., np.ndarray], str], ...] = (
     ("mean", _in_float64(np.mean), "linear"),
     ("max", lambda a: np.max(a, axis=1), "rule:max"),
     ("min", lambda a: np.min(a, axis=1), "rule:min"),
-    ("logsumexp", _in_float64(special.logsumexp), "torch:logsumexp"),
+    ("logsumexp", _in_float64(special.logsumexp), "rule:logsumexp"),
     ("argmax", lambda a: np.argmax(a, axis=1).astype(np.int32), ""),
     ("argmin", lambda a: np.argmin(a, axis=1).astype(np.int32), ""),
 )

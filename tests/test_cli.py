@@ -268,7 +268,7 @@ def test_compile_render_writes_svg_pictures(
     argv = ["compile", str(user_files["graph"]), "--wrt", "x", "--dump-dir", str(dump), "--render"]
     assert main(argv) == 0
     assert "graph picture(s) to SVG" in capsys.readouterr().out
-    svg = (dump / "10-fusion.svg").read_text()
+    svg = (dump / "11-fusion.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "cluster_f0" in svg
 
 

@@ -32,7 +32,6 @@ def torch_function(name: str) -> Callable[..., Any]:
     special = {
         "softplus": torch.nn.functional.softplus,
         "clamp": lambda a: torch.clamp(a, -0.5, 0.7),
-        "logsumexp": lambda a: torch.logsumexp(a, dim=1),
     }
     return special[name] if name in special else getattr(torch, name)
 
@@ -70,6 +69,18 @@ def _reduction_rule(arg: Callable[..., np.ndarray]) -> Callable[..., dict[str, n
     return rule
 
 
+def _softmax_rule(gy: np.ndarray, a: np.ndarray) -> dict[str, np.ndarray]:
+    """logsumexp over axis 1: the softmax exp(a - m) / sum(exp(a - m)), m the row maximum (0
+    where it is not finite), in float64, as JAX's gradient. PyTorch's exp(a - logsumexp(a))
+    gives 1 (not 1/2) to each of two maxima at the dtype's maximum, where logsumexp rounds."""
+    a64 = a.astype(np.float64)
+    top = np.max(a64, axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(a64 - np.where(np.isfinite(top), top, 0.0))
+        softmax = e / e.sum(axis=1, keepdims=True)
+    return {"a": (gy.astype(np.float64)[:, None] * softmax).astype(a.dtype)}
+
+
 RULES: dict[str, Callable[..., dict[str, np.ndarray]]] = {
     # abs: sign(a) times the cotangent, NaN at NaN (PyTorch gives 0 there, JAX -1).
     "abs": lambda gy, a: {"a": gy * np.sign(a)},
@@ -79,6 +90,7 @@ RULES: dict[str, Callable[..., dict[str, np.ndarray]]] = {
     "minimum": _extremum_rule(np.less_equal),
     "max": _reduction_rule(np.argmax),
     "min": _reduction_rule(np.argmin),
+    "logsumexp": _softmax_rule,
 }
 
 

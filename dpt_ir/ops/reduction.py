@@ -73,6 +73,40 @@ def _extremum_grad(arg_op: str) -> Any:
     return formula
 
 
+def _lse_pieces(x: Any, axes: tuple[int, ...]) -> tuple[Any, Any, Any]:
+    """logsumexp's pieces as IR, kept over ``axes``: the shift ``m`` (the maximum; 0 where it
+    is not finite, as the reference and the C++ lanes shift), ``e = exp(x - m)`` and
+    ``s = sum(e)`` (float64 lanes, rounded once). The derivative formula and the expansion
+    build the same nodes, so cse shares them: the gradient ``e / s`` reuses the forward's."""
+    top = F.max(x, axis=axes, keepdims=True)
+    m = F.where(F.abs(top) <= float(np.finfo(x.dtype).max), top, 0.0)
+    e = F.exp(x - m)
+    return m, e, F.sum(e, axis=axes, keepdims=True)
+
+
+def _lse_expansion(attrs: ReduceAttrs, inputs: tuple[Any, ...]) -> Any:
+    """logsumexp as ``log(s) + m`` (`_lse_pieces`): the same bits as the fused reduction
+    (a float32 sum of two float32 values rounds as its float64 sum does). None over an
+    empty slice (no maximum to shift by): the node stays."""
+    (x,) = inputs
+    if any(x.shape[a] == 0 for a in attrs.axes):
+        return None
+    m, _, s = _lse_pieces(x, attrs.axes)
+    out = F.log(s) + m
+    return out if attrs.keepdims else F.squeeze(out, axis=attrs.axes)
+
+
+def _lse_grad(c: GradContext) -> Any:
+    """``gy * exp(x - lse)`` as ``gy * e / s``: softmax from the forward's pieces (one exp per
+    element), exact where ``lse`` rounds (``x`` near the dtype's maximum). An empty slice has
+    an empty gradient."""
+    x, axes = c.input(0), c.attrs.axes
+    if any(x.shape[a] == 0 for a in axes):
+        return _unreduce(c, c.gy) * F.zeros_like(x)
+    _, e, s = _lse_pieces(x, axes)
+    return _unreduce(c, c.gy) * (e / s)
+
+
 def _move_last(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     keep = [i for i in range(x.ndim) if i not in axes]
     moved = np.transpose(x, keep + list(axes))
@@ -178,7 +212,9 @@ def _logsumexp_cxx(in_t: str, out_t: str) -> CxxReduce | None:
     )
 
 
-def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str, cxx: Any) -> None:
+def _reduction(
+    name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str, cxx: Any, expansion: Any = None
+) -> None:
     register_op(
         OpDef(
             name=name,
@@ -190,6 +226,7 @@ def _reduction(name: str, infer: Any, ref: Any, derivative: Derivative | None, d
             derivative=derivative,
             cxx_reduce=cxx,
             doc=doc,
+            expansion=expansion,
         )
     )
 
@@ -230,13 +267,10 @@ _reduction(
     "logsumexp",
     _rule("float"),
     _logsumexp_ref,
-    Derivative(
-        {0: lambda c: _unreduce(c, c.gy) * F.exp(c.input(0) - _unreduce(c, c.out))},
-        saved_inputs=(0,),
-        saved_output=True,
-    ),
+    Derivative({0: _lse_grad}, saved_inputs=(0,)),
     "log(sum(exp(x))) over axes, computed stably",
     _logsumexp_cxx,
+    expansion=_lse_expansion,
 )
 _reduction(
     "argmax",

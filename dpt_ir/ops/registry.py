@@ -356,6 +356,10 @@ class OpDef:
     # Read by the reciprocal pass: (multiply op, reciprocal op) with a op b == multiply(a, reciprocal(b))
     # up to rounding (div: a * (1 / b), one extra rounding)
     divides_as: tuple[str, str] | None = None
+    # Read by the expand pass: (attrs, input tensors) -> the op's value rebuilt from primitives
+    # (None: not for these inputs), for an op whose derivative formula builds the same pieces
+    # (cse then shares them)
+    expansion: Callable[[Any, tuple[Any, ...]], Any] | None = None
 
     @property
     def lowered(self) -> bool:

@@ -67,7 +67,7 @@ def _identity(space: Sequence[int]) -> Coords:
     return tuple(idx.axis(k, len(space)) for k in range(len(space)))
 
 
-def _row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> bool:
+def row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> bool:
     """Does ``group`` read every value in ``written`` (by earlier members) within the row of the
     element it computes? Walks its members from its seeds (reduction inputs, full-shape stores)
     at the space's coordinates, through elementwise reads (NumPy-aligned) and view maps; any
@@ -151,7 +151,7 @@ def _grow(graph: Graph, groups: list[KernelGroup], start: int, taken: set[str], 
             continue
         if any(position.get(v, -1) > start and v not in written for v in reads):
             continue  # it reads a group placed after the set's start that is not a member
-        if not _row_local(graph, g, written, a):
+        if not row_local(graph, g, written, a):
             continue
         if _row_bytes(graph, [groups[m] for m in members] + [g], space, row) > budget:
             break

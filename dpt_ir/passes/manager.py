@@ -25,6 +25,7 @@ from dpt_ir.passes import (
     cse,
     dce,
     dumps,
+    expand,
     fusion,
     reciprocal,
     saved_attributes,
@@ -37,7 +38,8 @@ from dpt_ir.types import FrozenModel
 
 PassFn = Callable[[Graph, CompileOptions], Graph]
 PASSES: dict[str, PassFn] = {
-    m.NAME: m.run for m in (verify, canonicalize, cse, dce, autodiff, reciprocal, saved_attributes, fusion, schedule)
+    m.NAME: m.run
+    for m in (verify, canonicalize, cse, dce, autodiff, expand, reciprocal, saved_attributes, fusion, schedule)
 }
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "verify",
@@ -45,6 +47,7 @@ DEFAULT_PIPELINE: tuple[str, ...] = (
     "cse",
     "dce",
     "autodiff",
+    "expand",
     "reciprocal",
     "canonicalize",
     "cse",

@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
+from dpt_ir.backends.cxx import rows
 from dpt_ir.passes.kernel_ir import plan_of
+from dpt_ir.passes.manager import run_pipeline
+from dpt_ir.passes.options import CompileOptions
 
 from .harness import off_cxx, register
 
@@ -80,6 +83,54 @@ def test_row_kernels_replace_their_members(programs: tuple[dp.Program, dp.Progra
     bound = {p for k in vg.kernels for p in k.params}
     internal = [v for v in plan_of(vg.graph).scheduled().assignment if v not in bound]
     assert internal, "a value only the set reads should not be bound as a buffer"
+
+
+def test_a_costly_value_two_stages_compute_is_computed_once(programs: tuple[dp.Program, dp.Program]) -> None:
+    """logsumexp's gradient ``e / s`` shares ``e = exp(z - m)`` with the forward
+    (`passes.expand`); the row kernel computes it once per element: the sum stage writes it to a
+    row buffer, the gradient stage reads it there (`rows.shared_members`). The forward-only
+    plan keeps logsumexp's own reduction."""
+    one, _ = programs
+    vg = one.plans["value_and_grad"]
+    assert vg.module.text.count("dp_exp(") == 1, "one exp per element of z in forward and gradient"
+    plan = plan_of(vg.graph)
+    (exp,) = [n.name for n in vg.graph.nodes if n.op == "exp"]
+    (rset,) = [r for r in plan.rows if any(exp in plan.group(g).nodes for g in r.groups)]
+    members = [plan.group(g) for g in rset.groups]
+    shared = rows.shared_members(vg.graph, members)
+    computing = [g.id for g in shared if exp in g.nodes]
+    assert len(computing) == 1 and len([g for g in members if exp in g.nodes]) == 2, computing
+    assert exp in rows.row_local_values(vg.graph, rset, shared), "the shared value lives in a row buffer"
+    assert any(exp in g.inputs for g in shared), "the later stage reads it"
+    assert any(n.op == "logsumexp" for n in one.plans["run"].graph.nodes)
+
+
+def _centred(costly: bool) -> dp.Graph:
+    """``y - mean(y)`` over rows: the row mean's stage and the output's stage both compute
+    ``y`` (an exp and a multiply, or only a multiply)."""
+    g = dp.GraphBuilder("centred")
+    x = g.input("x", (8, 64), "float32")
+    y = dp.exp(x) * 3.0 if costly else x * 3.0
+    g.output("y", y - dp.mean(y, axis=1, keepdims=True))
+    return g.build()
+
+
+@pytest.mark.parametrize("costly", [True, False])
+def test_only_a_costly_shared_value_is_computed_once(costly: bool) -> None:
+    """Below `rows.REUSE_WORK` per element (a multiply) each stage recomputes the value; at
+    an exp's work the first stage writes it to a row buffer and the second reads it."""
+    graph = run_pipeline(_centred(costly), CompileOptions()).graph
+    plan = plan_of(graph)
+    (rset,) = plan.rows
+    members = [plan.group(g) for g in rset.groups]
+    shared = rows.shared_members(graph, members)
+    y = graph.node_map[graph.output_value("y")].inputs[0]
+    assert all(y in g.nodes for g in members)
+    if not costly:
+        assert shared == members
+        return
+    assert [y in g.nodes for g in shared] == [True, False] and y in shared[1].inputs
+    assert rows.row_local_values(graph, rset, shared) == [y]
 
 
 def test_values_and_gradients_match_the_interpreter(programs: tuple[dp.Program, dp.Program]) -> None:

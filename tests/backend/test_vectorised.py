@@ -49,9 +49,9 @@ OBJDUMP = shutil.which("llvm-objdump") or shutil.which("objdump")
 WIDTHS = ("zmm", "ymm")  # the widest first
 MIN_PACKED = 200  # the vectorised chain16 kernel holds thousands (zmm: 906); its scalar build a handful (72)
 MIN_STENCIL = 100  # the blur's two 13-tap interior loops (measured counts: docs/backend.md; zmm 356, scalar 0)
-# softmax_xent 64x64 module: ymm 543 measured, 174 with DP_LANE_LOOP empty, 162 scalar; zmm 346, 270 with
-# DP_LANE_LOOP empty, 100 scalar
-MIN_LANES = {"ymm": 350, "zmm": 310}
+# softmax_xent 64x64, the forward alone (its logsumexp's two lane passes, the dot's): zmm 132 packed, 60 with
+# DP_LANE_LOOP empty (ymm not measured: this machine builds zmm). The lane loops' own packed instructions:
+MIN_LANE_GAIN = 48
 MIN_COLUMNS = 150  # a column sum: ymm 352 vectorised, 64 (init and merge loops) scalar; zmm 373, 128
 MIN_SPREAD = 150  # sum over axes (0, 2) of 8x16x256 (row map): ymm 256 vectorised, 64 scalar; zmm 164, 68
 # normalisation's row kernel at 64x64: ymm 646 measured, 264 (its lane loops) scalar; zmm 376, 152
@@ -122,8 +122,9 @@ def chain16_text() -> str:
 
 @pytest.fixture(scope="module")
 def softmax_text() -> str:
-    options = CompileOptions(wrt=("z",), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
-    return generated(softmax_xent((64, 64), "float32"), options)
+    # The forward alone: its logsumexp is one reduction whose lane loops hold the exp (a
+    # differentiated one is expanded, `passes.expand`, and its exp is pointwise).
+    return generated(softmax_xent((64, 64), "float32"), CompileOptions())
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +156,9 @@ def test_reduction_lane_loops_are_vectorised(softmax_text: str) -> None:
     assert "DP_LANE_LOOP for (int l = 0; l < 8; ++l)" in softmax_text
     plain_text = scalar_build(softmax_text, "DP_LANE_LOOP", "")
     width, count, plain = packed_pair(softmax_text, plain_text, "softmax")
-    least = MIN_LANES[width]
-    assert count >= least, f"{count} packed {width} instructions; the reduction lane loops are not 8 wide"
-    assert plain < least, f"{plain} packed {width} instructions with DP_LANE_LOOP empty: the guard cannot fail"
+    assert count - plain >= MIN_LANE_GAIN, (
+        f"{count} packed {width} instructions, {plain} with DP_LANE_LOOP empty: the reduction lane loops are not 8 wide"
+    )
 
 
 @pytest.fixture(scope="module")

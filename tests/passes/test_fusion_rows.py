@@ -49,14 +49,15 @@ def test_normalisation_runs_as_one_row_set() -> None:
 
 
 def test_softmax_xent_row_set_moves_the_mean_after_it() -> None:
-    """The row logsumexp and dot (f0) and the gradient (f2, reading the logsumexp at its row)
-    are one set; the mean over rows (f1, another space) read f0's results and moves after
-    the set, which it does not feed."""
+    """The row maximum and dot (f0), the row sum of exp(z - max) (f1: logsumexp expanded,
+    `passes.expand`) and the gradient (f3, reading both sums at its row) are one set; the mean
+    over rows (f2, another space) reads the sets' results and moves after the set, which it
+    does not feed."""
     vg = _plans(softmax_xent((32, 256)), "z")["value_and_grad"]
     (rset,) = plan_of(vg).rows
-    assert rset.groups == ("f0", "f2")
-    assert _ids(vg) == ["f0", "f2", "f1"]
-    assert plan_of(vg).scheduled().order == ("f0", "f2", "f1")
+    assert rset.groups == ("f0", "f1", "f3")
+    assert _ids(vg) == ["f0", "f1", "f3", "f2"]
+    assert plan_of(vg).scheduled().order == ("f0", "f1", "f3", "f2")
 
 
 def test_wide_rows_exceed_the_budget() -> None:

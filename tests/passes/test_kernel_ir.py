@@ -70,11 +70,11 @@ def test_a_kernel_line_reads_as_documented(scheduled: dict[str, dp.Graph]) -> No
     graph = scheduled["softmax_xent"]
     lines = [line for line in graph.to_text().splitlines() if line.startswith(PLAN_STATEMENTS, 2)]
     assert lines[0] == (
-        "  kernel f0 [forward] reduction over [8,6] axes [1]: nodes(%logsumexp_0, %mul_1, %sum_2) "
-        "roots(%logsumexp_0, %sum_2) reads(%t, %z) writes(%logsumexp_0, %sum_2) bytes 768 -> 128"
+        "  kernel f0 [forward] reduction over [8,6] axes [1]: nodes(%max_0, %mul_1, %sum_2) "
+        "roots(%max_0, %sum_2) reads(%t, %z) writes(%max_0, %sum_2) bytes 768 -> 128"
     )
-    assert "  schedule order(f0, f1, b2) workspace_bytes 128 output_bytes 392" in lines
-    assert "  buffer buf2: f64[1] bytes 8 output values(%mean_4)" in lines
+    assert "  schedule order(f0, f1, f2, b3) workspace_bytes 192 output_bytes 392" in lines
+    assert "  buffer buf3: f64[1] bytes 8 output values(%mean_4)" in lines
 
 
 def test_meta_records_keep_their_keys(scheduled: dict[str, dp.Graph]) -> None:

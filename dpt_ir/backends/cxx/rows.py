@@ -29,7 +29,14 @@ from dpt_ir.backends.cxx import drivers, kernels
 from dpt_ir.backends.cxx.drivers import Layout
 from dpt_ir.backends.cxx.nest import C_TYPES, cover
 from dpt_ir.graph import Graph
+from dpt_ir.passes import fusion_rows
+from dpt_ir.passes.fusion_traits import is_view
 from dpt_ir.passes.kernel_ir import KernelGroup, RowSet, plan_of
+
+# A full-shape value two stages compute, at this work per element or more (`OpDef.work`: a
+# transcendental's), is computed by the first only and read from a row buffer by the later
+# ones (`shared_members`): a row-buffer load in L1 costs less than recomputing it.
+REUSE_WORK = 8
 
 
 def stage_layout(graph: Graph, group: KernelGroup, row: int) -> Layout | None:
@@ -54,7 +61,7 @@ def row_kernels(
     """The launches of row set ``rset`` (the row kernel, then the final folds of stages with
     partials) and their native definitions; None when a member is not covered."""
     plan = plan_of(graph)
-    members = [plan.group(g) for g in rset.groups]
+    members = shared_members(graph, [plan.group(g) for g in rset.groups])
     row = rset.row
     layouts = [stage_layout(graph, g, row) for g in members]
     if any(lay is None for lay in layouts):
@@ -72,9 +79,9 @@ def row_kernels(
         natives.update({k: v for k, v in more.items() if k != fn})
         stages.append((fn, launches[0]))
         finals += launches[1:]
-    internal = row_local_values(graph, rset)
+    internal = row_local_values(graph, rset, members)
     main = _row_launch(rset, name, members[0], stages, checks, internal, target)
-    fn, cxx, stub = _row_source(graph, rset, stages, main, checks, internal, target)
+    fn, cxx, stub = _row_source(graph, rset, members, stages, main, checks, internal, target)
     natives[fn] = (cxx, stub)
     return [main, *finals], natives
 
@@ -116,6 +123,7 @@ def _values(k: Any, checks: bool) -> list[str]:
 def _row_source(
     graph: Graph,
     rset: RowSet,
+    members: list[KernelGroup],
     stages: list[tuple[str, Any]],
     main: Any,
     checks: bool,
@@ -124,8 +132,8 @@ def _row_source(
 ) -> tuple[str, str, str]:
     """The row drivers' hashed name, C++ and Warp stub (the ``internal`` values in row
     buffers of the task); sets ``main``'s kernel text and params."""
-    plan = plan_of(graph)
-    written = {p for _, k in stages for p in k.params if p in k.partials or p in plan.group(k.group).outputs}
+    outputs = {v for g in members for v in g.outputs}
+    written = {p for _, k in stages for p in k.params if p in k.partials or p in outputs}
     unit = kernels.Unit(graph, main.params, written, main.partials)
     rows, per_task = _tasks(rset, target)
     sig = f"{unit.sig()}, int* st, int sb, int t"
@@ -164,15 +172,93 @@ def _row_source(
     return fn, cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks)
 
 
-def row_local_values(graph: Graph, rset: RowSet) -> list[str]:
-    """The full-shape values the set's members write that nothing outside the set reads (no
-    other group, no graph output): they live in a row buffer of the task, never in memory."""
+def row_local_values(graph: Graph, rset: RowSet, members: list[KernelGroup]) -> list[str]:
+    """The full-shape values the set's ``members`` (`shared_members`) write that nothing
+    outside the set reads (no other group, no graph output): they live in a row buffer of the
+    task, never in memory."""
     size = math.prod(rset.space)
-    members = set(rset.groups)
+    ids = set(rset.groups)
     outputs = {o.value for o in graph.outputs}
-    outside = {v for g in plan_of(graph).groups if g.id not in members for v in g.inputs}
-    written = [v for g in plan_of(graph).groups if g.id in members for v in g.outputs]
+    outside = {v for g in plan_of(graph).groups if g.id not in ids for v in g.inputs}
+    written = [v for g in members for v in g.outputs]
     return [v for v in dict.fromkeys(written) if graph.types[v].size == size and v not in outputs | outside]
+
+
+def shared_members(graph: Graph, members: list[KernelGroup]) -> list[KernelGroup]:
+    """The row set's ``members`` with every full-shape value that a stage computes at its
+    element and later stages recompute, at a work per element of at least `REUSE_WORK`
+    (`OpDef.work` of its full-shape cone: a transcendental), computed once: the first stage
+    writes it (a row-local value: `row_local_values`), the later ones read it at their own
+    element. Values are taken largest first (a shared expression before its pieces); a
+    stage the C++ path would no longer cover keeps its own copy."""
+    space = tuple(members[0].space)
+    a = members[0].axes[0]  # the first row axis: a row set starts at a row reduction
+    out = list(members)
+    for k in range(len(out)):
+        for v in reversed(_at_element(graph, out[k], space)):
+            readers = [j for j in range(k + 1, len(out)) if v in out[j].nodes and v not in out[j].outputs]
+            if not readers or _work(graph, out[k], v, space) < REUSE_WORK:
+                continue
+            writer = out[k].model_copy(update={"outputs": (*out[k].outputs, v)})
+            reading = {j: _reading(graph, out[j], v) for j in readers}
+            groups = [writer, *reading.values()]
+            if all(fusion_rows.row_local(graph, g, {v}, a) for g in reading.values()) and all(
+                cover(graph, g) is not None for g in groups
+            ):
+                out[k] = writer
+                for j, g in reading.items():
+                    out[j] = g
+    return out
+
+
+def _at_element(graph: Graph, group: KernelGroup, space: tuple[int, ...]) -> list[str]:
+    """The full-shape elementwise members ``group`` computes at its iteration element (read
+    by a reduction it roots or a store, through full-shape elementwise members), in order."""
+    members = set(group.nodes)
+    full = {n for n in members if tuple(graph.types[n].shape) == space}
+    seeds = [graph.node_map[r].inputs[0] for r in group.roots if graph.node_map[r].opdef.kind == "reduction"]
+    stack, seen = [*seeds, *(v for v in group.outputs if v in full)], set()
+    while stack:
+        v = stack.pop()
+        if v in seen or v not in full or graph.node_map[v].opdef.kind != "elementwise":
+            continue
+        seen.add(v)
+        stack += graph.node_map[v].inputs
+    return [n for n in group.nodes if n in seen]
+
+
+def _work(graph: Graph, group: KernelGroup, value: str, space: tuple[int, ...]) -> int:
+    """The work per element of recomputing ``value`` in ``group``: `OpDef.work` of each
+    full-shape member of its cone once (views and constants: none)."""
+    members, total, seen, stack = set(group.nodes), 0, set(), [value]
+    while stack:
+        v = stack.pop()
+        if v in seen or v not in members:
+            continue
+        seen.add(v)
+        node = graph.node_map[v]
+        if tuple(node.type.shape) == space and not is_view(node):
+            total += node.opdef.work
+        stack += node.inputs
+    return total
+
+
+def _reading(graph: Graph, group: KernelGroup, value: str) -> KernelGroup:
+    """``group`` reading ``value`` instead of computing it: the members it still needs, the
+    inputs they read, and ``value``."""
+    members = set(group.nodes) - {value}
+    need: set[str] = set()
+    stack = [*group.roots, *group.epilogue, *group.outputs]
+    while stack:
+        v = stack.pop()
+        if v in need or v not in members:
+            continue
+        need.add(v)
+        stack += graph.node_map[v].inputs
+    nodes = tuple(n for n in group.nodes if n in need)
+    read = {i for n in nodes for i in graph.node_map[n].inputs}
+    inputs = (*(i for i in group.inputs if i in read), value)
+    return group.model_copy(update={"nodes": nodes, "inputs": inputs})
 
 
 def starting_at(
