@@ -109,34 +109,118 @@ class Gpu:
         return 2.0 * clock * 1e3 * width / 8 if clock and width else None
 
 
-def run_plan(be: Any, plan: dict[str, Any], data: dict[str, np.ndarray]) -> tuple[dict[str, Any], list[int], Any]:
-    """Results, the raised status slots (of the first checkpoint raising any), and a
-    callable re-running every launch (for timing)."""
-    bufs = {}
-    for b in plan["buffers"]:
-        src = data.get(b["name"])
-        bufs[b["name"]] = be.upload(src) if src is not None else be.zeros(b["size"], b["dtype"])
-    status = bufs.get("$status")
+# -- a plan's stages: the kernels, and NumPy slicing (of host or CuPy arrays) for every copy --------
 
-    def phases(names: list[str]) -> None:
+
+def _copy(bufs: dict[str, Any], c: dict[str, Any], i: int = 0) -> None:
+    """``Copy`` of plan.json at loop step ``i``: ``dst[dst_at + i dst_step :][:size] = src[...]``."""
+    d, s, n = c["dst_at"] + i * c["dst_step"], c["src_at"] + i * c["src_step"], c["size"]
+    bufs[c["dst"]][d : d + n] = bufs[c["src"]][s : s + n]
+
+
+class Replay:
+    """One plan's buffers and its stages run in order; ``launched`` counts the launches of a run."""
+
+    def __init__(self, be: Any, plan: dict[str, Any], data: dict[str, np.ndarray]) -> None:
+        self.be, self.plan, self.launched = be, plan, 0
+        self.bufs = {}
         for b in plan["buffers"]:
-            if b.get("copy_of"):
-                bufs[b["name"]][...] = bufs[b["copy_of"]]
-        for launch in plan["launches"]:
-            if launch["phase"] in names and launch["dim"] > 0:
-                be.launch(launch, [bufs[a] for a in launch["args"]], status)
+            src = data.get(b["name"])
+            self.bufs[b["name"]] = be.upload(src) if src is not None else be.zeros(b["size"], b["dtype"])
+        self.status = self.bufs.get("$status")
 
-    raised: list[int] = []
-    for cp in plan["checkpoints"]:
-        if status is not None:
-            status[...] = 0
-        phases(cp["phases"])
-        if status is not None:
-            raised = [int(k) for k in np.flatnonzero(be.host(status))]
-            if raised:
-                break
-    results = {r["key"]: be.host(bufs[r["buffer"]]) for r in plan["results"]}
-    return results, raised, lambda: phases([p for cp in plan["checkpoints"] for p in cp["phases"]])
+    def pieces(self, run: dict[str, Any]) -> None:
+        for c in run["copies"]:
+            _copy(self.bufs, c)
+        for launch in run["launches"]:
+            if launch["dim"] > 0:
+                self.be.launch(launch, [self.bufs[a] for a in launch["args"]], self.status)
+                self.launched += 1
+
+    def stage(self, s: dict[str, Any]) -> None:
+        if s["kind"] == "segment":
+            self.pieces(s["run"])
+        elif s["op"] == "scan":
+            self.scan(s)
+        else:
+            self.reverse(s)
+
+    def _step(self, s: dict[str, Any], current: list[str], i: int) -> None:
+        """Body step ``i`` from the carry in buffers ``current``; the new carry is then current."""
+        bufs = self.bufs
+        for src, dst in zip(current, s["carry_in"], strict=True):
+            bufs[dst][...] = bufs[src]
+        for c in s["feed"]:
+            _copy(bufs, c, i)
+        self.pieces(s["body"])
+        current[:] = s["carry_out"]
+
+    def scan(self, s: dict[str, Any]) -> None:
+        current, keep = list(s["init"]), s["keep"]
+        for i in range(s["length"]):
+            self._step(s, current, i)
+            for c in s["emit"]:
+                _copy(self.bufs, c, i)
+            if keep and i + 1 < s["length"]:  # the carries the reverse reads (store every carry)
+                for dst, src in zip(keep[i], current, strict=True):
+                    self.bufs[dst][...] = self.bufs[src]
+        for c in s["final"]:
+            _copy(self.bufs, c)
+
+    def reverse(self, s: dict[str, Any]) -> None:
+        """A scan_vjp: its checkpoint schedule's actions, in order, as the runtime runs them."""
+        bufs, current = self.bufs, list(s["init"])
+        for name in s["zero"]:
+            bufs[name][...] = 0
+        for c in s["begin"]:
+            _copy(bufs, c)
+        for act in s["actions"]:
+            kind, at = act["kind"], act["at"]
+            if kind == "store" and act["slot"] > 0:
+                for dst, src in zip(s["slots"][act["slot"] - 1], current, strict=True):
+                    bufs[dst][...] = bufs[src]
+            elif kind == "restore":
+                current = list(s["init"] if act["slot"] == 0 else s["slots"][act["slot"] - 1])
+            elif kind == "advance":
+                for i in range(at, at + act["count"]):
+                    self._step(s, current, i)
+            elif kind == "reverse":
+                for src, dst in zip(current, s["vjp_carry_in"], strict=True):
+                    bufs[dst][...] = bufs[src]
+                for c in s["vjp_feed"]:
+                    _copy(bufs, c, at)
+                self.pieces(s["vjp"])
+                for c in s["after_vjp"]:
+                    _copy(bufs, c, at)
+        for c in s["final"]:
+            _copy(bufs, c)
+
+    def run(self) -> list[int]:
+        """Every stage, the status word cleared before each and read after it; the raised slots
+        of the first stage raising any (the plan stops there, as the runtime raises)."""
+        self.launched = 0
+        for s in self.plan["stages"]:
+            if self.status is not None:
+                self.status[...] = 0
+            self.stage(s)
+            if self.status is not None:
+                raised = [int(k) for k in np.flatnonzero(self.be.host(self.status))]
+                if raised:
+                    return raised
+        return []
+
+    def again(self) -> None:
+        """Every stage, no status read (timing)."""
+        for s in self.plan["stages"]:
+            self.stage(s)
+
+
+def run_plan(be: Any, plan: dict[str, Any], data: dict[str, np.ndarray]) -> tuple[dict[str, Any], list[int], Any]:
+    """Results, the raised status slots, and the `Replay` (``again`` re-runs every launch)."""
+    replay = Replay(be, plan, data)
+    raised = replay.run()
+    results = {r["key"]: be.host(replay.bufs[r["buffer"]]) for r in plan["results"]}
+    return results, raised, replay
 
 
 def compare(plan: dict[str, Any], results: dict[str, np.ndarray], ref: dict[str, np.ndarray], tol: dict) -> list[str]:
@@ -158,7 +242,7 @@ def compare(plan: dict[str, Any], results: dict[str, np.ndarray], ref: dict[str,
 
 
 def median_seconds(be: Any, again: Any, rounds: int) -> float:
-    again()
+    again()  # warm-up
     if isinstance(be, Gpu):
         cp, times = be.cp, []
         for _ in range(rounds):
@@ -237,7 +321,7 @@ def check_bundle(folder: Path, args: argparse.Namespace, tmp: Path) -> int:
         for plan in doc["plans"]:
             given = {**data, **{ct: ref[f"tape/cotangent/{o}"] for o, ct in plan.get("cotangents", {}).items()}}
             given.update(constants_of(plan, ref))
-            results, raised, again = run_plan(be, plan, given)
+            results, raised, replay = run_plan(be, plan, given)
             what = f"{doc['graph']} {plan['name']} [{be.name}]"
             messages = [doc["status"][k]["message"] for k in raised if k < len(doc["status"])]
             if plan["expect_flags"] or raised:
@@ -250,12 +334,13 @@ def check_bundle(folder: Path, args: argparse.Namespace, tmp: Path) -> int:
                 continue
             bad = compare(plan, results, ref, doc["tolerance"])
             failures += bool(bad)
-            seconds = median_seconds(be, again, args.rounds)
+            launched = replay.launched
+            seconds = median_seconds(be, replay.again, args.rounds)
             rate = plan["bytes_moved"] / seconds
             hbm = be.peak() if isinstance(be, Gpu) else None
             peak = f", {rate / hbm:.0%} of HBM ({hbm / 1e9:.0f} GB/s)" if hbm else ""
             print(
-                f"{'FAIL' if bad else 'ok  '} {what}: {len(plan['launches'])} launches, {seconds * 1e3:.3f} ms, "
+                f"{'FAIL' if bad else 'ok  '} {what}: {launched} launches, {seconds * 1e3:.3f} ms, "
                 f"{rate / 1e9:.1f} GB/s{peak}{''.join('; ' + b for b in bad)}"
             )
     if args.peers:
