@@ -24,7 +24,7 @@ NEED = {
     "bundle": ("format", "version", "graph", "inputs", "status_size", "status", "plans", "tolerance"),
     "plan": ("name", "buffers", "stages", "results", "bytes_moved", "expect_flags"),
     "buffer": ("name", "role", "dtype", "shape", "size"),
-    "launch": ("name", "kernel", "phase", "dim", "grid", "block", "args", "status_base"),
+    "launch": ("name", "kernel", "phase", "dim", "host_tasks", "grid", "block", "args", "status_base"),
     "run": ("piece", "launches", "copies"),
     "copy": ("dst", "src", "size", "dst_at", "dst_step", "src_at", "src_step"),
     "segment": ("name", "run"),

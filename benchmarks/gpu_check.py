@@ -56,6 +56,7 @@ class Host:
         if done.returncode:
             raise BundleError(f"kernels.cu: the host build failed: {done.stderr.strip().splitlines()[:1]}")
         self.lib, self.name = ctypes.CDLL(str(lib)), "cuda drivers on the CPU" if cuda else "CPU drivers"
+        self.cuda = cuda
 
     def upload(self, a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a).reshape(-1).copy()
@@ -69,7 +70,8 @@ class Host:
     def launch(self, launch: dict[str, Any], arrays: list[np.ndarray], status: np.ndarray | None) -> None:
         ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         st = ctypes.c_void_p(status.ctypes.data if status is not None else None)
-        getattr(self.lib, f"h_{launch['kernel']}")(ptrs, st, ctypes.c_int(launch["status_base"]), 0, launch["dim"])
+        tasks = launch["dim"] if self.cuda else launch["host_tasks"]  # the CUDA threads, or the CPU driver's partition
+        getattr(self.lib, f"h_{launch['kernel']}")(ptrs, st, ctypes.c_int(launch["status_base"]), 0, tasks)
 
 
 class Gpu:

@@ -49,7 +49,8 @@ class LaunchSpec(_Model):
     """One launch: ``kernel`` names the C++ unit; its entry points in ``kernels.cu`` are
     ``k_<kernel>`` (``extern "C" __global__``, thread ``t`` < ``dim``) and ``h_<kernel>``
     (host, tasks ``[t0, t1)``). ``args``: the buffers bound to its pointer parameters, in
-    order; the status word and ``status_base`` follow them."""
+    order; the status word and ``status_base`` follow them. ``host_tasks``: the tasks of the
+    unit's CPU driver (its CPU partition; ``dim``, the CUDA threads, is the CUDA driver's)."""
 
     name: str
     kernel: str
@@ -57,6 +58,7 @@ class LaunchSpec(_Model):
     ops: list[str]
     phase: Literal["forward", "backward"]
     dim: int = Field(ge=0)
+    host_tasks: int = Field(ge=0)
     grid: int = Field(ge=0)
     block: int = Field(ge=1)
     args: list[str]

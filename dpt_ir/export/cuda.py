@@ -53,6 +53,7 @@ class CudaBuild:
     kernels: dict[str, list[KernelSource]]  # plan (or piece) name -> its launches, in order
     slots: list[StatusSlot]
     units: dict[str, Unit]  # launch name -> unit
+    host_tasks: dict[str, int]  # launch name -> its unit's CPU driver's tasks, where not ``dim`` (`host_tasks`)
 
 
 def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool) -> CudaBuild:
@@ -86,7 +87,25 @@ def _generate(title: str, graphs: dict[str, Graph], prefixes: dict[str, str], ch
             if fn is None or fn.group(1) not in source.natives:
                 raise ContractError(f"export of {title!r}: launch {k.name!r} calls no C++ unit; found {k.text!r}")
             units[k.name] = _unit(fn.group(1), source.natives[fn.group(1)][0])
-    return CudaBuild(graphs, kernels, source.slots, units)
+    return CudaBuild(graphs, kernels, source.slots, units, host_tasks(graphs, prefixes, units, checks))
+
+
+def host_tasks(
+    graphs: dict[str, Graph], prefixes: dict[str, str], units: dict[str, Unit], checks: bool
+) -> dict[str, int]:
+    """The tasks of launches whose CPU driver does not run ``dim`` tasks (launch name ->
+    count). A unit's CPU driver is generated on the launch's CUDA layout (one task per CUDA
+    thread), except where its partition does not depend on the device (a reduction over
+    leading axes, `columns.layout`: blocks of columns on the CPU): then the CPU build of
+    the same graphs launches the same unit, and that launch's ``dim`` is the driver's task
+    count."""
+    source = codegen.generate({prefixes[k]: g for k, g in graphs.items()}, "CPU tasks", "CUDA export", checks, "cpu")
+    out = {}
+    for k in source.kernels:
+        fn = _CALL.search(k.text)
+        if k.name in units and fn is not None and fn.group(1) == units[k.name].name:
+            out[k.name] = k.dim
+    return out
 
 
 def _unit(name: str, text: str) -> Unit:

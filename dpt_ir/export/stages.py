@@ -50,11 +50,9 @@ class _Plan:
 
     def table(self, piece: str, prefix: str, bound: dict[str, str]) -> Table:
         """Piece ``piece``'s table under ``prefix``, added to the plan."""
-        g = self.build.graphs[piece]
-        kernels = self.build.kernels[piece]
-        table = piece_table(g, kernels, self.build.units, self.status, {o.value: "workspace" for o in g.outputs})
-        table = table.renamed(prefix, bound)
-        data = {table.where.get(p, f"{prefix}/{p}"): v for p, (_, v) in constants(kernels).items()}
+        outputs = {o.value: "workspace" for o in self.build.graphs[piece].outputs}
+        table = piece_table(self.build.graphs[piece], self.build, piece, self.status, outputs).renamed(prefix, bound)
+        data = {table.where[p]: v for p, (_, v) in constants(self.build.kernels[piece]).items()}
         for b in table.buffers:
             own = b.model_copy(update={"role": "workspace"}) if b.role in _PLAN_ROLES else b
             self.add(own, data.get(b.name))

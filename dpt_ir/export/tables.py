@@ -21,7 +21,7 @@ from typing import Any
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp.launches import STATUS, KernelSource
 from dpt_ir.export.bundle import BufferSpec, Copy, Launches, LaunchSpec, PlanSpec, Result, SegmentStage
-from dpt_ir.export.cuda import Unit, pointer_params
+from dpt_ir.export.cuda import CudaBuild, pointer_params
 from dpt_ir.graph import Graph
 from dpt_ir.passes.kernel_ir import plan_of
 
@@ -97,10 +97,10 @@ class Table:
         )
 
 
-def piece_table(
-    graph: Graph, kernels: list[KernelSource], units: dict[str, Unit], status: int, results: dict[str, str]
-) -> Table:
-    """The table of a scheduled graph's launches (``results``: output value -> role)."""
+def piece_table(graph: Graph, build: CudaBuild, piece: str, status: int, results: dict[str, str]) -> Table:
+    """The table of ``build``'s scheduled graph ``piece``'s launches (``results``: output
+    value -> role)."""
+    kernels = build.kernels[piece]
     buffers, where = _value_buffers(graph, results)
     specs: list[BufferSpec] = []
     cotangents: dict[str, str] = graph.meta.get("cotangents", {})
@@ -138,11 +138,12 @@ def piece_table(
     launches = [
         LaunchSpec(
             name=k.name,
-            kernel=units[k.name].name,
+            kernel=build.units[k.name].name,
             group=k.group,
             ops=ops[k.group],
             phase=phases[k.group],
             dim=k.dim,
+            host_tasks=build.host_tasks.get(k.name, k.dim),
             grid=-(-k.dim // BLOCK),
             block=BLOCK,
             args=[where[p] for p in pointer_params(k)],
@@ -153,16 +154,15 @@ def piece_table(
     return Table(specs, launches, copies, where, outputs)
 
 
-def plan_spec(
-    name: str, graph: Graph, kernels: list[KernelSource], units: dict[str, Unit], status: int, expect_flags: bool
-) -> PlanSpec:
+def plan_spec(name: str, build: CudaBuild, status: int, expect_flags: bool) -> PlanSpec:
     """The `PlanSpec` of plan ``name`` of an ordinary program: ``status`` elements in the
     status word (0: no checks); ``expect_flags``: the program raised a NumericalError on the
     bundle's inputs. Its stages are its checkpoints: ``run`` and ``value_and_grad`` one,
     ``tape`` two (the forward phase's launches, then the backward's)."""
+    graph = build.graphs[name]
     gradients = {graph.output_value(g): w for w, g in graph.meta.get("gradients", {}).items()}
     results = {o.value: ("gradient" if o.value in gradients else "output") for o in graph.outputs}
-    table = piece_table(graph, kernels, units, status, results)
+    table = piece_table(graph, build, name, status, results)
     stages = []
     for stage, phases in CHECKPOINTS[name]:
         run = Launches(piece=name, launches=[k for k in table.launches if k.phase in phases], copies=table.copies)

@@ -123,7 +123,7 @@ def export_cuda(
             outputs = [o.name for o in graph.outputs]
             plan, consts = loop_plan(name, cuts[name], build, status, tuple(program.wrt), outputs, raised)
         else:
-            plan = plan_spec(name, pg, build.kernels[name], build.units, status, raised)
+            plan = plan_spec(name, build, status, raised)
             consts = {p: values for p, (_, values) in constants(build.kernels[name]).items()}
         plan_specs.append(plan)
         for p, values in consts.items():

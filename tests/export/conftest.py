@@ -105,9 +105,11 @@ def heat_graph(checkpoint: int | None) -> dp.Graph:
 
 
 def fori_graph() -> dp.Graph:
-    """Four steps of two carries (one passes through unchanged) reading the step index."""
+    """Four steps of two carries (one passes through unchanged) reading the step index; the
+    gradient of the closed-over row ``w`` is a reduction over the leading axis (CPU drivers
+    of their own partition: `LaunchSpec.host_tasks`)."""
     g = dp.GraphBuilder("fori")
-    x, w = g.input("x", (4, 5)), g.input("w", (4, 5))
+    x, w = g.input("x", (4, 5)), g.input("w", (5,))
 
     def body(i: dp.Tensor, carry: tuple[dp.Tensor, dp.Tensor]) -> tuple[dp.Tensor, dp.Tensor]:
         a, b = carry
