@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Export the GPU bundle: every plan (run, value_and_grad, tape) of the five benchmark cases at
-# GPU sizes, of a loop program (heat_scan: 16 heat steps of a dp.scan on a (SIDE/4)^2 field,
+# GPU sizes, of a loop program (heat_scan: 16 heat steps of a dp.scan on a 256^2 field,
 # binomial checkpointing with 4 stored carries), plus the op sampler (one case of every op
 # the C++ path covers). Run it here (it
 # needs dpt_ir and warp-lang); run the result on a GPU machine with benchmarks/gpu_check.py
@@ -29,7 +29,9 @@ GRAPHS=$(mktemp -d)
 trap 'rm -rf "$GRAPHS"' EXIT
 
 # The graph documents of the cases (benchmarks/cases.py): beer at SIDE x SIDE, the others at
-# SIDE / 2; heat_scan (a loop program: docs/gpu-check.md, "Loop programs") at SIDE / 4.
+# SIDE / 2; heat_scan (a loop program: docs/gpu-check.md, "Loop programs") at (SIDE / 4)^2, at
+# most 256^2: the C++ code of the segment packing the loop's cotangent (embed_slice) holds
+# index tables the size of the field (kernels.cu was 149 MB at 2048^2).
 "$PY" - "$GRAPHS" "$SIDE" <<'EOF'
 import sys
 import numpy as np
@@ -40,7 +42,7 @@ for name, case in CASES.items():
     shape = (side, side) if name == "beer" else (side // 2,) * 2
     with open(f"{folder}/{name}.json", "w", encoding="utf-8") as fh:
         fh.write(case.build(shape).model_dump_json())
-field, steps, laplacian = (side // 4,) * 2, 16, np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
+field, steps, laplacian = (min(side // 4, 256),) * 2, 16, np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
 g = dp.GraphBuilder("heat_scan")
 u0, k, xs = g.input("u0", field), g.input("k", field), g.input("xs", (steps, *field))
 def step(u, src):  # explicit heat step with a closed-over conductivity, a source row, an energy y

@@ -80,7 +80,8 @@ def loop_plan(
     for k, (kind, runner, what) in enumerate(segments.stages):
         if kind == "segment":
             table = plan.table(what.name, f"s{k}", {i.name: plan.env[i.name] for i in what.inputs})
-            plan.env.update({o.value: table.outputs[o.value] for o in what.outputs})
+            scheduled = plan.build.graphs[what.name]  # the passes may give an output another value
+            plan.env.update({o.value: table.outputs[scheduled.output_value(o.name)] for o in what.outputs})
             run = Launches(piece=what.name, launches=table.launches, copies=table.copies)
             stages.append(SegmentStage(kind="segment", name=f"s{k}", run=run))
         else:

@@ -1,6 +1,7 @@
 """`export_cuda`: a program's plans as a bundle a GPU machine runs without warp-lang.
 
-Assumes: a compiled `dp.Program` (any device). Guarantees: ``DIR`` receives ``kernels.cu``,
+Assumes: a compiled `dp.Program` (any device), or the `LoopProgram` of a graph with loops
+(its plans' stages: `dpt_ir.export.stages`). Guarantees: ``DIR`` receives ``kernels.cu``,
 ``plan.json`` (a `Bundle`) and ``ref.npz`` together, or, on any error (a group the C++
 path cannot lower, missing inputs), nothing: the files are written only once everything
 is built. The CUDA plans are generated as `dp.compile` would for a GPU, with the program's

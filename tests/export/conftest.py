@@ -17,7 +17,8 @@
   per-step source ``xs``, a per-step energy ``y``, a closed-over conductivity) with the
   reverse storing every carry (``heat``: every plan) and with binomial checkpointing
   (``heat_revolve``, ``checkpoint=2``: ``run`` and ``value_and_grad``), and ``fori`` (a
-  `dp.fori_loop` of two carries reading the step index: ``run`` and ``value_and_grad``).
+  `dp.fori_loop` of two carries reading the step index: ``run`` and ``value_and_grad``), and
+  ``logscan`` (a scan whose body takes the log of a negative carry: flags raised).
 """
 
 from __future__ import annotations
@@ -120,7 +121,17 @@ def fori_graph() -> dp.Graph:
     return g.build()
 
 
+def logscan_graph() -> dp.Graph:
+    """Three steps adding the log of the carry (given a negative: the body raises log's flag)."""
+    g = dp.GraphBuilder("logscan")
+    x = g.input("x", (4,))
+    c, _ = dp.scan(lambda c, _: (c + dp.log(c), None), x * 1.0, length=3)
+    g.output("loss", dp.sum(c))
+    return g.build()
+
+
 LOOP_PLANS = {"heat": EVERY, "heat_revolve": ["run", "value_and_grad"], "fori": ["run", "value_and_grad"]}
+LOOP_PLANS["logscan"] = ["run", "value_and_grad"]
 LOOP_RANGES = {"u0": (-1.0, 1.0), "xs": (-1.0, 1.0)}
 
 
@@ -131,6 +142,7 @@ def loop_programs() -> dict[str, object]:
         "heat": dp.compile(heat_graph(None), wrt=["u0", "k", "xs"], loss="loss", device="cpu"),
         "heat_revolve": dp.compile(heat_graph(2), wrt=["u0", "k", "xs"], loss="loss", device="cpu"),
         "fori": dp.compile(fori_graph(), wrt=["x", "w"], device="cpu"),
+        "logscan": dp.compile(logscan_graph(), wrt=["x"], device="cpu"),
     }
 
 
@@ -160,7 +172,8 @@ def bundles(tmp_path_factory: pytest.TempPathFactory, loop_programs: dict[str, o
     graph, inputs, _ = sampler()
     out["sampler"] = dp.compile(graph, device="cpu").export_cuda(root / "sampler", inputs=inputs)
     for name, program in loop_programs.items():
-        out[name] = program.export_cuda(root / name, plans=LOOP_PLANS[name], seed=3, ranges=LOOP_RANGES)  # type: ignore[attr-defined]
+        given = {"inputs": {"x": np.array([1.0, -1.0, 2.0, 0.5], np.float32)}} if name == "logscan" else {"seed": 3}
+        out[name] = program.export_cuda(root / name, plans=LOOP_PLANS[name], ranges=LOOP_RANGES, **given)  # type: ignore[attr-defined]
     return out
 
 

@@ -76,6 +76,17 @@ def test_fori_loop_reads_its_step_index(bundles: dict[str, Path]) -> None:
     assert back.vjp is not None and back.vjp.launches
 
 
+def test_a_loop_body_raising_stops_the_plan_as_the_runtime_does(bundles: dict[str, Path], dry_run) -> None:
+    """Status words are read after each stage: the loop body's flag is raised in run and
+    value_and_grad, on both back ends, naming the body's kernel."""
+    (body,) = {k.name for s in _loops(_plan(bundles["logscan"], "run"), "scan") for k in s.body.launches}
+    lines = [line for line in dry_run.stdout.splitlines() if line.split()[1:2] == ["logscan"]]
+    assert len(lines) == 4, dry_run.stdout
+    for line in lines:
+        assert line.startswith("ok ") and "status word raised" in line and "(expected a flag)" in line, line
+        assert "out-of-domain input at node" in line and f"(op log, kernel {body})" in line, line
+
+
 def _corrupt(bundles: dict[str, Path], tmp_path: Path, name: str, change: Callable[[dict], None]) -> Path:
     folder = tmp_path / name
     shutil.copytree(bundles[name], folder)
