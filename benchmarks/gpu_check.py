@@ -3,9 +3,10 @@
 ``python benchmarks/gpu_check.py DIR... [--dry] [--peers] [--rounds N]``. For each bundle:
 validate ``plan.json`` against ``ref.npz`` (a bad bundle is one ``error:`` line naming the
 file and field, exit 2), build ``kernels.cu``, allocate each plan's buffer table, run its
-launches in order, read the status word at the plan's checkpoints as ``dpt_ir.runtime``
-does, compare results with ``ref.npz`` (exit 1 on a mismatch), and time the plan (median
-of rounds) with the bytes it moves per second.
+stages in order (`benchmarks.gpu_replay.Replay`: segments, and loops step by step), read the
+status word after each stage as ``dpt_ir.runtime`` does, compare results with ``ref.npz``
+(exit 1 on a mismatch), and time the plan (median of rounds) with the bytes it moves per
+second.
 
 - GPU (default): CuPy's ``RawModule`` (NVRTC) builds the ``k_*`` kernels; CUDA events time
   them; the bandwidth is compared with the device's HBM peak.
@@ -38,6 +39,7 @@ if str(ROOT) not in sys.path:  # run as a script: the peers and the bundle reade
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.gpu_bundle_io import BundleError, constants_of, inputs_of, load  # noqa: E402
+from benchmarks.gpu_replay import Replay  # noqa: E402
 
 # -- back ends: the same launch sequence on host arrays (ctypes) or CuPy arrays ----------------
 
@@ -109,112 +111,6 @@ class Gpu:
         except Exception:  # CUDARuntimeError, KeyError: not reported
             return None
         return 2.0 * clock * 1e3 * width / 8 if clock and width else None
-
-
-# -- a plan's stages: the kernels, and NumPy slicing (of host or CuPy arrays) for every copy --------
-
-
-def _copy(bufs: dict[str, Any], c: dict[str, Any], i: int = 0) -> None:
-    """``Copy`` of plan.json at loop step ``i``: ``dst[dst_at + i dst_step :][:size] = src[...]``."""
-    d, s, n = c["dst_at"] + i * c["dst_step"], c["src_at"] + i * c["src_step"], c["size"]
-    bufs[c["dst"]][d : d + n] = bufs[c["src"]][s : s + n]
-
-
-class Replay:
-    """One plan's buffers and its stages run in order; ``launched`` counts the launches of a run."""
-
-    def __init__(self, be: Any, plan: dict[str, Any], data: dict[str, np.ndarray]) -> None:
-        self.be, self.plan, self.launched = be, plan, 0
-        self.bufs = {}
-        for b in plan["buffers"]:
-            src = data.get(b["name"])
-            self.bufs[b["name"]] = be.upload(src) if src is not None else be.zeros(b["size"], b["dtype"])
-        self.status = self.bufs.get("$status")
-
-    def pieces(self, run: dict[str, Any]) -> None:
-        for c in run["copies"]:
-            _copy(self.bufs, c)
-        for launch in run["launches"]:
-            if launch["dim"] > 0:
-                self.be.launch(launch, [self.bufs[a] for a in launch["args"]], self.status)
-                self.launched += 1
-
-    def stage(self, s: dict[str, Any]) -> None:
-        if s["kind"] == "segment":
-            self.pieces(s["run"])
-        elif s["op"] == "scan":
-            self.scan(s)
-        else:
-            self.reverse(s)
-
-    def _step(self, s: dict[str, Any], current: list[str], i: int) -> None:
-        """Body step ``i`` from the carry in buffers ``current``; the new carry is then current."""
-        bufs = self.bufs
-        for src, dst in zip(current, s["carry_in"], strict=True):
-            bufs[dst][...] = bufs[src]
-        for c in s["feed"]:
-            _copy(bufs, c, i)
-        self.pieces(s["body"])
-        current[:] = s["carry_out"]
-
-    def scan(self, s: dict[str, Any]) -> None:
-        current, keep = list(s["init"]), s["keep"]
-        for i in range(s["length"]):
-            self._step(s, current, i)
-            for c in s["emit"]:
-                _copy(self.bufs, c, i)
-            if keep and i + 1 < s["length"]:  # the carries the reverse reads (store every carry)
-                for dst, src in zip(keep[i], current, strict=True):
-                    self.bufs[dst][...] = self.bufs[src]
-        for c in s["final"]:
-            _copy(self.bufs, c)
-
-    def reverse(self, s: dict[str, Any]) -> None:
-        """A scan_vjp: its checkpoint schedule's actions, in order, as the runtime runs them."""
-        bufs, current = self.bufs, list(s["init"])
-        for name in s["zero"]:
-            bufs[name][...] = 0
-        for c in s["begin"]:
-            _copy(bufs, c)
-        for act in s["actions"]:
-            kind, at = act["kind"], act["at"]
-            if kind == "store" and act["slot"] > 0:
-                for dst, src in zip(s["slots"][act["slot"] - 1], current, strict=True):
-                    bufs[dst][...] = bufs[src]
-            elif kind == "restore":
-                current = list(s["init"] if act["slot"] == 0 else s["slots"][act["slot"] - 1])
-            elif kind == "advance":
-                for i in range(at, at + act["count"]):
-                    self._step(s, current, i)
-            elif kind == "reverse":
-                for src, dst in zip(current, s["vjp_carry_in"], strict=True):
-                    bufs[dst][...] = bufs[src]
-                for c in s["vjp_feed"]:
-                    _copy(bufs, c, at)
-                self.pieces(s["vjp"])
-                for c in s["after_vjp"]:
-                    _copy(bufs, c, at)
-        for c in s["final"]:
-            _copy(bufs, c)
-
-    def run(self) -> list[int]:
-        """Every stage, the status word cleared before each and read after it; the raised slots
-        of the first stage raising any (the plan stops there, as the runtime raises)."""
-        self.launched = 0
-        for s in self.plan["stages"]:
-            if self.status is not None:
-                self.status[...] = 0
-            self.stage(s)
-            if self.status is not None:
-                raised = [int(k) for k in np.flatnonzero(self.be.host(self.status))]
-                if raised:
-                    return raised
-        return []
-
-    def again(self) -> None:
-        """Every stage, no status read (timing)."""
-        for s in self.plan["stages"]:
-            self.stage(s)
 
 
 def run_plan(be: Any, plan: dict[str, Any], data: dict[str, np.ndarray]) -> tuple[dict[str, Any], list[int], Any]:
