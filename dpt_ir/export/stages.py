@@ -18,6 +18,7 @@ carries the forward stage keeps, as `Loop.reverse` reads them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -167,7 +168,14 @@ def _loop_stage(plan: _Plan, prefix: str, loop: Any, node: Node) -> LoopStage:
 
 
 def _reverse_stage(
-    plan: _Plan, prefix: str, loop: Any, node: Node, common: dict[str, Any], name_of: Any, feed: Any, vjp_piece: str
+    plan: _Plan,
+    prefix: str,
+    loop: Any,
+    node: Node,
+    common: dict[str, Any],
+    name_of: Callable[[int], str],
+    feed: Callable[[Table], list[Copy]],
+    vjp_piece: str,
 ) -> LoopStage:
     """A ``scan_vjp`` node's stage (``common``: the fields it shares with a ``scan``'s)."""
     a = loop.attrs
