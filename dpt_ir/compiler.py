@@ -112,17 +112,27 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def options_of(target: Target, checks: bool = True, fuse: bool = True, recompute: bool = True) -> dict[str, Any]:
+def options_of(
+    target: Target, checks: bool = True, fuse: bool = True, recompute: bool = True, reciprocal: bool = True
+) -> dict[str, Any]:
     """The compile options every pipeline of a program shares (and the cache keys): the
     switches, and the budgets of ``target`` that the passes plan with."""
     return {
         "checks": checks,
         "fuse": fuse,
         "recompute": recompute,
+        "reciprocal": reciprocal,
         "halo_budget": target.halo_budget,
         "recompute_budget": target.recompute_budget,
         "row_budget": target.row_budget,
     }
+
+
+def cache_key(graph: str, options: str, target: Target) -> str:
+    """The disk-cache key of a build: the graph's and the options' JSON, every fact of
+    ``target`` that shapes plans and code (`Target.fingerprint`), the dpt_ir and Warp versions
+    and dpt_ir's own source (`source_fingerprint`)."""
+    return content_key(graph, options, target.fingerprint(), __version__, wp.config.version, source_fingerprint())
 
 
 PLAN_PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}  # plan name -> the prefix of its kernels' names
@@ -154,12 +164,16 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     halo_budget: int | None = None,
     recompute_budget: int | None = None,
     threads: int | None = None,
+    reciprocal: bool = True,
 ) -> Program:
     """Compile ``graph`` for ``device``; differentiate wrt the inputs named in ``wrt``.
 
     ``loss`` names the output `Program.value_and_grad` differentiates (default: the only
     scalar float output). ``checks`` compiles the status word in; ``fuse`` and
     ``recompute`` switch fusion and backward recomputation off (for comparison);
+    ``reciprocal=False`` keeps every division a division (the `reciprocal` pass turns a
+    division by a per-row scale into a multiplication by its reciprocal, which may differ
+    by about one ulp; docs/passes.md);
     ``halo_budget`` sets how much work a stencil may spend recomputing its producers
     (default: by device); ``recompute_budget`` how much work the backward may spend
     recomputing one forward value before saving it instead (default: by device; CUDA has
@@ -191,20 +205,15 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         None if halo_budget is None else int(halo_budget),
         None if recompute_budget is None else int(recompute_budget),
     )
-    base = options_of(target, checks=bool(checks), fuse=bool(fuse), recompute=bool(recompute))
+    base = options_of(
+        target, checks=bool(checks), fuse=bool(fuse), recompute=bool(recompute), reciprocal=bool(reciprocal)
+    )
     if any(n.opdef.kind == "loop" for n in graph.nodes):  # a trait: loop ops compile their bodies once
         from dpt_ir.backends.warp.loop_program import LoopProgram
 
         loop_dump = resolve_dump_dir(dump_dir)
         return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, loop_dump)  # type: ignore[return-value]
-    key = content_key(
-        graph.model_dump_json(),
-        json.dumps([wrt_names, loss, base], sort_keys=True),
-        "cpu" if dev == "cpu" else "cuda",
-        __version__,
-        wp.config.version,
-        source_fingerprint(),
-    )
+    key = cache_key(graph.model_dump_json(), json.dumps([wrt_names, loss, base], sort_keys=True), target)
     out_dir = resolve_dump_dir(dump_dir)
     with _COMPILE_LOCK:
         cached = _PROGRAMS.get(f"{key}:{dev}:{n_threads}")
@@ -250,7 +259,7 @@ def _build(
         header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
         sources = {  # one module per pipeline, so that a call builds only the module it launches
             f"{stem}_{PLAN_PREFIX[n]}": codegen.generate(
-                {PLAN_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target.kind
+                {PLAN_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target
             )
             for n, r in results.items()
         }
@@ -325,13 +334,11 @@ def compile_pieces(
     program costs one module build, not one per piece. Cached like `compile`: in process
     by content, and on disk (the scheduled plans and the module; a new process skips the
     passes and Warp reuses its binary)."""
-    key = content_key(
+    target = target_for(dev)
+    key = cache_key(
         json.dumps({k: g.model_dump_json() for k, g in sorted(pieces.items())}),
         json.dumps(base, sort_keys=True),
-        "cpu" if dev == "cpu" else "cuda",
-        __version__,
-        wp.config.version,
-        source_fingerprint(),
+        target,
     )
     with _COMPILE_LOCK:
         cached = _PIECES.get(f"{key}:{dev}")
@@ -356,7 +363,7 @@ def compile_pieces(
             graphs = {name: r.graph for name, r in results.items()}
             header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
             source = codegen.generate(
-                {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target_for(dev).kind
+                {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target
             )
             built = Built(graphs, source.kernels, {module_name: source.slots}, {module_name: source.text})
             _store(entry, key, built)

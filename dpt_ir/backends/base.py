@@ -6,9 +6,12 @@ Guarantees: `Target.for_device` gives the facts of a device kind (``cpu`` or ``c
 the budgets the user left unset filled in, the numbers every plan and kernel was built with
 before they moved here (so plans are unchanged): the halo, recompute and row-set budgets the
 passes use, the CPU threads a launch may use, how a reduction is split into partials, the C++
-CPU driver's element block and task size, and the CUDA launch block. `target_for(kind)` is the
-default target of a kind, which the backends read where a kind's partition is fixed by
-shapes alone (a CPU build also emits, and tests, the CUDA driver's partition).
+CPU driver's element block and task size, and the CUDA launch block. `dp.compile` makes one
+`Target` per program and passes the object itself to code generation
+(`dpt_ir.backends.warp.codegen.generate`), which hands it to every driver that reads a device
+fact: no backend module keeps one as a constant. `Target.fingerprint` is the part of the cache
+key that covers them. `target_for(kind)` is the default target of a kind (for builds not made
+by `dp.compile`: loop-program pieces, the CUDA export, tests).
 """
 
 from __future__ import annotations
@@ -78,6 +81,12 @@ class Target(FrozenModel):
             halo_budget=defaults[0] if halo_budget is None else halo_budget,
             recompute_budget=defaults[1] if recompute_budget is None else recompute_budget,
         )
+
+    def fingerprint(self) -> str:
+        """Every fact that shapes the generated plans and code, as canonical JSON: all fields
+        but ``threads`` (results and kernels are the same for any thread count, so a disk-cache
+        entry serves every count)."""
+        return self.model_dump_json(exclude={"threads"})
 
     def partial_count(self, n_out: int, count: int) -> int:
         """How many partials each of ``n_out`` outputs of a reduction over ``count``

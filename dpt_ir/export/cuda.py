@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx import math_header
 from dpt_ir.backends.cxx.kernels import TASK0
 from dpt_ir.backends.warp import codegen
@@ -78,7 +79,9 @@ def cuda_pieces(title: str, pieces: dict[str, Graph], base: dict[str, Any]) -> C
 def _generate(title: str, graphs: dict[str, Graph], prefixes: dict[str, str], checks: bool) -> CudaBuild:
     """Generate the CUDA launches of scheduled ``graphs`` (name -> graph; kernel names start
     with ``prefixes[name]``), each launch's C++ unit found."""
-    source = codegen.generate({prefixes[k]: g for k, g in graphs.items()}, title, "CUDA export", checks, "cuda")
+    source = codegen.generate(
+        {prefixes[k]: g for k, g in graphs.items()}, title, "CUDA export", checks, target_for("cuda")
+    )
     kernels = {name: [k for k in source.kernels if k.name.startswith(prefixes[name] + "_")] for name in graphs}
     units = {}
     for ks in kernels.values():
@@ -99,7 +102,9 @@ def host_tasks(
     leading axes, `columns.layout`: blocks of columns on the CPU): then the CPU build of
     the same graphs launches the same unit, and that launch's ``dim`` is the driver's task
     count."""
-    source = codegen.generate({prefixes[k]: g for k, g in graphs.items()}, "CPU tasks", "CUDA export", checks, "cpu")
+    source = codegen.generate(
+        {prefixes[k]: g for k, g in graphs.items()}, "CPU tasks", "CUDA export", checks, target_for("cpu")
+    )
     out = {}
     for k in source.kernels:
         fn = _CALL.search(k.text)

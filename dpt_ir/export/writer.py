@@ -36,7 +36,7 @@ def _cuda_options(program: Any) -> dict[str, Any]:
     from dpt_ir.compiler import options_of
 
     opts = program.report["options"]
-    return options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute")})
+    return options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute", "reciprocal")})
 
 
 def _pipelines(program: Any, plans: list[str]) -> dict[str, Any]:

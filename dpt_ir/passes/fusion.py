@@ -62,8 +62,8 @@ def run(graph: Graph, options: Any = None) -> Graph:
     graph = _annotate(graph, groups, reasons, halo)
     if not fuse:
         return graph
-    rows = getattr(options, "row_budget", None)  # 0 is a budget too: no row set fits it
-    return fusion_rows.annotate(graph, fusion_rows.ROW_BUDGET if rows is None else rows)  # row sets
+    rows = getattr(options, "row_budget", None)  # None: annotate's default; 0 is a budget too (no set fits)
+    return fusion_rows.annotate(graph) if rows is None else fusion_rows.annotate(graph, rows)  # row sets
 
 
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:

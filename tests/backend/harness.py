@@ -297,6 +297,22 @@ def float_atomics(source: str) -> list[str]:
     return found
 
 
+# A launch's @wp.kernel on the C++ path: one call of its C++ unit's wp.func_native stub.
+_CXX_KERNEL = re.compile(r"@wp\.kernel\ndef (\w+)\(.*\):\n    n_(dpk_[0-9a-f]{16})\([^\n]*\)\n$")
+
+
+def off_cxx(kernels: Sequence[Any], module_text: str) -> list[str]:
+    """The launches among ``kernels`` (`KernelSource`) whose ``@wp.kernel`` is not one call of
+    a C++ unit's stub (``n_dpk_<hash>``, `dpt_ir.backends.cxx.kernels`) that ``module_text``
+    (the generated module) defines: empty when every launch takes the C++ path."""
+    off = []
+    for k in kernels:
+        m = _CXX_KERNEL.fullmatch(k.text)
+        if m is None or m.group(1) != k.function or f"def n_{m.group(2)}(" not in module_text:
+            off.append(k.name)
+    return off
+
+
 def seeded_batch(name: str, items: Sequence[tuple[Graph, dict[str, np.ndarray]]], seed: int) -> Batch:
     """Random graphs with their inputs (`tests/strategies.py`) as one `Batch`: every
     differentiable input differentiated, every float output seeded (the loss with 1,

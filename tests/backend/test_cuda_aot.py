@@ -38,6 +38,7 @@ from op_cases import CASES, COMPILED_CASES, compiled
 
 import dpt_ir as dp
 from benchmarks.bench_math import BINARY, FUNCTIONS
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx import math_header
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.module import cache_root, content_key, import_source
@@ -126,7 +127,7 @@ def cuda_variant(
             pipelines["vg"] = CompileOptions(wrt=wrt, seeds=(loss,), seed_values={loss: 1.0}, loss=loss)
         pipelines["tp"] = CompileOptions(wrt=wrt)
     graphs = {prefix: run_pipeline(graph, options).graph for prefix, options in pipelines.items()}
-    source = codegen.generate(graphs, graph.name, "CUDA variant for the AOT test", True, device)
+    source = codegen.generate(graphs, graph.name, "CUDA variant for the AOT test", True, target_for(device))
     name = f"dpt_ir_cuda_{content_key(source.text)}"
     return import_source(source.text, cache_root() / "cuda_variants", name)
 

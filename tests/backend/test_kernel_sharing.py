@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
@@ -60,7 +61,7 @@ def _pipelines(graph: dp.Graph) -> dict[str, dp.Graph]:
 
 
 def _source(graph: dp.Graph) -> codegen.ModuleSource:
-    return codegen.generate(_pipelines(graph), graph.name, "kernel sharing test", True, "cpu")
+    return codegen.generate(_pipelines(graph), graph.name, "kernel sharing test", True, target_for("cpu"))
 
 
 def _defined(text: str) -> list[str]:
@@ -102,13 +103,13 @@ def test_no_kernel_recomputes_another_kernels_stencil() -> None:
                 if plan.node_map[n].opdef.kind == "stencil":
                     assert n not in seen, f"{prefix}: stencil {n} in groups {seen[n]} and {group['id']}"
                     seen[n] = group["id"]
-    lines = codegen.generate(_pipelines(graph), graph.name, "", True, "cpu").text.count("\n")
+    lines = codegen.generate(_pipelines(graph), graph.name, "", True, target_for("cpu")).text.count("\n")
     ten = heat(N, 10)
     # C++ kernels (element, edge and driver functions) are longer than the Warp-Python ones
     # were (2,217 lines measured for 20 steps, 1,333 with those); a halo recomputation would
     # also make 20 steps' module far larger than 10 steps' (2,162 measured).
     assert lines < 2600
-    assert lines < 1.1 * codegen.generate(_pipelines(ten), ten.name, "", True, "cpu").text.count("\n")
+    assert lines < 1.1 * codegen.generate(_pipelines(ten), ten.name, "", True, target_for("cpu")).text.count("\n")
 
 
 def test_shared_kernels_keep_their_own_slots() -> None:
@@ -205,7 +206,9 @@ def test_cuda_reductions_share_kernels_not_partials() -> None:
         u = u - dp.mean(u)
     g.output("loss", dp.sum(dp.square(u)))
     graph = g.build()
-    source = codegen.generate({"run": run_pipeline(graph, CompileOptions()).graph}, graph.name, "cuda", True, "cuda")
+    source = codegen.generate(
+        {"run": run_pipeline(graph, CompileOptions()).graph}, graph.name, "cuda", True, target_for("cuda")
+    )
     combines = [k for k in source.kernels if k.name.endswith("_final")]
     shared = [k for k in combines if k.function != k.name]
     assert len(combines) >= 3 and shared, [k.name for k in source.kernels]

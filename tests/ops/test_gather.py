@@ -30,6 +30,7 @@ import warp as wp
 from backend.harness import float_atomics
 
 import dpt_ir as dp
+from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.module import cache_root, content_key, import_source
 from dpt_ir.passes.manager import run_pipeline
@@ -282,7 +283,7 @@ def _cuda_variant(graph: dp.Graph) -> ModuleType:
     """The module dp.compile would generate for a GPU (its value_and_grad pipeline)."""
     options = CompileOptions(wrt=("x", "xc"), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
     plans = {"vg": run_pipeline(graph, options).graph}
-    source = codegen.generate(plans, graph.name, "CUDA variant for the AOT test", True, "cuda")
+    source = codegen.generate(plans, graph.name, "CUDA variant for the AOT test", True, target_for("cuda"))
     return import_source(source.text, cache_root() / "cuda_variants", f"dpt_ir_cuda_{content_key(source.text)}")
 
 

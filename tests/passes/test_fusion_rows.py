@@ -143,3 +143,17 @@ def test_the_row_budget_is_the_targets() -> None:
     assert sets and all(len(r.groups) < 5 and r.row_bytes <= 8 * 1024 for r in sets), sets
     assert all("(budget 8192 B)" in r.reason for r in sets)
     assert not plan_of(value_and_grad(4 * 1024)).rows
+
+
+def test_no_row_budget_means_the_default_and_zero_means_none() -> None:
+    """Options without a row budget plan with `ROW_BUDGET` (fusion_rows' one default); a budget
+    of 0 is a budget too: no row set fits it."""
+    graph = normalisation((64, 1024))
+
+    def rows(budget: int | None) -> list:
+        base = {**options_of(target_for("cpu")), "row_budget": budget}
+        return plan_of(run_pipeline(graph, pipelines(graph, ("x",), "loss", base)["value_and_grad"]).graph).rows
+
+    default = rows(None)
+    assert default and default == rows(ROW_BUDGET)
+    assert not rows(0)

@@ -86,7 +86,7 @@ def test_a_long_chains_backward_pieces_share_kernels(chain_plans: tuple[dict[str
     grew with the chain."""
     plans, _ = chain_plans
     for name in ("value_and_grad", "tape"):
-        source = codegen.generate({name: plans[name]}, "chain333", "", True, "cpu")
+        source = codegen.generate({name: plans[name]}, "chain333", "", True, target_for("cpu"))
         distinct = len(source.functions())
         assert distinct <= 12, (name, distinct, len(source.kernels))
         assert len(source.kernels) >= 2 * distinct, (name, distinct, len(source.kernels))

@@ -39,7 +39,7 @@ def test_heat_steps_run_one_forward_and_one_backward_stencil_kernel(heat_plans: 
     14 asks at most 4; there were 7: pairs of steps, the odd step left over, and the last
     step fused with the misfit, each pipeline its own), the forward step launched once per
     step in each pipeline and the backward step once per step in each gradient pipeline."""
-    source = codegen.generate(heat_plans, "heat", "", True, "cpu")
+    source = codegen.generate(heat_plans, "heat", "", True, target_for("cpu"))
     launches: dict[str, int] = {}
     for k in source.kernels:
         if _holds_a_stencil(heat_plans, k):
@@ -84,7 +84,7 @@ def test_a_chains_pieces_repeat_with_its_steps(monkeypatch: pytest.MonkeyPatch) 
         graph = chain(steps, (16,))
         (options,) = [o for name, o in pipelines(graph, ("x",), "loss", BASE).items() if name == "value_and_grad"]
         plan = run_pipeline(graph, options).graph
-        distinct.append(len(codegen.generate({"vg": plan}, graph.name, "", True, "cpu").functions()))
+        distinct.append(len(codegen.generate({"vg": plan}, graph.name, "", True, target_for("cpu")).functions()))
     assert distinct[1] == distinct[0], distinct
 
 

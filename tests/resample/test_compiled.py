@@ -97,6 +97,7 @@ def test_cuda_variant_compiles_for_sm90(tmp_path: Path) -> None:
     float64 sums) builds for sm_90 with NVRTC, without a GPU."""
     import warp as wp
 
+    from dpt_ir.backends.base import target_for
     from dpt_ir.backends.warp import codegen
     from dpt_ir.backends.warp.module import cache_root, content_key, import_source
     from dpt_ir.passes.manager import run_pipeline
@@ -108,7 +109,7 @@ def test_cuda_variant_compiles_for_sm90(tmp_path: Path) -> None:
     g.output("loss", dp.sum(y * y) + dp.sum(dp.radon(x[:, 1:11], [0.0, 45.0])))
     options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
     graphs = {"vg": run_pipeline(g.build(), options).graph}
-    source = codegen.generate(graphs, "resample_cuda", "CUDA variant", True, "cuda")
+    source = codegen.generate(graphs, "resample_cuda", "CUDA variant", True, target_for("cuda"))
     module = import_source(source.text, cache_root() / "cuda_variants", f"dpt_ir_cuda_{content_key(source.text)}")
     wp.init()
     paths = [Path(p) for p in wp.compile_aot_module(module, arch=90, module_dir=tmp_path)]

@@ -11,7 +11,7 @@ P = 1 and ``row`` is the nest's row map of (m, r): `rowmap`). Guarantees:
   template (`CxxReduce`), the other 7 lanes left at their initial values (the template's
   identity), then merges the 8 lanes in the template's fixed tree: on the CPU and on CUDA,
   for any thread count, a column's result is the same bits.
-- CPU: tasks ``t`` are (p, m, a block of `COLS` columns), a partition fixed by the shape; per
+- CPU: tasks ``t`` are (p, m, a block of `Target.block` columns), a partition fixed by the shape; per
   row the element loop fills a block buffer (``DP_VEC_LOOP``, as `drivers`) and an update
   loop over the block's columns folds it into per-column accumulators (float64 for float
   sums: ``acc[c] += x[r][c]``), which vectorises across columns and carries nothing between
@@ -21,17 +21,18 @@ P = 1 and ``row`` is the nest's row map of (m, r): `rowmap`). Guarantees:
 
 from __future__ import annotations
 
-from dpt_ir.backends.cxx.drivers import BLOCK, Layout, _bases, _block, _guarded, _min, _pair, _status, subst
+from dpt_ir.backends.base import Target
+from dpt_ir.backends.cxx.drivers import Layout, _bases, _block, _guarded, _min, _pair, _status, subst
 from dpt_ir.backends.cxx.nest import Nest
 
-COLS = BLOCK  # columns per CPU task: one element block per row
 
-
-def layout(nest: Nest, device: str) -> Layout:
-    """CPU: tasks of (p, m, a block of `COLS` columns); CUDA: one thread per output column."""
+def layout(nest: Nest, target: Target) -> Layout:
+    """CPU: tasks of (p, m, a block of `Target.block` columns: one element block per row);
+    CUDA: one thread per output column."""
     assert nest.columns is not None
     p, _, m, c = nest.columns
-    return Layout(p * m * -(-c // COLS), COLS) if device == "cpu" else Layout(p * m * c, 1)
+    cols = target.block
+    return Layout(p * m * -(-c // cols), cols) if target.kind == "cpu" else Layout(p * m * c, 1)
 
 
 def _column_subst(nest: Nest, q: int, k: str) -> dict[str, str]:
@@ -71,25 +72,29 @@ def _row(nest: Nest) -> list[str]:
     return [f"const int row = (p * {rows} + rr) * {mid} + m;"]
 
 
-def _cpu(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]) -> list[str]:
+def _cpu(
+    nest: Nest, target: Target, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]
+) -> list[str]:
+    """Task ``t``: a block of `Target.block` columns (`layout`), row after row."""
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
-    blocks = -(-cols // COLS)
+    width = target.block
+    blocks = -(-cols // width)
     body = [
         f"int fl[{nf}] = {{0}};",
-        f"const int pm = t / {blocks}, clo = (t - pm * {blocks}) * {COLS}, p = pm / {mid}, m = pm - p * {mid};",
-        f"const int chi = {_min(f'clo + {COLS}', cols)}, nc = chi - clo;",
+        f"const int pm = t / {blocks}, clo = (t - pm * {blocks}) * {width}, p = pm / {mid}, m = pm - p * {mid};",
+        f"const int chi = {_min(f'clo + {width}', cols)}, nc = chi - clo;",
     ]
     for q, root in enumerate(nest.roots):
-        body += [f"{ty} cs{q}_{name}[{COLS}];" for name, ty in nest.templates[root].state]
+        body += [f"{ty} cs{q}_{name}[{width}];" for name, ty in nest.templates[root].state]
     ys = [f"buf{q}[j - jb]" for q in range(len(nest.roots))]
     for p, (last, active) in enumerate(_passes(nest)):
         for q in active:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
-                body.append(f"{ty} ca{q}_{name}[{COLS}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
+                body.append(f"{ty} ca{q}_{name}[{width}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
         body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
         body += [*_bases(nest, "row"), "const int jb = clo, je = chi;"]
-        body += [f"{x_types[q]} buf{q}[{COLS}];" for q in range(len(nest.roots))]
+        body += [f"{x_types[q]} buf{q}[{width}];" for q in range(len(nest.roots))]
         w = "true" if last else "false"
         body += _block(nest, args, w, f"row * {cols} + j", ys, uses_big, nf)
         for q in active:
@@ -130,11 +135,20 @@ def _cuda(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, fi
 
 
 def column_drivers(
-    nest: Nest, args: str, sig: str, x_types: list[str], uses_big: bool, nflags: int, checks: bool, finish: list[str]
+    nest: Nest,
+    target: Target,
+    args: str,
+    sig: str,
+    x_types: list[str],
+    uses_big: bool,
+    nflags: int,
+    checks: bool,
+    finish: list[str],
 ) -> str:
-    """The CPU and CUDA drivers of a column reduction; ``finish``: statements finalizing and
-    storing output ``o`` from the states ``s<q>_<name>`` (as `drivers.reduction_drivers`)."""
+    """The CPU and CUDA drivers of a column reduction (the CPU's column blocks: ``target``'s
+    `Target.block`); ``finish``: statements finalizing and storing output ``o`` from the states
+    ``s<q>_<name>`` (as `drivers.reduction_drivers`)."""
     nf = max(nflags, 1)
-    cpu = [*_cpu(nest, args, x_types, uses_big, nf, finish), *_status(nf, checks)]
+    cpu = [*_cpu(nest, target, args, x_types, uses_big, nf, finish), *_status(nf, checks)]
     cuda = [*_cuda(nest, args, x_types, uses_big, nf, finish), *_status(nf, checks)]
     return _pair(sig, cpu, cuda)

@@ -13,7 +13,7 @@ Guarantees:
   once per sub-row.
 - CPU: element loops (each after ``DP_VEC_LOOP``, empty unless a build defines a loop
   pragma there: the vectorisation guard's scalar build) carry no floating-point state. Elements go through blocks of
-  `BLOCK`, reduction inputs into stack buffers, then into 8 lanes fixed by the element's
+  `Target.block`, reduction inputs into stack buffers, then into 8 lanes fixed by the element's
   position (`LanePass`; the loop over the 8 lanes is the vectorised one), merged in a fixed tree;
   flags are integer ORs. A block in which a
   trig argument was huge (``big``) is recomputed with the precise functions (``P``).
@@ -29,11 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dpt_ir.backends.base import target_for
+from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx.nest import Nest
-
-BLOCK = target_for("cpu").block  # elements per block of the CPU driver (`Target.block`)
-CPU_TASK = target_for("cpu").cpu_task  # elements per CPU task (the fixed partition, `Target.cpu_task`)
 
 
 @dataclass(frozen=True)
@@ -49,16 +46,20 @@ class Layout:
     rows: int = 1
 
 
-def layout(nest: Nest, device: str, cuda_parts: int) -> Layout:
+def layout(nest: Nest, target: Target) -> Layout:
+    """The layout of ``nest`` on ``target``: CPU tasks of `Target.cpu_task` elements (rows,
+    or chunks of one output's row); CUDA: one element or row per thread, a long row split
+    into `Target.partial_count` partials."""
+    task = target.cpu_task
     if not nest.roots:
-        chunk = CPU_TASK if device == "cpu" else 1
+        chunk = task if target.kind == "cpu" else 1
         return Layout(-(-nest.size // chunk), chunk)
     count, n_out = nest.inner, nest.rows
-    if device == "cpu":
-        parts = -(-count // CPU_TASK) if n_out == 1 else 1
-        rows = max(1, CPU_TASK // max(count, 1))
+    if target.kind == "cpu":
+        parts = -(-count // task) if n_out == 1 else 1
+        rows = max(1, task // max(count, 1))
     else:
-        parts, rows = cuda_parts, 1
+        parts, rows = target.partial_count(n_out, count), 1
     if parts > 1:
         return Layout(n_out * parts, -(-count // parts), parts)
     return Layout(-(-n_out // rows), count, 1, rows)
@@ -175,8 +176,11 @@ def _status(nflags: int, checks: bool) -> list[str]:
     return [f"for (int k = 0; k < {nflags}; ++k) if (fl[k]) st[sb + k] = 1;"]
 
 
-def pointwise_drivers(nest: Nest, lay: Layout, args: str, sig: str, uses_big: bool, nflags: int, checks: bool) -> str:
-    n, inner = nest.size, nest.inner
+def pointwise_drivers(
+    nest: Nest, lay: Layout, target: Target, args: str, sig: str, uses_big: bool, nflags: int, checks: bool
+) -> str:
+    """``target``: its `Target.block`, the CPU driver's element block."""
+    n, inner, block = nest.size, nest.inner, target.block
     nf = max(nflags, 1)
     head = [
         f"const int b = t * {lay.chunk}, e = {_min(f'b + {lay.chunk}', n)};",
@@ -186,7 +190,7 @@ def pointwise_drivers(nest: Nest, lay: Layout, args: str, sig: str, uses_big: bo
     cpu.append(f"const int j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;")
     cpu.append(f"const int j1 = {_min(f'e - row * {inner}', inner)};")
     if uses_big or nflags:
-        cpu.append(f"for (int jb = j0; jb < j1; jb += {BLOCK}) {{ const int je = {_min(f'jb + {BLOCK}', 'j1')};")
+        cpu.append(f"for (int jb = j0; jb < j1; jb += {block}) {{ const int je = {_min(f'jb + {block}', 'j1')};")
         cpu += _block(nest, args, "true", f"row * {inner} + j", [], uses_big, nf) + ["}"]
     else:
         cpu.append("int big = 0; (void)big;")
@@ -271,6 +275,7 @@ def _sub_row(nest: Nest) -> list[str]:
 def reduction_drivers(
     nest: Nest,
     lay: Layout,
+    target: Target,
     args: str,
     sig: str,
     x_types: list[str],
@@ -282,8 +287,8 @@ def reduction_drivers(
 ) -> str:
     """``finish``: statements after the passes of a unit (finalize and store the row's
     results, or store the task's partials), reading ``s<q>_<name>``, ``o`` and ``t``;
-    ``strided``: see `_units`."""
-    nf = max(nflags, 1)
+    ``strided``: see `_units`; ``target``: its `Target.block`, the CPU driver's element block."""
+    nf, block = max(nflags, 1), target.block
     npass = max(len(t.passes) for t in nest.templates.values())
     step = lay.parts if lay.parts > 1 and strided else 1  # the CUDA loop's stride: the parts interleave
     whole = nest.sub == nest.inner and nest.row_map is None  # one base per output row (else per sub-row)
@@ -310,9 +315,9 @@ def reduction_drivers(
                     body.append(f"const int s0 = (j0 > sr * {nest.sub}) ? j0 : sr * {nest.sub};")
                     body.append(f"const int s1 = {_min(f'(sr + 1) * {nest.sub}', 'j1')};")
                     s0, s1 = "s0", "s1"
-                body.append(f"for (int jb = {s0}; jb < {s1}; jb += {BLOCK}) {{")
-                body.append(f"const int je = {_min(f'jb + {BLOCK}', s1)}, nb = je - jb, n8 = nb & ~7;")
-                body += [f"{x_types[q]} buf{q}[{BLOCK}];" for q in range(len(nest.roots))]
+                body.append(f"for (int jb = {s0}; jb < {s1}; jb += {block}) {{")
+                body.append(f"const int je = {_min(f'jb + {block}', s1)}, nb = je - jb, n8 = nb & ~7;")
+                body += [f"{x_types[q]} buf{q}[{block}];" for q in range(len(nest.roots))]
                 body += _block(nest, args, w, i, ys, uses_big, nf, jr, "0" if whole else f"sr * {nest.sub}")
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from dpt_ir.backends.base import target_for
+from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import columns, contraction, drivers, scatter
 from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
 from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
@@ -124,14 +124,15 @@ def group_kernels(
     name: str,
     slots: list[Any],
     checks: bool,
-    device: str,
+    target: Target,
     stage: drivers.Layout | None = None,
 ) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
-    """The launches of ``group`` on the C++ path and the native definitions they need
-    (stub name -> C++ and stub text); None when the group is not covered. ``stage``: the
-    group is a stage of a row kernel (`rows`), with this layout (task = row, on both devices)."""
+    """The launches of ``group`` on the C++ path for ``target`` (its partition, blocks and
+    combine levels) and the native definitions they need (stub name -> C++ and stub text);
+    None when the group is not covered. ``stage``: the group is a stage of a row kernel
+    (`rows`), with this layout (task = row, on both devices)."""
     if group.kind == "contraction":  # a matrix product: its own drivers (`contraction`)
-        return contraction.contraction_kernels(graph, group, name, slots, checks, device)
+        return contraction.contraction_kernels(graph, group, name, slots, checks, target.kind)
     nest = cover(graph, group)
     if nest is None or (stage is not None and nest.columns):
         return None
@@ -140,9 +141,9 @@ def group_kernels(
     if stage is not None:
         lay = stage
     elif nest.columns:
-        lay = columns.layout(nest, device)
+        lay = columns.layout(nest, target)
     else:
-        lay = drivers.layout(nest, device, target_for("cuda").partial_count(nest.rows, nest.inner))
+        lay = drivers.layout(nest, target)
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = w.body()
@@ -171,13 +172,13 @@ def group_kernels(
             elem += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]
     sig = f"{unit.sig()}, int* st, int sb, int t"
     if nest.columns:
-        drv = columns.column_drivers(nest, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)
+        drv = columns.column_drivers(nest, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)
     elif nest.roots:
         drv = drivers.reduction_drivers(
-            nest, lay, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish, stage is None
+            nest, lay, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish, stage is None
         )
     else:
-        drv = drivers.pointwise_drivers(nest, lay, unit.args(), sig, w.uses_big, nflags, checks)
+        drv = drivers.pointwise_drivers(nest, lay, target, unit.args(), sig, w.uses_big, nflags, checks)
     fn, cxx = _hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
     natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
     main = _launch(name, unit, fn, checks, lay.dim, group.id, dict(partials), w.slot_base)
@@ -185,8 +186,8 @@ def group_kernels(
         return [*pre, main], natives
     combine: list[Any] = []
     groups = lay.parts
-    size = target_for("cuda").combine_group
-    if device != "cpu" and stage is None and lay.parts > size:
+    size = target.combine_group
+    if target.kind != "cpu" and stage is None and lay.parts > size:
         kernel, more, partials, groups = _combine_kernel(graph, nest, name + "_combine", slots, lay, partials, size)
         natives.update(more)
         combine.append(kernel)
@@ -211,7 +212,7 @@ def _launch(
 
     text, params = unit.kernel(name, fn, checks), unit.launch_params(checks)
     constants = {p: (t, constant_array(t, v)) for p, (t, v) in unit.constants.items()}
-    return KernelSource(name, text, params, dim, group, partials, constants, name, slot_base, "cxx")
+    return KernelSource(name, text, params, dim, group, partials, constants, name, slot_base)
 
 
 def _final_kernel(

@@ -11,7 +11,7 @@ row, folded in row order by its final kernel (after the row launch); a pointwise
 the row's elements. The row driver calls the stages' drivers in set order for each row of its
 task; a full-shape value that only the set reads (`row_local_values`: normalisation's centred
 rows) lives in a row buffer of the task, never in memory. Tasks are fixed blocks of rows
-(`drivers.CPU_TASK` elements), so the partition, the
+(`Target.cpu_task` elements), so the partition, the
 lanes and every fold order depend on the shapes only: bit-identical for any thread count. The
 CUDA driver is the same loop over the stages' CUDA drivers (their parts contiguous rows too);
 a CUDA plan does not use row kernels (`codegen` emits the stages as separate launches there).
@@ -24,8 +24,9 @@ import hashlib
 import math
 from typing import Any
 
+from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import drivers, kernels
-from dpt_ir.backends.cxx.drivers import CPU_TASK, Layout
+from dpt_ir.backends.cxx.drivers import Layout
 from dpt_ir.backends.cxx.nest import C_TYPES, cover
 from dpt_ir.graph import Graph
 from dpt_ir.passes.kernel_ir import KernelGroup, RowSet, plan_of
@@ -48,7 +49,7 @@ def stage_layout(graph: Graph, group: KernelGroup, row: int) -> Layout | None:
 
 
 def row_kernels(
-    graph: Graph, rset: RowSet, name: str, slots: list[Any], checks: bool, prefix: str
+    graph: Graph, rset: RowSet, name: str, slots: list[Any], checks: bool, prefix: str, target: Target
 ) -> tuple[list[Any], dict[str, tuple[str, str]]] | None:
     """The launches of row set ``rset`` (the row kernel, then the final folds of stages with
     partials) and their native definitions; None when a member is not covered."""
@@ -61,7 +62,7 @@ def row_kernels(
     mark = len(slots)
     stages, natives, finals = [], {}, []
     for g, lay in zip(members, layouts, strict=True):
-        built = kernels.group_kernels(graph, g, f"{prefix}_{g.id}", slots, checks, "cpu", stage=lay)
+        built = kernels.group_kernels(graph, g, f"{prefix}_{g.id}", slots, checks, target, stage=lay)
         if built is None:
             del slots[mark:]  # nothing of the set is emitted: its members take the slots again
             return None
@@ -72,22 +73,28 @@ def row_kernels(
         stages.append((fn, launches[0]))
         finals += launches[1:]
     internal = row_local_values(graph, rset)
-    main = _row_launch(rset, name, members[0], stages, checks, internal)
-    fn, cxx, stub = _row_source(graph, rset, stages, main, checks, internal)
+    main = _row_launch(rset, name, members[0], stages, checks, internal, target)
+    fn, cxx, stub = _row_source(graph, rset, stages, main, checks, internal, target)
     natives[fn] = (cxx, stub)
     return [main, *finals], natives
 
 
-def _tasks(rset: RowSet) -> tuple[int, int]:
-    """The set's rows, and the rows per task (one task per `CPU_TASK` elements of rows)."""
-    return math.prod(rset.space) // rset.row, max(1, CPU_TASK // rset.row)
+def _tasks(rset: RowSet, target: Target) -> tuple[int, int]:
+    """The set's rows, and the rows per task (one task per `Target.cpu_task` elements of rows)."""
+    return math.prod(rset.space) // rset.row, max(1, target.cpu_task // rset.row)
 
 
 def _row_launch(
-    rset: RowSet, name: str, first: KernelGroup, stages: list[tuple[str, Any]], checks: bool, internal: list[str]
+    rset: RowSet,
+    name: str,
+    first: KernelGroup,
+    stages: list[tuple[str, Any]],
+    checks: bool,
+    internal: list[str],
+    target: Target,
 ) -> Any:
     """The row kernel's `KernelSource`: the stages' parameters in first-use order but the
-    row-local ``internal`` values, one task per `CPU_TASK` elements of rows."""
+    row-local ``internal`` values, one task per `Target.cpu_task` elements of rows."""
     from dpt_ir.backends.warp.launches import KernelSource
 
     params: list[str] = []
@@ -95,10 +102,10 @@ def _row_launch(
     for _, k in stages:
         params += [p for p in _values(k, checks) if p not in params and p not in internal]
         partials.update(k.partials)
-    rows, per_task = _tasks(rset)
+    rows, per_task = _tasks(rset, target)
     dim = -(-rows // per_task)
     base = stages[0][1].status_base
-    return KernelSource(name, "", params, dim, first.id, partials, {}, "", base, "cxx")
+    return KernelSource(name, "", params, dim, first.id, partials, {}, "", base)
 
 
 def _values(k: Any, checks: bool) -> list[str]:
@@ -107,14 +114,20 @@ def _values(k: Any, checks: bool) -> list[str]:
 
 
 def _row_source(
-    graph: Graph, rset: RowSet, stages: list[tuple[str, Any]], main: Any, checks: bool, internal: list[str]
+    graph: Graph,
+    rset: RowSet,
+    stages: list[tuple[str, Any]],
+    main: Any,
+    checks: bool,
+    internal: list[str],
+    target: Target,
 ) -> tuple[str, str, str]:
     """The row drivers' hashed name, C++ and Warp stub (the ``internal`` values in row
     buffers of the task); sets ``main``'s kernel text and params."""
     plan = plan_of(graph)
     written = {p for _, k in stages for p in k.params if p in k.partials or p in plan.group(k.group).outputs}
     unit = kernels.Unit(graph, main.params, written, main.partials)
-    rows, per_task = _tasks(rset)
+    rows, per_task = _tasks(rset, target)
     sig = f"{unit.sig()}, int* st, int sb, int t"
     row = rset.row
     names = {p: f"a{main.params.index(p)}" for p in main.params}
@@ -163,15 +176,15 @@ def row_local_values(graph: Graph, rset: RowSet) -> list[str]:
 
 
 def starting_at(
-    graph: Graph, group: KernelGroup, prefix: str, slots: list[Any], checks: bool, device: str
+    graph: Graph, group: KernelGroup, prefix: str, slots: list[Any], checks: bool, target: Target
 ) -> tuple[list[Any], dict[str, tuple[str, str]], dict[str, str], list[str]] | None:
-    """When ``group`` starts a row set and the plan is for the CPU: the set's launches, their
+    """When ``group`` starts a row set and ``target`` is a CPU: the set's launches, their
     natives, a header line per launch, and the member ids (the groups they replace)."""
     rset = next((r for r in plan_of(graph).rows if r.groups[0] == group.id), None)
-    if rset is None or device != "cpu":
+    if rset is None or target.kind != "cpu":
         return None
     name = f"{prefix}_{rset.id}"
-    built = row_kernels(graph, rset, name, slots, checks, prefix)
+    built = row_kernels(graph, rset, name, slots, checks, prefix, target)
     if built is None:
         return None
     launches, natives = built

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import kernels as cxx_kernels
 from dpt_ir.backends.cxx import rows as cxx_rows
 from dpt_ir.backends.cxx.nest import missing_lowering
@@ -28,10 +29,7 @@ from dpt_ir.passes.kernel_ir import KernelGroup, plan_of
 
 def _header(group: KernelGroup) -> str:
     nodes = ", ".join(group.nodes)
-    return (
-        f"# {group.id} [{group.phase}] {group.kind} over {list(group.space)}: "
-        f"{len(group.nodes)} node(s): {nodes}"
-    )
+    return f"# {group.id} [{group.phase}] {group.kind} over {list(group.space)}: {len(group.nodes)} node(s): {nodes}"
 
 
 @dataclass
@@ -77,13 +75,14 @@ def _refused(graph: Graph, group: KernelGroup, plan: str) -> ContractError:
     )
 
 
-def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, device: str) -> ModuleSource:
-    """Kernels for every fusion group of each named scheduled graph, in one module; a
-    kernel shared by several launches (`_share`) is defined once, after a comment line per
-    launch naming its group and nodes. A row set (`dpt_ir.backends.cxx.rows`) is one row
-    kernel in place of its member groups. The C++ units and the math header are the module's
-    CPU and CUDA preamble. ContractError (nothing generated) when a group has no C++
-    lowering."""
+def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, target: Target) -> ModuleSource:
+    """Kernels for every fusion group of each named scheduled graph, in one module, laid out
+    for ``target`` (its kind, task partition, element blocks, reduction partials and combine
+    levels: the object is passed down to every driver that reads them); a kernel shared by
+    several launches (`_share`) is defined once, after a comment line per launch naming its
+    group and nodes. A row set (`dpt_ir.backends.cxx.rows`) is one row kernel in place of its
+    member groups (CPU targets). The C++ units and the math header are the module's CPU and
+    CUDA preamble. ContractError (nothing generated) when a group has no C++ lowering."""
     kernels: list[KernelSource] = []
     slots: list[StatusSlot] = []
     natives: dict[str, tuple[str, str]] = {}
@@ -93,7 +92,7 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
         for group in plan_of(graph).groups:
             if group.id in replaced:
                 continue
-            row_set = cxx_rows.starting_at(graph, group, prefix, slots, checks, device)
+            row_set = cxx_rows.starting_at(graph, group, prefix, slots, checks, target)
             if row_set is not None:  # its members, this group first, are one row kernel
                 ks, more, heads, members = row_set
                 natives.update(more)
@@ -101,13 +100,13 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, dev
                 headers.update(heads)
                 replaced.update(members)
                 continue
-            lowered = cxx_kernels.group_kernels(graph, group, f"{prefix}_{group.id}", slots, checks, device)
+            lowered = cxx_kernels.group_kernels(graph, group, f"{prefix}_{group.id}", slots, checks, target)
             if lowered is None:
                 raise _refused(graph, group, prefix)
             ks, more = lowered
             natives.update(more)
             kernels += ks
-            headers.update({k.name: f"# {k.name}: [{k.path}] {_header(group)[2:]}" for k in ks})
+            headers.update({k.name: f"# {k.name}: [cxx] {_header(group)[2:]}" for k in ks})
     distinct = _share(kernels)
     users: dict[str, list[str]] = {}
     for k in kernels:

@@ -51,7 +51,6 @@ class KernelSource:
     constants: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)  # param -> (wp type, values)
     function: str = ""  # the @wp.kernel launched: the launch's own name, until `_share` points it at an equal one
     status_base: int = 0
-    path: str = "cxx"  # the code path, named in dumps: C++ element functions and drivers (dpt_ir.backends.cxx)
 
 
 _CONSTANT_DTYPES = {"wp.int32": np.int32, "wp.float32": np.float32, "wp.float64": np.float64}
