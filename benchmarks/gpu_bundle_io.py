@@ -16,16 +16,26 @@ from typing import Any
 
 import numpy as np
 
-VERSION = 1
+VERSION = 2
 FILES = ("plan.json", "ref.npz", "kernels.cu")
 DTYPES = {"float32", "float64", "int32", "uint32", "uint8", "bool"}
 ROLES = {"input", "cotangent", "output", "gradient", "saved", "workspace", "partial", "status", "constant"}
 NEED = {
     "bundle": ("format", "version", "graph", "inputs", "status_size", "status", "plans", "tolerance"),
-    "plan": ("name", "buffers", "launches", "checkpoints", "results", "bytes_moved", "expect_flags"),
+    "plan": ("name", "buffers", "stages", "results", "bytes_moved", "expect_flags"),
     "buffer": ("name", "role", "dtype", "shape", "size"),
-    "launch": ("name", "kernel", "phase", "dim", "grid", "block", "args", "status_base"),
+    "launch": ("name", "kernel", "phase", "dim", "host_tasks", "grid", "block", "args", "status_base"),
+    "run": ("piece", "launches", "copies"),
+    "copy": ("dst", "src", "size", "dst_at", "dst_step", "src_at", "src_step"),
+    "segment": ("name", "run"),
+    "loop": tuple(
+        "name node op length body init carry_in carry_out feed emit keep final "
+        "vjp vjp_carry_in vjp_feed after_vjp zero begin slots actions".split()
+    ),
+    "action": ("kind", "at", "slot", "count"),
 }
+_LISTS = ("init", "carry_in", "carry_out", "vjp_carry_in", "zero")  # a loop stage's fields naming buffers
+_COPIES = ("feed", "emit", "final", "vjp_feed", "after_vjp", "begin")  # its copies (stepped or not)
 
 
 class BundleError(Exception):
@@ -54,6 +64,7 @@ def load(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], str]:
     if doc["format"] != "dpt_ir.cuda_bundle" or doc["version"] != VERSION:
         raise BundleError(
             f"{path}: field 'version' is {doc['version']!r} (format {doc['format']!r}), expected {VERSION}"
+            " (re-export the bundle with this checkout's dpt-ir export-cuda)"
         )
     try:
         with np.load(folder / "ref.npz", allow_pickle=False) as npz:
@@ -75,11 +86,8 @@ def _check_plan(plan: dict[str, Any], where: str, ref: dict[str, np.ndarray], fo
         if b["role"] == "constant" and f"constant/{plan['name']}/{b['name']}" not in ref:
             raise BundleError(f"{folder / 'ref.npz'}: field 'constant/{plan['name']}/{b['name']}' is missing")
         table[b["name"]] = b
-    for k, launch in enumerate(plan["launches"]):
-        _fields(launch, "launch", f"{where}.launches[{k}]")
-        missing = [a for a in launch["args"] if a not in table]
-        if missing:
-            raise BundleError(f"{where}.launches[{k}].args: {missing} not in the buffer table")
+    for k, stage in enumerate(plan["stages"]):
+        _check_stage(stage, f"{where}.stages[{k}]", table)
     for k, r in enumerate(plan["results"]):
         b = table.get(r["buffer"])
         key = f"{plan['name']}/{r['key']}"
@@ -91,6 +99,67 @@ def _check_plan(plan: dict[str, Any], where: str, ref: dict[str, np.ndarray], fo
             raise BundleError(
                 f"{folder / 'ref.npz'}: field {key!r} has shape {list(ref[key].shape)}, "
                 f"{where}.results[{k}] says {r['shape']}"
+            )
+
+
+def _check_stage(stage: Any, where: str, table: dict[str, Any]) -> None:
+    kind = stage.get("kind") if isinstance(stage, dict) else None
+    if kind not in ("segment", "loop"):
+        raise BundleError(f"{where}.kind: {kind!r}; expected 'segment' or 'loop'")
+    _fields(stage, kind, where)
+    if kind == "segment":
+        _check_run(stage["run"], f"{where}.run", table, 1)
+        return
+    n = stage["length"]
+    if not isinstance(n, int) or n < 1 or stage["op"] not in ("scan", "scan_vjp"):
+        raise BundleError(f"{where}: field 'length' {n!r} / 'op' {stage['op']!r}; expected >= 1 / scan or scan_vjp")
+    _check_run(stage["body"], f"{where}.body", table, n)
+    if stage["op"] == "scan_vjp":
+        _check_run(stage["vjp"], f"{where}.vjp", table, n)
+    for f in _LISTS:
+        _named(stage[f], f"{where}.{f}", table)
+    for f in ("keep", "slots"):
+        for k, names in enumerate(stage[f]):
+            _named(names, f"{where}.{f}[{k}]", table)
+    if stage["keep"] and len(stage["keep"]) != n - 1:
+        raise BundleError(f"{where}.keep: {len(stage['keep'])} kept carries; expected length - 1 = {n - 1}")
+    for f in _COPIES:
+        for k, c in enumerate(stage[f]):
+            _check_copy(c, f"{where}.{f}[{k}]", table, n)
+    for k, act in enumerate(stage["actions"]):
+        _fields(act, "action", f"{where}.actions[{k}]")
+        if act["at"] + act["count"] > n or act["slot"] > len(stage["slots"]):
+            raise BundleError(
+                f"{where}.actions[{k}]: {act} reaches step {act['at'] + act['count']} / slot {act['slot']}; "
+                f"expected steps within field 'length' {n} and slots within {len(stage['slots'])} stored carries"
+            )
+
+
+def _named(names: list[str], where: str, table: dict[str, Any]) -> None:
+    missing = [a for a in names if a not in table]
+    if missing:
+        raise BundleError(f"{where}: {missing} not in the buffer table")
+
+
+def _check_run(run: Any, where: str, table: dict[str, Any], steps: int) -> None:
+    _fields(run, "run", where)
+    for k, launch in enumerate(run["launches"]):
+        _fields(launch, "launch", f"{where}.launches[{k}]")
+        _named(launch["args"], f"{where}.launches[{k}].args", table)
+    for k, c in enumerate(run["copies"]):
+        _check_copy(c, f"{where}.copies[{k}]", table, steps)
+
+
+def _check_copy(c: Any, where: str, table: dict[str, Any], steps: int) -> None:
+    """Both sides of a copy inside their buffers at every step ``0..steps-1`` of its stage."""
+    _fields(c, "copy", where)
+    _named([c["dst"], c["src"]], where, table)
+    for side in ("dst", "src"):
+        end = c[f"{side}_at"] + (steps - 1) * c[f"{side}_step"] + c["size"]
+        if end > table[c[side]]["size"]:
+            raise BundleError(
+                f"{where}: {side} {c[side]!r} holds {table[c[side]]['size']} elements; step {steps - 1} of the "
+                f"stage's {steps} (field 'length') reaches element {end}"
             )
 
 

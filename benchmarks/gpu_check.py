@@ -3,9 +3,10 @@
 ``python benchmarks/gpu_check.py DIR... [--dry] [--peers] [--rounds N]``. For each bundle:
 validate ``plan.json`` against ``ref.npz`` (a bad bundle is one ``error:`` line naming the
 file and field, exit 2), build ``kernels.cu``, allocate each plan's buffer table, run its
-launches in order, read the status word at the plan's checkpoints as ``dpt_ir.runtime``
-does, compare results with ``ref.npz`` (exit 1 on a mismatch), and time the plan (median
-of rounds) with the bytes it moves per second.
+stages in order (`benchmarks.gpu_replay.Replay`: segments, and loops step by step), read the
+status word after each stage as ``dpt_ir.runtime`` does, compare results with ``ref.npz``
+(exit 1 on a mismatch), and time the plan (median of rounds) with the bytes it moves per
+second.
 
 - GPU (default): CuPy's ``RawModule`` (NVRTC) builds the ``k_*`` kernels; CUDA events time
   them; the bandwidth is compared with the device's HBM peak.
@@ -38,6 +39,7 @@ if str(ROOT) not in sys.path:  # run as a script: the peers and the bundle reade
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.gpu_bundle_io import BundleError, constants_of, inputs_of, load  # noqa: E402
+from benchmarks.gpu_replay import Replay  # noqa: E402
 
 # -- back ends: the same launch sequence on host arrays (ctypes) or CuPy arrays ----------------
 
@@ -56,6 +58,7 @@ class Host:
         if done.returncode:
             raise BundleError(f"kernels.cu: the host build failed: {done.stderr.strip().splitlines()[:1]}")
         self.lib, self.name = ctypes.CDLL(str(lib)), "cuda drivers on the CPU" if cuda else "CPU drivers"
+        self.cuda = cuda
 
     def upload(self, a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a).reshape(-1).copy()
@@ -69,7 +72,8 @@ class Host:
     def launch(self, launch: dict[str, Any], arrays: list[np.ndarray], status: np.ndarray | None) -> None:
         ptrs = (ctypes.c_void_p * max(len(arrays), 1))(*[a.ctypes.data for a in arrays])
         st = ctypes.c_void_p(status.ctypes.data if status is not None else None)
-        getattr(self.lib, f"h_{launch['kernel']}")(ptrs, st, ctypes.c_int(launch["status_base"]), 0, launch["dim"])
+        tasks = launch["dim"] if self.cuda else launch["host_tasks"]  # the CUDA threads, or the CPU driver's partition
+        getattr(self.lib, f"h_{launch['kernel']}")(ptrs, st, ctypes.c_int(launch["status_base"]), 0, tasks)
 
 
 class Gpu:
@@ -110,33 +114,11 @@ class Gpu:
 
 
 def run_plan(be: Any, plan: dict[str, Any], data: dict[str, np.ndarray]) -> tuple[dict[str, Any], list[int], Any]:
-    """Results, the raised status slots (of the first checkpoint raising any), and a
-    callable re-running every launch (for timing)."""
-    bufs = {}
-    for b in plan["buffers"]:
-        src = data.get(b["name"])
-        bufs[b["name"]] = be.upload(src) if src is not None else be.zeros(b["size"], b["dtype"])
-    status = bufs.get("$status")
-
-    def phases(names: list[str]) -> None:
-        for b in plan["buffers"]:
-            if b.get("copy_of"):
-                bufs[b["name"]][...] = bufs[b["copy_of"]]
-        for launch in plan["launches"]:
-            if launch["phase"] in names and launch["dim"] > 0:
-                be.launch(launch, [bufs[a] for a in launch["args"]], status)
-
-    raised: list[int] = []
-    for cp in plan["checkpoints"]:
-        if status is not None:
-            status[...] = 0
-        phases(cp["phases"])
-        if status is not None:
-            raised = [int(k) for k in np.flatnonzero(be.host(status))]
-            if raised:
-                break
-    results = {r["key"]: be.host(bufs[r["buffer"]]) for r in plan["results"]}
-    return results, raised, lambda: phases([p for cp in plan["checkpoints"] for p in cp["phases"]])
+    """Results, the raised status slots, and the `Replay` (``again`` re-runs every launch)."""
+    replay = Replay(be, plan, data)
+    raised = replay.run()
+    results = {r["key"]: be.host(replay.bufs[r["buffer"]]) for r in plan["results"]}
+    return results, raised, replay
 
 
 def compare(plan: dict[str, Any], results: dict[str, np.ndarray], ref: dict[str, np.ndarray], tol: dict) -> list[str]:
@@ -158,7 +140,7 @@ def compare(plan: dict[str, Any], results: dict[str, np.ndarray], ref: dict[str,
 
 
 def median_seconds(be: Any, again: Any, rounds: int) -> float:
-    again()
+    again()  # warm-up
     if isinstance(be, Gpu):
         cp, times = be.cp, []
         for _ in range(rounds):
@@ -237,7 +219,7 @@ def check_bundle(folder: Path, args: argparse.Namespace, tmp: Path) -> int:
         for plan in doc["plans"]:
             given = {**data, **{ct: ref[f"tape/cotangent/{o}"] for o, ct in plan.get("cotangents", {}).items()}}
             given.update(constants_of(plan, ref))
-            results, raised, again = run_plan(be, plan, given)
+            results, raised, replay = run_plan(be, plan, given)
             what = f"{doc['graph']} {plan['name']} [{be.name}]"
             messages = [doc["status"][k]["message"] for k in raised if k < len(doc["status"])]
             if plan["expect_flags"] or raised:
@@ -250,12 +232,13 @@ def check_bundle(folder: Path, args: argparse.Namespace, tmp: Path) -> int:
                 continue
             bad = compare(plan, results, ref, doc["tolerance"])
             failures += bool(bad)
-            seconds = median_seconds(be, again, args.rounds)
+            launched = replay.launched
+            seconds = median_seconds(be, replay.again, args.rounds)
             rate = plan["bytes_moved"] / seconds
             hbm = be.peak() if isinstance(be, Gpu) else None
             peak = f", {rate / hbm:.0%} of HBM ({hbm / 1e9:.0f} GB/s)" if hbm else ""
             print(
-                f"{'FAIL' if bad else 'ok  '} {what}: {len(plan['launches'])} launches, {seconds * 1e3:.3f} ms, "
+                f"{'FAIL' if bad else 'ok  '} {what}: {launched} launches, {seconds * 1e3:.3f} ms, "
                 f"{rate / 1e9:.1f} GB/s{peak}{''.join('; ' + b for b in bad)}"
             )
     if args.peers:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx import math_header
@@ -49,10 +50,11 @@ class Unit:
 
 @dataclass
 class CudaBuild:
-    graphs: dict[str, Graph]  # plan name -> scheduled graph
-    kernels: dict[str, list[KernelSource]]  # plan name -> its launches, in order
+    graphs: dict[str, Graph]  # plan (or piece) name -> scheduled graph
+    kernels: dict[str, list[KernelSource]]  # plan (or piece) name -> its launches, in order
     slots: list[StatusSlot]
     units: dict[str, Unit]  # launch name -> unit
+    host_tasks: dict[str, int]  # launch name -> its unit's CPU driver's tasks, where not ``dim`` (`host_tasks`)
 
 
 def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool) -> CudaBuild:
@@ -60,18 +62,55 @@ def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool)
     from dpt_ir.passes.manager import run_pipeline
 
     graphs = {name: run_pipeline(graph, opts).graph for name, opts in pipelines.items()}
+    return _generate(graph.name, graphs, {k: PLAN_PREFIX[k] for k in graphs}, checks)
+
+
+def cuda_pieces(title: str, pieces: dict[str, Graph], base: dict[str, Any]) -> CudaBuild:
+    """A loop program's pieces (segments, bodies, body vjps: name -> graph) as
+    `dpt_ir.compiler.compile_pieces` builds them, forward-only ``run`` pipelines with the CUDA
+    options ``base`` (`dpt_ir.compiler.options_of`), in one module: one status table."""
+    from dpt_ir.compiler import pipelines
+    from dpt_ir.passes.manager import run_pipeline
+
+    graphs = {name: run_pipeline(g, pipelines(g, (), None, base)["run"]).graph for name, g in pieces.items()}
+    return _generate(title, graphs, {name: f"p{k}" for k, name in enumerate(pieces)}, base["checks"])
+
+
+def _generate(title: str, graphs: dict[str, Graph], prefixes: dict[str, str], checks: bool) -> CudaBuild:
+    """Generate the CUDA launches of scheduled ``graphs`` (name -> graph; kernel names start
+    with ``prefixes[name]``), each launch's C++ unit found."""
     source = codegen.generate(
-        {PLAN_PREFIX[k]: g for k, g in graphs.items()}, graph.name, "CUDA export", checks, target_for("cuda")
+        {prefixes[k]: g for k, g in graphs.items()}, title, "CUDA export", checks, target_for("cuda")
     )
-    kernels = {name: [k for k in source.kernels if k.name.startswith(PLAN_PREFIX[name] + "_")] for name in graphs}
+    kernels = {name: [k for k in source.kernels if k.name.startswith(prefixes[name] + "_")] for name in graphs}
     units = {}
     for ks in kernels.values():
         for k in ks:
             fn = _CALL.search(k.text)
             if fn is None or fn.group(1) not in source.natives:
-                raise ContractError(f"export of {graph.name!r}: launch {k.name!r} calls no C++ unit; found {k.text!r}")
+                raise ContractError(f"export of {title!r}: launch {k.name!r} calls no C++ unit; found {k.text!r}")
             units[k.name] = _unit(fn.group(1), source.natives[fn.group(1)][0])
-    return CudaBuild(graphs, kernels, source.slots, units)
+    return CudaBuild(graphs, kernels, source.slots, units, host_tasks(graphs, prefixes, units, checks))
+
+
+def host_tasks(
+    graphs: dict[str, Graph], prefixes: dict[str, str], units: dict[str, Unit], checks: bool
+) -> dict[str, int]:
+    """The tasks of launches whose CPU driver does not run ``dim`` tasks (launch name ->
+    count). A unit's CPU driver is generated on the launch's CUDA layout (one task per CUDA
+    thread), except where its partition does not depend on the device (a reduction over
+    leading axes, `columns.layout`: blocks of columns on the CPU): then the CPU build of
+    the same graphs launches the same unit, and that launch's ``dim`` is the driver's task
+    count."""
+    source = codegen.generate(
+        {prefixes[k]: g for k, g in graphs.items()}, "CPU tasks", "CUDA export", checks, target_for("cpu")
+    )
+    out = {}
+    for k in source.kernels:
+        fn = _CALL.search(k.text)
+        if k.name in units and fn is not None and fn.group(1) == units[k.name].name:
+            out[k.name] = k.dim
+    return out
 
 
 def _unit(name: str, text: str) -> Unit:

@@ -7,8 +7,9 @@ the table mirrors a `Workspace`: one buffer per schedule buffer (values with dis
 ranges share it), graph inputs and cotangent inputs bound by name, reduction partials by
 their parameter name, launch constants (sparse rows, scatter tables: role constant, data in
 ``ref.npz``) by their parameter name, the status word as ``$status``, and an output that is an input after
-the passes as ``$copy:<input>`` (filled from the input before each checkpoint, as
-`ExecutionPlan.run` does). Roles: output / gradient for the plan's results, saved for a
+the passes as ``$copy:<input>`` (a `Copy` from the input before the launches, as
+`ExecutionPlan.run` does); `Table.renamed` places a piece's table in a loop program's
+plan. Roles: output / gradient for the plan's results, saved for a
 buffer a forward group writes and a backward group reads, workspace for the others.
 """
 
@@ -19,17 +20,18 @@ from typing import Any
 
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp.launches import STATUS, KernelSource
-from dpt_ir.export.bundle import BufferSpec, Checkpoint, LaunchSpec, PlanSpec, Result
-from dpt_ir.export.cuda import Unit, pointer_params
+from dpt_ir.export.bundle import BufferSpec, Copy, Launches, LaunchSpec, PlanSpec, Result, SegmentStage
+from dpt_ir.export.cuda import CudaBuild, pointer_params
 from dpt_ir.graph import Graph
 from dpt_ir.passes.kernel_ir import plan_of
 
 BLOCK = target_for("cuda").cuda_block  # CUDA threads per block of every launch (`Target.cuda_block`)
-CHECKPOINTS = {
-    "run": [Checkpoint(name="forward", phases=["forward"])],
-    "value_and_grad": [Checkpoint(name="value_and_grad", phases=["forward", "backward"])],
-    "tape": [Checkpoint(name="forward", phases=["forward"]), Checkpoint(name="backward", phases=["backward"])],
+CHECKPOINTS = {  # plan -> its status reads: (stage name, the phases it launches)
+    "run": [("forward", ("forward",))],
+    "value_and_grad": [("value_and_grad", ("forward", "backward"))],
+    "tape": [("forward", ("forward",)), ("backward", ("backward",))],
 }
+MOVED = ("input", "cotangent", "output", "gradient", "saved")
 _ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "uint32": 4, "uint8": 1, "bool": 1}
 
 
@@ -63,25 +65,59 @@ def _value_buffers(graph: Graph, results: dict[str, str]) -> tuple[list[BufferSp
     return specs, where
 
 
-def plan_spec(
-    name: str, graph: Graph, kernels: list[KernelSource], units: dict[str, Unit], status: int, expect_flags: bool
-) -> PlanSpec:
-    """The `PlanSpec` of plan ``name``: ``status`` elements in the status word (0: no checks);
-    ``expect_flags``: the program raised a NumericalError on the bundle's inputs."""
-    gradients = {graph.output_value(g): w for w, g in graph.meta.get("gradients", {}).items()}
-    cotangents: dict[str, str] = graph.meta.get("cotangents", {})
-    results = {o.value: ("gradient" if o.value in gradients else "output") for o in graph.outputs}
+class Table:
+    """A piece's buffer table, launches and copies; ``where``: the buffer of each input (by
+    name), value, partial and constant a launch binds; ``outputs``: the buffer of each output
+    value (``$copy:<input>`` for an output that is an input after the passes)."""
+
+    def __init__(
+        self,
+        buffers: list[BufferSpec],
+        launches: list[LaunchSpec],
+        copies: list[Copy],
+        where: dict[str, str],
+        outputs: dict[str, str],
+    ) -> None:
+        self.buffers, self.launches, self.copies = buffers, launches, copies
+        self.where, self.outputs = where, outputs
+
+    def renamed(self, prefix: str, bound: dict[str, str]) -> Table:
+        """Every buffer named ``<prefix>/<name>`` except those ``bound`` (name -> a buffer of
+        the enclosing plan: dropped from the table) and the status word (one per plan)."""
+
+        def new(name: str) -> str:
+            return bound.get(name, name if name == STATUS else f"{prefix}/{name}")
+
+        return Table(
+            [b.model_copy(update={"name": new(b.name)}) for b in self.buffers if b.name not in bound],
+            [k.model_copy(update={"args": [new(a) for a in k.args]}) for k in self.launches],
+            [c.model_copy(update={"dst": new(c.dst), "src": new(c.src)}) for c in self.copies],
+            {v: new(b) for v, b in self.where.items()},
+            {v: new(b) for v, b in self.outputs.items()},
+        )
+
+
+def piece_table(graph: Graph, build: CudaBuild, piece: str, status: int, results: dict[str, str]) -> Table:
+    """The table of ``build``'s scheduled graph ``piece``'s launches (``results``: output
+    value -> role)."""
+    kernels = build.kernels[piece]
     buffers, where = _value_buffers(graph, results)
     specs: list[BufferSpec] = []
+    cotangents: dict[str, str] = graph.meta.get("cotangents", {})
     for i in graph.inputs:
         role = "cotangent" if i.name in cotangents.values() else "input"
         specs.append(_spec(i.name, role, i.type.dtype, i.type.shape))
+        where[i.name] = i.name
     specs += buffers
+    copies, outputs = [], {}
     for o in graph.outputs:
-        if o.value in graph.input_map and o.value not in where:
+        if o.value not in graph.input_map:
+            outputs[o.value] = where[o.value]
+        elif o.value not in outputs:
             t = graph.types[o.value]
-            where[o.value] = f"$copy:{o.value}"
-            specs.append(_spec(where[o.value], results[o.value], t.dtype, t.shape, copy_of=o.value))
+            outputs[o.value] = f"$copy:{o.value}"
+            specs.append(_spec(outputs[o.value], results[o.value], t.dtype, t.shape))
+            copies.append(Copy(dst=outputs[o.value], src=o.value, size=max(t.size, 1)))
     partials: dict[str, tuple[str, int]] = {}
     for k in kernels:
         partials.update(k.partials)
@@ -94,7 +130,7 @@ def plan_spec(
         BufferSpec(name=p, role="constant", dtype=t.split(".")[1], shape=[v.size], size=max(v.size, 1))  # type: ignore[arg-type]
         for p, (t, v) in consts.items()
     ]
-    where.update({p: p for p in consts})
+    where.update({p: p for p in [*consts, *partials]})
     if status:
         specs.append(BufferSpec(name=STATUS, role="status", dtype="int32", shape=[status], size=status))
     phases = {g.id: g.phase for g in plan_of(graph).groups}
@@ -102,35 +138,57 @@ def plan_spec(
     launches = [
         LaunchSpec(
             name=k.name,
-            kernel=units[k.name].name,
+            kernel=build.units[k.name].name,
             group=k.group,
             ops=ops[k.group],
             phase=phases[k.group],
             dim=k.dim,
+            host_tasks=build.host_tasks.get(k.name, k.dim),
             grid=-(-k.dim // BLOCK),
             block=BLOCK,
-            args=[_bound(p, graph, where) for p in pointer_params(k)],
+            args=[where[p] for p in pointer_params(k)],
             status_base=k.status_base,
         )
         for k in kernels
     ]
+    return Table(specs, launches, copies, where, outputs)
+
+
+def plan_spec(name: str, build: CudaBuild, status: int, expect_flags: bool) -> PlanSpec:
+    """The `PlanSpec` of plan ``name`` of an ordinary program: ``status`` elements in the
+    status word (0: no checks); ``expect_flags``: the program raised a NumericalError on the
+    bundle's inputs. Its stages are its checkpoints: ``run`` and ``value_and_grad`` one,
+    ``tape`` two (the forward phase's launches, then the backward's)."""
+    graph = build.graphs[name]
+    gradients = {graph.output_value(g): w for w, g in graph.meta.get("gradients", {}).items()}
+    results = {o.value: ("gradient" if o.value in gradients else "output") for o in graph.outputs}
+    table = piece_table(graph, build, name, status, results)
+    stages = []
+    for stage, phases in CHECKPOINTS[name]:
+        run = Launches(piece=name, launches=[k for k in table.launches if k.phase in phases], copies=table.copies)
+        stages.append(SegmentStage(kind="segment", name=stage, run=run))
     out = [
         Result(
-            key=f"{results[v]}/{_result_name(graph, v, gradients)}", buffer=where[v], shape=list(graph.types[v].shape)
+            key=f"{results[v]}/{_result_name(graph, v, gradients)}",
+            buffer=table.outputs[v],
+            shape=list(graph.types[v].shape),
         )
         for v in results
     ]
-    moved = sum(_bytes(b) for b in specs if b.role in ("input", "cotangent", "output", "gradient", "saved"))
     return PlanSpec(
         name=name,  # type: ignore[arg-type]
-        buffers=specs,
-        launches=launches,
-        checkpoints=CHECKPOINTS[name],
+        buffers=table.buffers,
+        stages=stages,
         results=out,
-        cotangents=dict(cotangents),
-        bytes_moved=moved,
+        cotangents=dict(graph.meta.get("cotangents", {})),
+        bytes_moved=bytes_moved(table.buffers),
         expect_flags=expect_flags,
     )
+
+
+def bytes_moved(buffers: list[BufferSpec]) -> int:
+    """Each input, cotangent, output, gradient and saved buffer once: the traffic floor."""
+    return sum(b.size * _ITEMSIZE[b.dtype] for b in buffers if b.role in MOVED)
 
 
 def constants(kernels: list[KernelSource]) -> dict[str, tuple[str, Any]]:
@@ -148,18 +206,6 @@ def _result_name(graph: Graph, value: str, gradients: dict[str, str]) -> str:
     return next(o.name for o in graph.outputs if o.value == value)
 
 
-def _bound(param: str, graph: Graph, where: dict[str, str]) -> str:
-    """The buffer bound to a launch parameter: inputs and partials by name, constants and
-    values through ``where``."""
-    if param in graph.input_map or param.startswith("$partial:"):
-        return param
-    return where[param]
-
-
-def _spec(name: str, role: str, dtype: str, shape: Any, copy_of: str | None = None) -> BufferSpec:
+def _spec(name: str, role: str, dtype: str, shape: Any) -> BufferSpec:
     size = max(math.prod(shape), 1)
-    return BufferSpec(name=name, role=role, dtype=dtype, shape=list(shape), size=size, copy_of=copy_of)  # type: ignore[arg-type]
-
-
-def _bytes(b: BufferSpec) -> int:
-    return b.size * _ITEMSIZE[b.dtype]
+    return BufferSpec(name=name, role=role, dtype=dtype, shape=list(shape), size=size)  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """`export_cuda`: a program's plans as a bundle a GPU machine runs without warp-lang.
 
-Assumes: a compiled `dp.Program` (any device). Guarantees: ``DIR`` receives ``kernels.cu``,
+Assumes: a compiled `dp.Program` (any device), or the `LoopProgram` of a graph with loops
+(its plans' stages: `dpt_ir.export.stages`). Guarantees: ``DIR`` receives ``kernels.cu``,
 ``plan.json`` (a `Bundle`) and ``ref.npz`` together, or, on any error (a group the C++
 path cannot lower, missing inputs), nothing: the files are written only once everything
 is built. The CUDA plans are generated as `dp.compile` would for a GPU, with the program's
@@ -20,33 +21,48 @@ import dpt_ir as dp
 from dpt_ir.compiler import PLAN_PREFIX
 from dpt_ir.errors import ContractError
 from dpt_ir.export.bundle import BUNDLE_VERSION, Bundle, StatusSpec, Tolerance
-from dpt_ir.export.cuda import cuda_plans, kernels_cu
+from dpt_ir.export.cuda import cuda_pieces, cuda_plans, kernels_cu
 from dpt_ir.export.reference import cotangents, input_specs, program_results, raises, store, tape_call
+from dpt_ir.export.stages import loop_plan
 from dpt_ir.export.tables import constants, plan_spec
 from dpt_ir.version import __version__
 
 TOLERANCE = Tolerance(rtol=2e-4, atol_rel=2e-5)  # tests/backend/harness.py MODERATE_TOLERANCES, float32
 
 
-def _pipelines(program: Any, plans: list[str]) -> dict[str, Any]:
-    """The options of ``plans``, from the table `dp.compile` uses, with the CUDA budgets."""
+def _cuda_options(program: Any) -> dict[str, Any]:
+    """The program's switches with the CUDA budgets (`dpt_ir.compiler.options_of`)."""
     from dpt_ir.backends.base import target_for
-    from dpt_ir.compiler import options_of, pipelines
+    from dpt_ir.compiler import options_of
 
     opts = program.report["options"]
-    base = options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute", "reciprocal")})
-    every = pipelines(program.graph, tuple(program.wrt), program.loss, base)
+    return options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute", "reciprocal")})
+
+
+def _pipelines(program: Any, plans: list[str]) -> dict[str, Any]:
+    """The options of ``plans``, from the table `dp.compile` uses, with the CUDA budgets."""
+    from dpt_ir.compiler import pipelines
+
+    every = pipelines(program.graph, tuple(program.wrt), program.loss, _cuda_options(program))
     return {name: every[name] for name in plans}
 
 
 def _chosen(program: Any, plans: list[str] | None) -> list[str]:
-    have = [name for name in PLAN_PREFIX if name in program.plans]
+    have = [name for name in PLAN_PREFIX if name in _plans_of(program)]
     if plans is None:
         return have
     unknown = [p for p in plans if p not in have]
     if unknown or not plans:
         raise ContractError(f"export of {program.graph.name!r}: plans {unknown or plans} not among {have}")
     return [p for p in have if p in plans]
+
+
+def _plans_of(program: Any) -> list[str]:
+    """The plans a program offers (a loop program: ``run``, ``value_and_grad`` with a loss,
+    ``tape`` with ``wrt``, as it compiles them)."""
+    if hasattr(program, "plans"):
+        return list(program.plans)
+    return ["run", *(["value_and_grad"] if program.joint is not None else []), *(["tape"] if program.wrt else [])]
 
 
 def export_cuda(
@@ -67,21 +83,29 @@ def export_cuda(
     checksums shipped. ``reference``: ``"interpreter"`` (the NumPy oracle) or ``"program"``
     (the compiled CPU program: far less memory and time at GPU sizes) computes ``ref.npz``.
     """
+    from dpt_ir.backends.warp.loop_program import LoopProgram
     from dpt_ir.runtime import Program
 
-    if not isinstance(program, Program):
+    if not isinstance(program, Program | LoopProgram):
         graph_name = getattr(getattr(program, "graph", None), "name", None)
         raise ContractError(
-            f"export_cuda of {graph_name!r}: expected a dp.Program, found {type(program).__name__} (programs "
-            "with loops launch their bodies per step from Python; their bundle is not built)"
+            f"export_cuda of {graph_name!r}: expected a dp.Program (or the program of a graph with loops), "
+            f"found {type(program).__name__}"
         )
     graph = program.graph
     if reference not in ("interpreter", "program"):
         raise ContractError(f"export of {graph.name!r}: reference {reference!r}; expected 'interpreter' or 'program'")
     names = _chosen(program, plans)
-    build = cuda_plans(graph, _pipelines(program, names), program.checks)
+    checks = bool(program.report["options"]["checks"])
+    loops = isinstance(program, LoopProgram)
+    cuts = {name: program.segments(name) for name in names} if loops else {}
+    if loops:
+        pieces = {k: g for cut in cuts.values() for k, g in cut.pieces().items()}
+        build = cuda_pieces(graph.name, pieces, _cuda_options(program))
+    else:
+        build = cuda_plans(graph, _pipelines(program, names), checks)
     specs, arrays = input_specs(graph, inputs, seed, ranges or {})
-    status = max(len(build.slots), 1) if program.checks else 0
+    status = max(len(build.slots), 1) if checks else 0
     ref: dict[str, np.ndarray] = {}
     for spec in specs:
         if spec.seed is None:
@@ -91,19 +115,25 @@ def export_cuda(
     plan_specs = []
     forward = dp.interpret(graph, **arrays) if reference == "interpreter" else None  # one forward for every plan
     for name in names:
-        pg = build.graphs[name]
+        pg = cuts[name].graph if loops else build.graphs[name]
         outs, grads, call = _reference(program, name, pg, arrays, ref, seed or 0, forward)
         for key, value in [*_keyed("output", outs), *_keyed("gradient", grads)]:
             store(ref, f"{name}/{key}", value)
         raised = call is not None and raises(call)  # program references exist only where nothing raised
-        plan_specs.append(plan_spec(name, pg, build.kernels[name], build.units, status, raised))
-        for p, (_, values) in constants(build.kernels[name]).items():
+        if loops:
+            outputs = [o.name for o in graph.outputs]
+            plan, consts = loop_plan(name, cuts[name], build, status, tuple(program.wrt), outputs, raised)
+        else:
+            plan = plan_spec(name, build, status, raised)
+            consts = {p: values for p, (_, values) in constants(build.kernels[name]).items()}
+        plan_specs.append(plan)
+        for p, values in consts.items():
             ref[f"constant/{name}/{p}"] = values
     bundle = Bundle(
         version=BUNDLE_VERSION,
         graph=graph.name,
         dpt_ir=__version__,
-        checks=program.checks,
+        checks=checks,
         inputs=specs,
         status_size=status,
         status=[_slot(k, s) for k, s in enumerate(build.slots)],
@@ -111,7 +141,7 @@ def export_cuda(
         tolerance=TOLERANCE,
         reference=reference,
     )
-    units = [build.units[k.name] for n in names for k in build.kernels[n]]
+    units = [build.units[k.name] for ks in build.kernels.values() for k in ks]
     buf = io.BytesIO()
     np.savez(buf, **ref)
     out = Path(out_dir)

@@ -12,7 +12,13 @@
   between two partials, and a sum over two axes of a product with a broadcast row (sub-rows);
 - ``ew``: an elementwise program with array outputs, one of them an input after the passes,
   compiled without checks: ``run`` and ``tape`` (cotangents);
-- the op sampler (`tests.export.sampler`): one case of every op the C++ path covers.
+- the op sampler (`tests.export.sampler`): one case of every op the C++ path covers;
+- loop programs (`loop_programs`): ``heat_scan`` (a `dp.scan` of heat steps: a carry, a
+  per-step source ``xs``, a per-step energy ``y``, a closed-over conductivity) with the
+  reverse storing every carry (``heat``: every plan) and with binomial checkpointing
+  (``heat_revolve``, ``checkpoint=2``: ``run`` and ``value_and_grad``), and ``fori`` (a
+  `dp.fori_loop` of two carries reading the step index: ``run`` and ``value_and_grad``), and
+  ``logscan`` (a scan whose body takes the log of a negative carry: flags raised).
 """
 
 from __future__ import annotations
@@ -78,8 +84,70 @@ def ew_graph() -> dp.Graph:
     return b.build()
 
 
+LAPLACIAN = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
+HEAT = (8, 6)
+STEPS = 5
+
+
+def heat_graph(checkpoint: int | None) -> dp.Graph:
+    """Heat steps on an 8 x 6 field: the carry, a per-step source, a per-step y, a closure."""
+    g = dp.GraphBuilder("heat_scan")
+    u0, k = g.input("u0", HEAT), g.input("k", HEAT)
+    xs = g.input("xs", (STEPS, *HEAT))
+
+    def step(u: dp.Tensor, src: dp.Tensor) -> tuple[dp.Tensor, dp.Tensor]:
+        u = u + 0.2 * k * dp.correlate(u, LAPLACIAN, mode="nearest") + 0.1 * src
+        return u, dp.mean(dp.square(u))
+
+    u, energy = dp.scan(step, u0, xs, checkpoint=checkpoint)
+    g.output("loss", dp.sum(u * u0) + dp.sum(energy))
+    g.output("field", u)
+    return g.build()
+
+
+def fori_graph() -> dp.Graph:
+    """Four steps of two carries (one passes through unchanged) reading the step index; the
+    gradient of the closed-over row ``w`` is a reduction over the leading axis (CPU drivers
+    of their own partition: `LaunchSpec.host_tasks`)."""
+    g = dp.GraphBuilder("fori")
+    x, w = g.input("x", (4, 5)), g.input("w", (5,))
+
+    def body(i: dp.Tensor, carry: tuple[dp.Tensor, dp.Tensor]) -> tuple[dp.Tensor, dp.Tensor]:
+        a, b = carry
+        return a * 0.9 + dp.sin(b) * w * 0.1 + 0.01 * dp.cast(i, "float32"), b
+
+    a, b = dp.fori_loop(4, body, (x, x * 2.0))
+    g.output("loss", dp.sum(a * a) + dp.sum(b))
+    return g.build()
+
+
+def logscan_graph() -> dp.Graph:
+    """Three steps adding the log of the carry (given a negative: the body raises log's flag)."""
+    g = dp.GraphBuilder("logscan")
+    x = g.input("x", (4,))
+    c, _ = dp.scan(lambda c, _: (c + dp.log(c), None), x * 1.0, length=3)
+    g.output("loss", dp.sum(c))
+    return g.build()
+
+
+LOOP_PLANS = {"heat": EVERY, "heat_revolve": ["run", "value_and_grad"], "fori": ["run", "value_and_grad"]}
+LOOP_PLANS["logscan"] = ["run", "value_and_grad"]
+LOOP_RANGES = {"u0": (-1.0, 1.0), "xs": (-1.0, 1.0)}
+
+
 @pytest.fixture(scope="session")
-def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def loop_programs() -> dict[str, object]:
+    """Bundle name -> the loop program (CPU) it is exported from."""
+    return {
+        "heat": dp.compile(heat_graph(None), wrt=["u0", "k", "xs"], loss="loss", device="cpu"),
+        "heat_revolve": dp.compile(heat_graph(2), wrt=["u0", "k", "xs"], loss="loss", device="cpu"),
+        "fori": dp.compile(fori_graph(), wrt=["x", "w"], device="cpu"),
+        "logscan": dp.compile(logscan_graph(), wrt=["x"], device="cpu"),
+    }
+
+
+@pytest.fixture(scope="session")
+def bundles(tmp_path_factory: pytest.TempPathFactory, loop_programs: dict[str, object]) -> dict[str, Path]:
     """Bundle name -> folder."""
     root = tmp_path_factory.mktemp("bundles")
     out: dict[str, Path] = {}
@@ -103,6 +171,9 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     graph, inputs, _ = sampler()
     out["sampler"] = dp.compile(graph, device="cpu").export_cuda(root / "sampler", inputs=inputs)
+    for name, program in loop_programs.items():
+        given = {"inputs": {"x": np.array([1.0, -1.0, 2.0, 0.5], np.float32)}} if name == "logscan" else {"seed": 3}
+        out[name] = program.export_cuda(root / name, plans=LOOP_PLANS[name], ranges=LOOP_RANGES, **given)  # type: ignore[attr-defined]
     return out
 
 

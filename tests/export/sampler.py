@@ -5,7 +5,7 @@ where the op has a float32 case, else its first dtype: the logical ops' bool), i
 Cases come from the op table's test data (``tests/op_cases.py``, inputs inside each op's
 smooth domain); every CUDA plan is all C++ (the Warp-Python path is gone), and a case
 whose plan cannot be exported fails here with the ContractError naming its group. The
-loop ops (``scan``) compile as loop programs, which the bundle does not carry.
+loop ops (``scan``) compile as loop programs, exported as such (`tests/export/test_stages.py`).
 ``benchmarks/gpu_bundle.sh`` exports it (``python -m tests.export.sampler OUT``) and
 ``tests/export/test_export.py`` checks it.
 """

@@ -217,6 +217,7 @@ class LoopProgram:
         self.report = {
             "graph": graph.name,
             "device": self.device,
+            "options": dict(base),  # as `Program.report`'s: the switches and budgets every piece compiled with
             "compile_seconds": time.perf_counter() - start,
             "modules": modules,
             "distinct_kernels": self.kernel_count,
@@ -300,6 +301,23 @@ class LoopProgram:
                 "(tape=...); run program.tape_pass() on its own and seed backward(seed=...) with the cotangents "
                 "of its outputs"
             )
+        return LoopTapePass(self, self.segments("tape"), self._tape_lock)
+
+    def export_cuda(self, out_dir: Any, **options: Any) -> Any:
+        """Write this program's CUDA bundle, as `dpt_ir.runtime.Program.export_cuda`."""
+        from dpt_ir.export import export_cuda
+
+        return export_cuda(self, out_dir, **options)
+
+    def segments(self, plan: str) -> Segments:
+        """The stages of ``plan`` (``run``, ``value_and_grad``, ``tape``: the tape's pieces
+        compile at the first call); `dpt_ir.export` reads them to write a loop program's bundle."""
+        if plan == "run":
+            return self.forward
+        if plan == "value_and_grad" and self.joint is not None:
+            return self.joint
+        if plan != "tape" or not self.wrt:
+            raise ContractError(f"program {self.graph.name!r} has no plan {plan!r}")
         with self._lock:
             if self._tape is None:
                 from dpt_ir.compiler import compile_pieces
@@ -309,4 +327,4 @@ class LoopProgram:
                 programs = compile_pieces(f"{self.graph.name}.tape", segments.pieces(), self.device, self._base, None)
                 segments.bind(programs, self.device)
                 self._tape = segments
-        return LoopTapePass(self, self._tape, self._tape_lock)
+        return self._tape
