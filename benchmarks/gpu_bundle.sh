@@ -30,8 +30,8 @@ trap 'rm -rf "$GRAPHS"' EXIT
 
 # The graph documents of the cases (benchmarks/cases.py): beer at SIDE x SIDE, the others at
 # SIDE / 2; heat_scan (a loop program: docs/gpu-check.md, "Loop programs") at (SIDE / 4)^2, at
-# most 256^2: the C++ code of the segment packing the loop's cotangent (embed_slice) holds
-# index tables the size of the field (kernels.cu was 149 MB at 2048^2).
+# most 256^2: the segment packing the loop's cotangent (embed_slice) reads image tables the
+# size of the field, launch constants shipped in ref.npz (the bundle must stay <= 20 MiB).
 "$PY" - "$GRAPHS" "$SIDE" <<'EOF'
 import sys
 import numpy as np

@@ -76,3 +76,26 @@ def test_values_and_gradients_match_the_interpreter(program: dp.Program) -> None
         assert float(np.abs(grads[name] - ref[name]).max()) <= 2e-5 * scale, name
         assert float(np.abs(taped[name].numpy() - ref[name]).max()) <= 2e-5 * scale, name
     tp.close()
+
+
+def test_image_tables_over_the_limit_are_launch_constants() -> None:
+    """A per-axis view's image tables past `gathers.TABLE_MAX` elements (a strided slice's
+    adjoint over a long axis) are launch constants (``$images:``/``$counts:``), not C++ text
+    the size of the field in every build; the adjoint reads them right."""
+    from dpt_ir.backends.cxx import gathers
+
+    n = gathers.TABLE_MAX + 8
+    g = dp.GraphBuilder("cxx_views_big_images")
+    x = g.input("x", (n,), "float32")
+    g.output("loss", dp.sum(dp.square(x[::3])))
+    program = dp.compile(g.build(), wrt=["x"])
+    plan = program.plans["value_and_grad"]
+    assert not off_cxx(plan.kernels, plan.module.text)
+    params = {p for k in plan.kernels for p in k.constants}
+    assert any(p.startswith("$images:") for p in params) or any(p.startswith("$counts:") for p in params), params
+    assert len(plan.module.text) < 200_000, len(plan.module.text)
+    x_np = np.random.default_rng(3).uniform(-1.0, 1.0, n).astype(np.float32)
+    _, grads = program.value_and_grad(x=x_np)
+    expected = np.zeros(n, np.float32)
+    expected[::3] = 2.0 * x_np[::3]
+    np.testing.assert_array_equal(grads["x"], expected)

@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
 from dpt_ir.backends.cxx.nest import C_TYPES, Nest
 from dpt_ir.backends.cxx.sites import flat_index
@@ -223,7 +225,7 @@ class ElementWriter:
                 per_axis.append([(c.shifted(ax.shift), None)])
                 continue
             width = max((len(im) for im in ax.images), default=0)
-            table, counts = self._table(ax, width)
+            table, counts = self._table(f"{node.name}:{d}", ax, width)
             at = self.render(c)
             opts = []
             for k in range(width):
@@ -252,12 +254,21 @@ class ElementWriter:
             self.lines.append(f"{var} = ({cond}) ? {var} + ({acc}){v} : {var};" if cond else f"{var} += ({acc}){v};")
         return self._define(out_t, f"({out_t}){var}")
 
-    def _table(self, ax: Any, width: int) -> tuple[str, str]:
+    def _table(self, key: str, ax: Any, width: int) -> tuple[str, str]:
         """Constant tables of an axis's images (``width`` per index, unused slots 0) and of
-        their counts, defined once per kernel (named under the kernel's hashed name)."""
+        their counts (axis ``key``: node and axis), defined once per kernel (named under the
+        kernel's hashed name), or, past `gathers.TABLE_MAX` elements, launch constants
+        (``$images:<key>``, ``$counts:<key>``): a table the size of a large field would
+        otherwise be megabytes of C++ on every build of the module."""
         images = [[*im, *([0] * (width - len(im)))] for im in ax.images]
         names = []
-        for values in ([v for row in images for v in row], [len(im) for im in ax.images]):
+        tables = (("images", [v for row in images for v in row]), ("counts", [len(im) for im in ax.images]))
+        for kind, values in tables:
+            if len(values) > gathers.TABLE_MAX:
+                param = f"${kind}:{key}"
+                self.constants[param] = ("wp.int32", np.asarray(values, dtype=np.int32))
+                names.append(self.param(param))
+                continue
             text = ", ".join(map(str, values or [0]))
             if text not in self.tables:
                 self.tables[text] = f"{TOKEN}_t{len(self.tables)}"
