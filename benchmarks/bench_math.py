@@ -1,6 +1,6 @@
 """Throughput of the float32 math header (`dp_math.h`) against NumPy, one thread.
 
-    python benchmarks/bench_math.py [--n 22] [--reps 7]
+    python benchmarks/bench_math.py [--n 22] [--reps 7] [--only exp softplus ...]
 
 Also the harness the accuracy test uses (`tests/backend/test_math_ulp.py`): one Warp CPU
 module whose module preamble is the header plus a driver, ``dp_eval``, with one plain C++
@@ -13,7 +13,7 @@ its NumPy (SciPy for erf) float32 counterpart writing into a preallocated output
 runs every contender once in rotating order, and the table gives the median of the
 calling thread's CPU time (``time.thread_time``) over ``--reps`` rounds after a warm-up,
 and the median of the per-round ratios. Inputs are drawn once (seed 0) from each
-function's usual range.
+function's usual range (in table order, so ``--only`` draws other samples).
 """
 
 from __future__ import annotations
@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=22, help="log2 of the element count (default 22: 4M)")
     parser.add_argument("--reps", type=int, default=7, help="timed rounds per function (default 7)")
+    parser.add_argument("--only", nargs="+", choices=FUNCTIONS, help="time these functions only (default: all)")
     args = parser.parse_args(argv)
     n = 1 << args.n
     build()
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# dp_math.h vs NumPy {np.__version__}, {n} float32, one thread, CPU time, median of {args.reps}")
     print("| function | input range | dp_math ms | peer | peer ms | peer / dp_math |")
     print("|---|---|---:|---|---:|---:|")
-    for name in FUNCTIONS:
+    for name in args.only or FUNCTIONS:
         ms, peer_ms, ratio = measure(name, n, args.reps, rng)
         lo, hi = RANGES[name]
         print(f"| {name} | [{lo:g}, {hi:g}] | {ms:.2f} | {NUMPY[name][0]} | {peer_ms:.2f} | {ratio:.2f}x |")

@@ -193,15 +193,9 @@ DP_FN float dp_expm1(float x) {
 }
 
 // -- log, log1p ----------------------------------------------------------------------
-DP_FN float dp_log(float x) {
-    const bool sub = x < 1.17549435e-38f;  // subnormals (and the lanes fixed up below)
-    const float xs = sub ? x * 8388608.0f : x;
-    const int b = dp_as_int(xs);
-    int e = ((b >> 23) & 0xff) - 126 - (sub ? 23 : 0);
-    const float m = dp_as_float((b & 0x007fffff) | 0x3f000000);  // [0.5, 1)
-    const bool lo = m < 0.707106781f;
-    e = lo ? e - 1 : e;
-    const float f = lo ? (m + m) - 1.0f : m - 1.0f;  // exact (Sterbenz)
+// log(2^fe (1 + f)) for f = m - 1 in [sqrt(1/2) - 1, sqrt(2) - 1] (Cephes logf polynomial;
+// ln2 in two parts).
+DP_FN float dp_log_poly(float f, float fe) {
     const float z = f * f;
     float p = 7.0376836292e-2f;
     p = dp_fma(p, f, -1.1514610310e-1f);
@@ -212,11 +206,22 @@ DP_FN float dp_log(float x) {
     p = dp_fma(p, f, 2.0000714765e-1f);
     p = dp_fma(p, f, -2.4999993993e-1f);
     p = dp_fma(p, f, 3.3333331174e-1f);
-    const float fe = (float)e;
     float y = (p * f) * z;
     y = dp_fma(fe, -2.12194440e-4f, y);
     y = dp_fma(-0.5f, z, y);
-    float v = dp_fma(fe, 0.693359375f, f + y);
+    return dp_fma(fe, 0.693359375f, f + y);
+}
+
+DP_FN float dp_log(float x) {
+    const bool sub = x < 1.17549435e-38f;  // subnormals (and the lanes fixed up below)
+    const float xs = sub ? x * 8388608.0f : x;
+    const int b = dp_as_int(xs);
+    int e = ((b >> 23) & 0xff) - 126 - (sub ? 23 : 0);
+    const float m = dp_as_float((b & 0x007fffff) | 0x3f000000);  // [0.5, 1)
+    const bool lo = m < 0.707106781f;
+    e = lo ? e - 1 : e;
+    const float f = lo ? (m + m) - 1.0f : m - 1.0f;  // exact (Sterbenz)
+    float v = dp_log_poly(f, (float)e);
     v = x == dp_inf() ? x : v;
     v = x == 0.0f ? -dp_inf() : v;
     return (x < 0.0f || x != x) ? dp_nan() : v;
@@ -371,9 +376,15 @@ DP_FN float dp_sigmoid(float x) {
     return (x >= 0.0f ? 1.0f : e) / (1.0f + e);
 }
 
-// log(1 + e^x) = max(x, 0) + log1p(exp(-|x|)).
+// log(1 + e^x) = max(x, 0) + log1p(e) with e = exp(-|x|) in [0, 1]. 1 + e lies in [1, 2],
+// so log1p(e) is dp_log's polynomial at f = e (1 + e < sqrt 2) or at f = (1 + e)/2 - 1 =
+// (e - 1)/2 (else), both exact: no rounded 1 + e, no correction term, and none of dp_log's
+// selects for subnormal, negative, zero or infinite arguments.
 DP_FN float dp_softplus(float x) {
-    const float v = (x > 0.0f ? x : 0.0f) + dp_log1p(dp_exp(-dp_abs(x)));
+    const float e = dp_exp(-dp_abs(x));
+    const bool hi = e >= 0.414213562f;
+    const float f = hi ? 0.5f * (e - 1.0f) : e;  // e - 1 exact (Sterbenz)
+    const float v = (x > 0.0f ? x : 0.0f) + dp_log_poly(f, hi ? 1.0f : 0.0f);
     return x != x ? x : v;
 }
 
