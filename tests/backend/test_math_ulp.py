@@ -186,6 +186,7 @@ _SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-40, -1e-40, 1.
 _SPECIAL += [-1.1754944e-38, FMAX, -FMAX, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 1e-30, 100.0, -100.0, 0.625, 0.875]
 _SPECIAL += [3.92, 4.0, 20.0, -20.0, 88.72283, 88.72284, 88.7229, 89.0, -87.33654, -87.3366, -103.97207]
 _SPECIAL += [-103.9721, -104.0, -105.0, 1.5707964, 3.1415927]
+_SPECIAL += [s * v for v in (0.8813735, 0.8813736, 0.8813737) for s in (1.0, -1.0)]  # softplus: exp(-|x|) ~ sqrt2 - 1
 _SPECIAL += [s * 10.0**k for k in range(10, 31, 5) for s in (1.0, -1.0)]
 _SPECIAL += [s * v for v in (nextf(TWO19, 0.0), TWO19, nextf(TWO19, np.inf)) for s in (1.0, -1.0)]
 SPECIAL = np.array(_SPECIAL, F32)
