@@ -387,14 +387,18 @@ DP_FN float dp_sigmoid(float x) {
 }
 
 // log(1 + e^x) = max(x, 0) + log1p(e) with e = exp(-|x|) in [0, 1]. 1 + e lies in [1, 2],
-// so log1p(e) is dp_log's polynomial at f = e (1 + e < sqrt 2) or at f = (1 + e)/2 - 1 =
-// (e - 1)/2 (else), both exact: no rounded 1 + e, no correction term, and none of dp_log's
-// selects for subnormal, negative, zero or infinite arguments.
+// so log1p(e) is dp_log's polynomial at f = e (1 + e < sqrt 2: exact) or at f = (e - 1)/2
+// (else). d = e - 1 is exact for e >= 1/2 (Sterbenz); for e in [sqrt 2 - 1, 1/2) its
+// rounding error de (exact: Fast2Sum) enters as de/2 / (1 + f) ~ 0.6875 de (1 + f in
+// [0.707, 0.75]). No rounded 1 + e, no division, and none of dp_log's selects for
+// subnormal, negative, zero or infinite arguments.
 DP_FN float dp_softplus(float x) {
     const float e = dp_exp(-dp_abs(x));
     const bool hi = e >= 0.414213562f;
-    const float f = hi ? 0.5f * (e - 1.0f) : e;  // e - 1 exact (Sterbenz)
-    const float v = (x > 0.0f ? x : 0.0f) + dp_log_poly(f, hi ? 1.0f : 0.0f);
+    const float d = e - 1.0f;
+    const float de = e - (d + 1.0f);
+    const float l = dp_log_poly(hi ? 0.5f * d : e, hi ? 1.0f : 0.0f);
+    const float v = (x > 0.0f ? x : 0.0f) + (hi ? dp_fma(de, 0.6875f, l) : l);
     return x != x ? x : v;
 }
 
