@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -114,6 +114,11 @@ class FrozenModel(BaseModel):
 
     def __delattr__(self, name: str) -> None:
         raise ContractError(f"{self._label()}: is frozen, cannot delete {name!r}")
+
+    def with_(self, **changes: Any) -> Self:
+        """This model with ``changes`` (field name -> value), validated as a new model (never
+        an unchecked copy): a bad field raises ContractError."""
+        return type(self)(**{**dict(self), **changes})
 
     def _label(self) -> str:
         name = self.__dict__.get("name")

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from dpt_ir.types import FrozenModel
 
 BUNDLE_FORMAT = "dpt_ir.cuda_bundle"
 BUNDLE_VERSION = 2
@@ -29,8 +31,9 @@ Role = Literal["input", "cotangent", "output", "gradient", "saved", "workspace",
 Dtype = Literal["float32", "float64", "int32", "uint8", "bool", "uint32"]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Model(FrozenModel):
+    """Frozen, no extra fields; a bad field raises ContractError; `FrozenModel.with_` for a
+    validated update."""
 
 
 class BufferSpec(_Model):

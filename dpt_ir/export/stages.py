@@ -55,7 +55,7 @@ class _Plan:
         table = piece_table(self.build.graphs[piece], self.build, piece, self.status, outputs).renamed(prefix, bound)
         data = {table.where[p]: v for p, (_, v) in constants(self.build.kernels[piece]).items()}
         for b in table.buffers:
-            own = b.model_copy(update={"role": "workspace"}) if b.role in _PLAN_ROLES else b
+            own = b.with_(role="workspace") if b.role in _PLAN_ROLES else b
             self.add(own, data.get(b.name))
         return table
 
@@ -72,9 +72,9 @@ def loop_plan(
         t = i.type
         spec = BufferSpec(name=i.name, role="input", dtype=t.dtype, shape=list(t.shape), size=max(t.size, 1))  # type: ignore[arg-type]
         if i.name in cotangents.values():
-            spec = spec.model_copy(update={"role": "cotangent"})
+            spec = spec.with_(role="cotangent")
         elif i.name in joint.meta.get("cotangents", {}).values():  # value_and_grad's seed of the loss: ones
-            spec = spec.model_copy(update={"role": "constant"})
+            spec = spec.with_(role="constant")
         plan.add(spec, np.ones(t.shape, t.dtype).reshape(-1) if spec.role == "constant" else None)
         plan.env[i.name] = i.name
     stages: list[SegmentStage | LoopStage] = []
@@ -96,7 +96,7 @@ def loop_plan(
     for r in results:
         b = plan.buffers[r.buffer]
         if b.role == "workspace":
-            plan.buffers[r.buffer] = b.model_copy(update={"role": r.key.split("/")[0]})
+            plan.buffers[r.buffer] = b.with_(role=r.key.split("/")[0])
     buffers = list(plan.buffers.values())
     spec = PlanSpec(
         name=name,  # type: ignore[arg-type]

@@ -89,9 +89,9 @@ class Table:
             return bound.get(name, name if name == STATUS else f"{prefix}/{name}")
 
         return Table(
-            [b.model_copy(update={"name": new(b.name)}) for b in self.buffers if b.name not in bound],
-            [k.model_copy(update={"args": [new(a) for a in k.args]}) for k in self.launches],
-            [c.model_copy(update={"dst": new(c.dst), "src": new(c.src)}) for c in self.copies],
+            [b.with_(name=new(b.name)) for b in self.buffers if b.name not in bound],
+            [k.with_(args=[new(a) for a in k.args]) for k in self.launches],
+            [c.with_(dst=new(c.dst), src=new(c.src)) for c in self.copies],
             {v: new(b) for v, b in self.where.items()},
             {v: new(b) for v, b in self.outputs.items()},
         )

@@ -200,11 +200,6 @@ class KernelPlan(FrozenModel):
                 found = list(r.groups)
                 raise ContractError(f"row set {r.id!r}: expected consecutive kernels of the plan, found {found}")
 
-    def with_(self, **changes: Any) -> KernelPlan:
-        """This plan with ``changes`` (field name -> value), validated as a new plan (never an
-        unchecked copy): a bad field raises ContractError."""
-        return KernelPlan(**{**dict(self), **changes})
-
     def group(self, gid: str) -> KernelGroup:
         """The group with id ``gid``."""
         for g in self.groups:

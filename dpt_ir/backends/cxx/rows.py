@@ -199,7 +199,7 @@ def shared_members(graph: Graph, members: list[KernelGroup]) -> list[KernelGroup
             readers = [j for j in range(k + 1, len(out)) if v in out[j].nodes and v not in out[j].outputs]
             if not readers or _work(graph, out[k], v, space) < REUSE_WORK:
                 continue
-            writer = out[k].model_copy(update={"outputs": (*out[k].outputs, v)})
+            writer = out[k].with_(outputs=(*out[k].outputs, v))
             reading = {j: _reading(graph, out[j], v) for j in readers}
             groups = [writer, *reading.values()]
             if all(fusion_rows.row_local(graph, g, {v}, a) for g in reading.values()) and all(
@@ -258,7 +258,7 @@ def _reading(graph: Graph, group: KernelGroup, value: str) -> KernelGroup:
     nodes = tuple(n for n in group.nodes if n in need)
     read = {i for n in nodes for i in graph.node_map[n].inputs}
     inputs = (*(i for i in group.inputs if i in read), value)
-    return group.model_copy(update={"nodes": nodes, "inputs": inputs})
+    return group.with_(nodes=nodes, inputs=inputs)
 
 
 def starting_at(
