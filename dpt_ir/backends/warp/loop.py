@@ -210,8 +210,8 @@ class Loop:
     @staticmethod
     def _begin(*spaces: Any) -> None:
         for ws in spaces:
-            if ws is not None and ws.status is not None:
-                ws.status.zero_()
+            if ws is not None:
+                ws.clear_status()
 
     # -- the node --
     def forward(self, arrays: list[wp.array]) -> wp.array:

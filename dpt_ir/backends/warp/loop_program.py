@@ -135,8 +135,7 @@ class Segments:
                 plan = runner.plans["run"]
                 ws = plan.checkout()
                 held.append((plan, ws))
-                if ws.status is not None:
-                    ws.status.zero_()
+                ws.clear_status()
                 plan.run("forward", {i.name: env[i.name] for i in what.inputs}, ws)
                 runner.checkpoint("forward", ws)
                 for o in what.outputs:
