@@ -162,7 +162,9 @@ def _sum_cxx(mean: bool) -> Any:
         else:
             return None
         count = "{p_s} / (double){count}" if mean else "{p_s}"
-        lanes = LanePass(((("s", acc, f"({acc})0"),)), f"{{a_s}} += {x};", "{p_s} = dp_lanes_sum({l_s});")
+        lanes = LanePass(
+            ((("s", acc, f"({acc})0"),)), f"{{a_s}} += {x};", "{p_s} = dp_lanes_sum({l_s});", "{a_s} += {b_s};"
+        )
         return CxxReduce((("s", acc),), (lanes,), "{p_s} += {o_s};", f"({out_t})({count})")
 
     return template
@@ -203,7 +205,12 @@ def _logsumexp_cxx(in_t: str, out_t: str) -> CxxReduce | None:
         "{a_m} = dp_sel_gt({x}, {a_m}); {a_n} |= (int)({x} != {x});",
         "{p_m} = dp_finite_or_zero(dp_lanes_gt({l_m}, {l_n}));",
     )
-    total = LanePass((("s", "double", "0.0"),), "{a_s} += (double)dp_exp({x} - {p_m});", "{p_s} = dp_lanes_sum({l_s});")
+    total = LanePass(
+        (("s", "double", "0.0"),),
+        "{a_s} += (double)dp_exp({x} - {p_m});",
+        "{p_s} = dp_lanes_sum({l_s});",
+        "{a_s} += {b_s};",
+    )
     return CxxReduce(
         (("m", in_t), ("s", "double")),
         (top, total),

@@ -49,9 +49,12 @@ OBJDUMP = shutil.which("llvm-objdump") or shutil.which("objdump")
 WIDTHS = ("zmm", "ymm")  # the widest first
 MIN_PACKED = 200  # the vectorised chain16 kernel holds thousands (zmm: 906); its scalar build a handful (72)
 MIN_STENCIL = 100  # the blur's two 13-tap interior loops (measured counts: docs/backend.md; zmm 356, scalar 0)
-# softmax_xent 64x64, the forward alone (its logsumexp's two lane passes, the dot's): zmm 132 packed, 60 with
-# DP_LANE_LOOP empty (ymm not measured: this machine builds zmm). The lane loops' own packed instructions:
-MIN_LANE_GAIN = 48
+# softmax_xent 64x64, the forward alone (its logsumexp's two lane passes, the dot's): zmm 136 packed, 100 with
+# DP_LANE_LOOP empty (ymm not measured: this machine builds zmm). The two sums update two sets of lanes
+# (`LanePass.fold`), and of those unrolled groups clang vectorises some 8 wide even in the plain build (its other
+# lane operations 2 wide: 146 xmm vaddpd/vcvtps2pd against 14); with one set it was 132 against 60. The lane loops'
+# own packed instructions:
+MIN_LANE_GAIN = 24
 MIN_COLUMNS = 150  # a column sum: ymm 352 vectorised, 64 (init and merge loops) scalar; zmm 373, 128
 MIN_SPREAD = 150  # sum over axes (0, 2) of 8x16x256 (row map): ymm 256 vectorised, 64 scalar; zmm 164, 68
 # normalisation's row kernel at 64x64: ymm 646 measured, 264 (its lane loops) scalar; zmm 376, 152

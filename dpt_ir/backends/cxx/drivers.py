@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx.nest import Nest
+from dpt_ir.ops.registry import LanePass
 
 
 @dataclass(frozen=True)
@@ -242,10 +243,36 @@ def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool, step: 
     # The group loop stays scalar and the lane loop is the vector one (DP_LANE_LOOP, dp_math.h):
     # one 8-wide operation per group instead of clang's 4-wide, shuffled group loop.
     lanes = "DP_SCALAR_LOOP for (int k = 0; k < n8; k += 8) DP_LANE_LOOP for (int l = 0; l < 8; ++l) "
+    tail = "for (int k = n8; k < nb; ++k) " + (
+        f"{{ const int l = k - n8; const {x_type} x = buf{q}[k]; const int r = jb + k; {update} }}"
+    )
+    if lp.fold is None:
+        return [lanes + f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }}", tail]
+    return [*_two_sets(nest, q, lp, x_type, update), tail]
+
+
+def _two_sets(nest: Nest, q: int, lp: LanePass, x_type: str, update: str) -> list[str]:
+    """The groups of a block with a `LanePass.fold`: groups ``2g`` into the lanes, ``2g + 1``
+    into a second set ``<lane>_b`` (initialised per block), a last odd group into the lanes,
+    then the second set folded into the lanes in lane order."""
+    names = {f"a_{name}": f"ln{q}_{name}[l]" for name, _, _ in lp.lanes}
+    second = {**subst(nest, q), **{a: v.replace("[l]", "_b[l]") for a, v in names.items()}}
+    update_b = lp.update.format(**second)
+    fold = lp.fold.format(**names, **{f"b_{name}": f"ln{q}_{name}_b[l]" for name, _, _ in lp.lanes})
+    inits = [
+        f"{ty} ln{q}_{name}_b[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}_b[l] = {init};"
+        for name, ty, init in lp.lanes
+    ]
+    pair = (
+        f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }} "
+        f"{{ const {x_type} x = buf{q}[k + 8 + l]; const int r = jb + k + 8 + l; {update_b} }}"
+    )
     return [
-        lanes + f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }}",
-        "for (int k = n8; k < nb; ++k) "
-        + f"{{ const int l = k - n8; const {x_type} x = buf{q}[k]; const int r = jb + k; {update} }}",
+        f"{{ {' '.join(inits)} int k = 0;",
+        f"DP_SCALAR_LOOP for (; k + 16 <= n8; k += 16) DP_LANE_LOOP for (int l = 0; l < 8; ++l) {{ {pair} }}",
+        f"DP_SCALAR_LOOP for (; k < n8; k += 8) DP_LANE_LOOP for (int l = 0; l < 8; ++l) "
+        f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }}",
+        f"for (int l = 0; l < 8; ++l) {{ {fold} }} }}",
     ]
 
 
