@@ -5,7 +5,8 @@
 (``grad.<input>``). Backward nodes are ordinary IR built by the ops' formulas, tagged
 ``meta={"phase": "backward", "grad_of": <forward node>}``. Only floating values carry
 gradients. Contributions to one value are summed in a fixed order, so the result is
-deterministic.
+deterministic. With ``expand`` (`CompileOptions.expand`, the default), an op that declares an
+expansion gets the formula that builds the pieces its expansion rebuilds (`GradContext.expanded`).
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ def _active_values(graph: Graph, wrt: Sequence[str], seeded: Sequence[str]) -> s
     return {v for v in forward & backward if is_float(graph.types[v].dtype)}
 
 
-def joint_graph(graph: Graph, wrt: Sequence[str], seed_outputs: Sequence[str]) -> Graph:
-    """The forward graph plus its backward for ``wrt``, seeded at ``seed_outputs``."""
+def joint_graph(graph: Graph, wrt: Sequence[str], seed_outputs: Sequence[str], expand: bool = True) -> Graph:
+    """The forward graph plus its backward for ``wrt``, seeded at ``seed_outputs``; ``expand``:
+    whether the `expand` pass will rebuild the ops that declare an expansion."""
     wrt = check_wrt(graph, wrt)
     for name in seed_outputs:
         value = graph.output_value(name)
@@ -98,7 +100,7 @@ def joint_graph(graph: Graph, wrt: Sequence[str], seed_outputs: Sequence[str]) -
             continue
         start = len(b.nodes)
         gy = _accumulate(cotangents.pop(node.name))
-        _backprop_node(graph, node.name, gy, handles, active, cotangents)
+        _backprop_node(graph, node.name, gy, handles, active, cotangents, expand)
         b.tag_since(start, {"phase": "backward", "grad_of": node.name})
 
     outputs = list(graph.outputs)
@@ -130,6 +132,7 @@ def _backprop_node(
     handles: dict[str, Tensor],
     active: set[str],
     cotangents: dict[str, list[Tensor]],
+    expand: bool,
 ) -> None:
     node = graph.node(name)
     op = node.opdef
@@ -143,7 +146,7 @@ def _backprop_node(
         formula = op.derivative.formula_for(i)
         if formula is None:
             continue
-        ctx = GradContext(op, sig, gy, ins, handles[name], index=i)
+        ctx = GradContext(op, sig, gy, ins, handles[name], index=i, expanded=expand and op.expansion is not None)
         g = formula(ctx)
         target = graph.types[inp]
         if g.shape != target.shape:

@@ -116,7 +116,7 @@ def options_of(
     target: Target, checks: bool = True, fuse: bool = True, recompute: bool = True, reciprocal: bool = True
 ) -> dict[str, Any]:
     """The compile options every pipeline of a program shares (and the cache keys): the
-    switches, and the budgets of ``target`` that the passes plan with."""
+    switches, and the budgets and device facts of ``target`` that the passes plan with."""
     return {
         "checks": checks,
         "fuse": fuse,
@@ -125,6 +125,7 @@ def options_of(
         "halo_budget": target.halo_budget,
         "recompute_budget": target.recompute_budget,
         "row_budget": target.row_budget,
+        "expand": target.expand,
     }
 
 
@@ -141,10 +142,13 @@ PLAN_PREFIX = {"run": "run", "value_and_grad": "vg", "tape": "tp"}  # plan name 
 def pipelines(graph: Graph, wrt: tuple[str, ...], loss: str | None, base: dict[str, Any]) -> dict[str, Any]:
     """The pass options of each plan a program compiles (plan name -> `CompileOptions`):
     ``run``; with ``wrt``, ``tape``, and ``value_and_grad`` when ``loss`` is set. ``base``:
-    `options_of`. `dpt_ir.export` plans its CUDA build with the same table."""
+    `options_of`. `dpt_ir.export` plans its CUDA build with the same table. ``run``
+    differentiates nothing: the backward nodes it meets (a loop program's pieces) come from
+    `dpt_ir.autodiff.joint_graph` called without the options, in the expansions' form, so it
+    expands them whatever ``base["expand"]`` says."""
     from dpt_ir.passes.options import CompileOptions
 
-    plans: dict[str, CompileOptions] = {"run": CompileOptions(**base)}
+    plans: dict[str, CompileOptions] = {"run": CompileOptions(**{**base, "expand": True})}
     if wrt:
         if loss is not None:
             plans["value_and_grad"] = CompileOptions(wrt=wrt, seeds=(loss,), seed_values={loss: 1.0}, loss=loss, **base)

@@ -26,6 +26,8 @@ def _changed(target: Target, field: str) -> Target:
     value: Any = getattr(target, field)
     if field == "kind":
         value = "cuda" if value == "cpu" else "cpu"
+    elif isinstance(value, bool):
+        value = not value
     elif value is None:
         value = 7
     else:

@@ -6,7 +6,8 @@ Guarantees: `Target.for_device` gives the facts of a device kind (``cpu`` or ``c
 the budgets the user left unset filled in, the numbers every plan and kernel was built with
 before they moved here (so plans are unchanged): the halo, recompute and row-set budgets the
 passes use, the CPU threads a launch may use, how a reduction is split into partials, the C++
-CPU driver's element block and task size, and the CUDA launch block. `dp.compile` makes one
+CPU driver's element block and task size, the CUDA launch block, and whether a differentiated
+op is expanded into the pieces its derivative shares (`expand`). `dp.compile` makes one
 `Target` per program and passes the object itself to code generation
 (`dpt_ir.backends.warp.codegen.generate`), which hands it to every driver that reads a device
 fact: no backend module keeps one as a constant. `Target.fingerprint` is the part of the cache
@@ -49,6 +50,13 @@ class Target(FrozenModel):
       levels: a combine kernel folds each run of ``combine_group`` consecutive partials in
       order into a group partial, the final kernel folds the group partials in order (a fixed
       order, so the same bits for any launch; about sqrt(parts) serial steps per level).
+    - ``expand``: whether the `expand` pass rebuilds a differentiated op that declares an
+      expansion (logsumexp) from the pieces its derivative reads (`CompileOptions.expand`).
+      It pays where one launch keeps a piece for the derivative: the CPU runs a row set as
+      one row kernel whose gradient stage reads the forward's ``exp(x - m)`` from a row
+      buffer. A CUDA plan launches the set's members one by one, so there the expansion
+      turns the fused reduction into two (one launch more) and still evaluates the exp
+      twice: CUDA keeps the fused op and its own derivative.
     - ``block``: elements per block of the C++ CPU driver (stack buffers, column blocks);
       ``cpu_task``: elements per task of its fixed partition; ``cuda_block``: threads per
       block of a CUDA launch.
@@ -66,6 +74,7 @@ class Target(FrozenModel):
     block: int = Field(default=512, ge=8)
     cpu_task: int = Field(default=65536, ge=1)
     cuda_block: int = Field(default=256, ge=32, le=1024)
+    expand: bool = True
 
     @classmethod
     def for_device(
@@ -80,6 +89,7 @@ class Target(FrozenModel):
             threads=threads,
             halo_budget=defaults[0] if halo_budget is None else halo_budget,
             recompute_budget=defaults[1] if recompute_budget is None else recompute_budget,
+            expand=_EXPANDS[kind],
         )
 
     def fingerprint(self) -> str:
@@ -100,6 +110,8 @@ class Target(FrozenModel):
 # Halo and recompute budgets by kind (see Target): measured on the one-thread CPU backend, a
 # long chain of transcendentals costs more to recompute than to save and read back.
 _DEFAULT_BUDGETS: dict[str, tuple[int, int | None]] = {"cpu": (48, 16), "cuda": (160, None)}
+# Whether a kind's plans expand (see Target.expand): the CPU's row kernels share the pieces.
+_EXPANDS: dict[str, bool] = {"cpu": True, "cuda": False}
 
 
 def _kind(device: str) -> TargetKind:

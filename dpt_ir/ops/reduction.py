@@ -97,12 +97,16 @@ def _lse_expansion(attrs: ReduceAttrs, inputs: tuple[Any, ...]) -> Any:
 
 
 def _lse_grad(c: GradContext) -> Any:
-    """``gy * exp(x - lse)`` as ``gy * e / s``: softmax from the forward's pieces (one exp per
-    element), exact where ``lse`` rounds (``x`` near the dtype's maximum). An empty slice has
-    an empty gradient."""
+    """``gy * exp(x - lse)``. Expanded (`GradContext.expanded`), as ``gy * e / s``: softmax
+    from the forward's pieces (one exp per element), exact where ``lse`` rounds (``x`` near
+    the dtype's maximum). Else from the fused node's output, PyTorch's formula (one reduction
+    launch and one exp per element in the gradient, no pieces). An empty slice has an empty
+    gradient."""
     x, axes = c.input(0), c.attrs.axes
     if any(x.shape[a] == 0 for a in axes):
         return _unreduce(c, c.gy) * F.zeros_like(x)
+    if not c.expanded:
+        return _unreduce(c, c.gy) * F.exp(x - _unreduce(c, c.out))
     _, e, s = _lse_pieces(x, axes)
     return _unreduce(c, c.gy) * (e / s)
 
@@ -274,7 +278,7 @@ _reduction(
     "logsumexp",
     _rule("float"),
     _logsumexp_ref,
-    Derivative({0: _lse_grad}, saved_inputs=(0,)),
+    Derivative({0: _lse_grad}, saved_inputs=(0,), saved_output=True),
     "log(sum(exp(x))) over axes, computed stably",
     _logsumexp_cxx,
     expansion=_lse_expansion,

@@ -48,7 +48,10 @@ class GradContext:
     """What a derivative formula sees: the output cotangent and the *declared* saved values.
 
     Reading an input or the output that the derivative entry does not declare raises,
-    so the declared saved set is exactly what formulas read.
+    so the declared saved set is exactly what formulas read. ``expanded``: the `expand` pass
+    will rebuild the node from its `OpDef.expansion` (`CompileOptions.expand`), so the formula
+    builds the pieces that expansion rebuilds (cse shares them); else it reads the saved
+    values of the op itself.
     """
 
     def __init__(
@@ -59,9 +62,11 @@ class GradContext:
         inputs: tuple[Tensor, ...],
         output: Tensor,
         index: int = 0,
+        expanded: bool = False,
     ) -> None:
         self.op = op
         self.index = index  # the input whose gradient is being built
+        self.expanded = expanded
         self.sig = sig
         self.gy = gy
         self.attrs = sig.attrs
@@ -365,7 +370,7 @@ class OpDef:
     divides_as: tuple[str, str] | None = None
     # Read by the expand pass: (attrs, input tensors) -> the op's value rebuilt from primitives
     # (None: not for these inputs), for an op whose derivative formula builds the same pieces
-    # (cse then shares them)
+    # where `GradContext.expanded` (cse then shares them)
     expansion: Callable[[Any, tuple[Any, ...]], Any] | None = None
 
     @property

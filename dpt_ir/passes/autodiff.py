@@ -4,8 +4,9 @@ Assumes: a valid forward graph; ``options.wrt`` names differentiable float input
 Guarantees: the joint graph of `dpt_ir.autodiff.joint_graph`: every original node and
 output unchanged; one cotangent input ``ct.<output>`` per seeded output (or, when the
 options fix a seed value, a constant in its place); one output ``grad.<input>`` per wrt
-input; backward nodes tagged ``phase=backward``. With no ``wrt`` the graph is returned
-unchanged.
+input; backward nodes tagged ``phase=backward``, an op with an expansion differentiated by
+the formula that shares its pieces only if ``options.expand`` (`expand` then rebuilds it). With
+no ``wrt`` the graph is returned unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ NAME = "autodiff"
 def run(graph: Graph, options: CompileOptions) -> Graph:
     if not options.wrt:
         return graph
-    joint = joint_graph(graph, options.wrt, options.seed_outputs(graph))
+    joint = joint_graph(graph, options.wrt, options.seed_outputs(graph), options.expand)
     if options.seed_values:
         joint = _fix_seeds(joint, options.seed_values)
     return joint

@@ -1,10 +1,15 @@
 """expand: a differentiated node whose op declares an expansion is rebuilt from primitives,
 so that its forward and its derivative share their pieces.
 
-Assumes: the joint graph of `autodiff` (backward nodes tagged ``grad_of``). Decided from op
-traits only: an op with an `OpDef.expansion` (``(attrs, inputs) -> value`` built from
-primitives) whose derivative formula builds the same pieces as IR (logsumexp: the shift
-``m``, ``e = exp(x - m)`` and ``s = sum(e)``; its gradient is ``e / s``).
+Assumes: the joint graph of `autodiff` (backward nodes tagged ``grad_of``), built with the
+same ``options.expand``. Decided from op traits only: an op with an `OpDef.expansion`
+(``(attrs, inputs) -> value`` built from primitives) whose derivative formula builds the same
+pieces as IR where the expansion applies (`GradContext.expanded`; logsumexp: the shift ``m``,
+``e = exp(x - m)`` and ``s = sum(e)``; its gradient is ``e / s``).
+
+A target decision (`CompileOptions.expand`, from `Target.expand`): with the option off (CUDA,
+whose plan launches the pieces one by one and shares no exp between them) the graph is
+returned unchanged: the op keeps its fused node, whose derivative then reads its output.
 
 Guarantees: each node with an expansion that autodiff differentiated (some node is tagged
 ``grad_of`` it) is redirected to its expansion, whose nodes are placed just before it and
@@ -30,6 +35,8 @@ NAME = "expand"
 
 
 def run(graph: Graph, options: Any = None) -> Graph:
+    if not getattr(options, "expand", True):
+        return graph
     differentiated = {n.meta.get("grad_of") for n in graph.nodes}
     targets = [n for n in graph.nodes if n.opdef.expansion is not None and n.name in differentiated]
     if not targets:

@@ -26,6 +26,10 @@ class CompileOptions(BaseModel):
     - ``reciprocal``: let `reciprocal` turn a division by a broadcast value (a per-row
       scale) into a multiplication by its reciprocal, computed at the divisor's shape (may
       differ from the division by about one ulp; see that pass).
+    - ``expand``: let `expand` rebuild a differentiated op that declares an expansion
+      (logsumexp) from the pieces its derivative formula builds, so both share them (off: the
+      op keeps its fused node and autodiff uses its formula that reads the op's output;
+      `dp.compile` sets its target's, `Target.expand`: on for the CPU, off for CUDA).
     - ``fuse``: let `fusion` group nodes (off: one kernel per node).
     - ``checks``: kernels report non-finite and out-of-domain values.
     - ``max_inline_consumers``: a cheap value read by more fusion groups than this is
@@ -53,6 +57,7 @@ class CompileOptions(BaseModel):
     loss: str | None = None
     recompute: bool = True
     reciprocal: bool = True
+    expand: bool = True
     fuse: bool = True
     checks: bool = True
     max_inline_consumers: int = 4

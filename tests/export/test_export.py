@@ -72,6 +72,17 @@ def test_tape_plans_with_views_and_imaging_export(bundles: dict[str, Path]) -> N
     assert program.reference == "program" and [p.name for p in program.plans] == EVERY
 
 
+def test_softmax_xent_keeps_its_fused_logsumexp_on_cuda(bundles: dict[str, Path]) -> None:
+    """The CUDA plans do not expand logsumexp (`Target.expand`): value_and_grad is the fused
+    reduction with the dot, the gradient exp(z - lse), the mean; no max launch, no sum of exps.
+    The dry replay (test_every_plan_matches_ref_on_cpu_and_cuda_drivers) checks it against ref."""
+    doc = Bundle.model_validate_json((bundles["softmax_xent"] / "plan.json").read_text())
+    vg = next(p for p in doc.plans if p.name == "value_and_grad")
+    ops = [launch.ops for launch in vg.launches()]
+    assert len(ops) == 3 and sum(o.count("logsumexp") for o in ops) == 1, ops
+    assert not any("max" in o for o in ops) and sum(o.count("exp") for o in ops) == 1, ops
+
+
 def test_an_integer_input_with_a_negative_range_is_not_drawn() -> None:
     from benchmarks.cases import CASES
 

@@ -76,3 +76,46 @@ def test_values_and_gradients_are_unchanged_at_special_rows() -> None:
     want, got = dp.interpret(joint, x=x, **ct), dp.interpret(expanded, x=x, **ct)
     for name in ("loss", "grad.x"):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_the_option_off_leaves_the_graph_unchanged() -> None:
+    """`CompileOptions.expand` off (CUDA's `Target.expand`): the pass returns its input, even a
+    joint graph whose derivative was built in the expansion's form."""
+    joint = autodiff.run(_lse(), CompileOptions(wrt=("x",), seeds=("loss",)))
+    assert expand.run(joint, CompileOptions(wrt=("x",), seeds=("loss",), expand=False)) is joint
+    assert expand.run(joint, CompileOptions(wrt=("x",), seeds=("loss",))) is not joint
+
+
+def test_unexpanded_the_gradient_reads_the_fused_value() -> None:
+    """With ``expand`` off, autodiff differentiates logsumexp by its own output, ``exp(x - lse)``
+    (PyTorch's formula): no max, no sum of exps, the node stays; where lse rounds (two
+    elements at the dtype's maximum) each gets 1, not the exact softmax's 1/2."""
+    big = float(np.finfo(np.float64).max)
+    x = np.random.default_rng(1).normal(0.0, 3.0, SHAPE)
+    x[1, 2], x[2, 0], x[3, :], x[4, :2] = np.nan, np.inf, -np.inf, big
+    g = dp.GraphBuilder("lse_sum")
+    g.output("loss", dp.sum(dp.logsumexp(g.input("x", SHAPE, "float64"), axis=1, keepdims=True)))
+    options = CompileOptions(wrt=("x",), seeds=("loss",), expand=False)
+    joint = autodiff.run(g.build(), options)
+    ops = [n.op for n in joint.nodes]
+    assert ops.count("logsumexp") == 1 and "max" not in ops and ops.count("exp") == 1, ops
+    assert expand.run(joint, options) is joint
+    got = dp.interpret(joint, x=x, **{"ct.loss": np.float64(1.0)})
+    with np.errstate(invalid="ignore"):
+        want = np.exp(x - dp.interpret(_lse_of(x.shape), x=x)["lse"])
+    np.testing.assert_array_equal(got["grad.x"], want)
+    np.testing.assert_array_equal(got["grad.x"][4, :2], [1.0, 1.0])
+    expanded = dp.interpret(_expanded_sum(g.build()), x=x, **{"ct.loss": np.float64(1.0)})
+    np.testing.assert_array_equal(expanded["grad.x"][4, :2], [0.5, 0.5])
+    np.testing.assert_allclose(got["grad.x"][:2], expanded["grad.x"][:2], rtol=1e-14)
+
+
+def _lse_of(shape: tuple[int, ...]) -> dp.Graph:
+    g = dp.GraphBuilder("lse_only")
+    g.output("lse", dp.logsumexp(g.input("x", shape, "float64"), axis=1, keepdims=True))
+    return g.build()
+
+
+def _expanded_sum(graph: dp.Graph) -> dp.Graph:
+    options = CompileOptions(wrt=("x",), seeds=("loss",))
+    return dce.run(cse.run(expand.run(autodiff.run(graph, options), options)))

@@ -15,7 +15,7 @@ from dpt_ir.passes.options import CompileOptions
 from .graphs import CASES
 
 VALID = (
-    r"valid options are \['checks', 'fuse', 'halo_budget', 'loss', 'max_inline_consumers', 'reciprocal', "
+    r"valid options are \['checks', 'expand', 'fuse', 'halo_budget', 'loss', 'max_inline_consumers', 'reciprocal', "
     r"'recompute'"
 )
 
