@@ -5,7 +5,8 @@ workspace and re-pointed at every step's arrays.
 What must hold: every step reads its own ``xs`` row and carry and writes its own ``y`` row
 (a pointer kept from an earlier step, call or program would read or write the wrong
 row); two programs sharing one compiled body, each with its own workspace, interleave
-without reading each other's arrays; after the first call no step calls ``wp.launch``.
+without reading each other's arrays; after the first call no step calls ``wp.launch``
+and a loop's forward and reverse allocate no device memory.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import warp as wp
 
 import dpt_ir as dp
 from dpt_ir.backends.warp import recorded
@@ -112,3 +114,38 @@ def test_steady_state_steps_launch_through_the_recorded_launches(
     for call in calls:
         call()
     assert launched == []
+
+
+def test_steady_state_steps_allocate_no_device_memory(
+    programs: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop's forward and reverse, run again on the same arrays, allocate nothing on the
+    device: the replayed steps bind views and their workspace's buffers."""
+    loops = _loops(programs[0])
+    assert {loop.node.op for loop in loops} == {"scan", "scan_vjp"}
+    rng = np.random.default_rng(6)
+
+    def flat(size: int) -> wp.array:
+        return wp.array(rng.uniform(-1, 1, size).astype(np.float32), device=loops[0].device)
+
+    calls: list[Callable[[], object]] = []
+    for loop in loops:
+        arrays = [flat(t.size) for t in loop.in_types]
+        if loop.node.op == "scan":
+            calls.append(lambda loop=loop, arrays=arrays: loop.forward(arrays))
+        else:
+            gy = flat(sum(t.size for t in loop.results))
+            calls.append(lambda loop=loop, arrays=arrays, gy=gy: loop.reverse([*arrays, gy]))
+    for call in calls:
+        call()
+    sizes: list[int] = []
+    device = wp.get_device(loops[0].device)
+    allocators = [getattr(device, n) for n in dir(device) if n.endswith("_allocator")]
+    allocators = [a for a in allocators if hasattr(a, "allocate")]
+    assert allocators, f"no allocator found on {device}"
+    for allocator in allocators:
+        original = allocator.allocate
+        monkeypatch.setattr(allocator, "allocate", lambda size, _o=original: sizes.append(size) or _o(size))
+    for call in calls * 2:
+        call()
+    assert sizes == []
