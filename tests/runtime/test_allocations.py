@@ -118,3 +118,23 @@ def test_direct_gradients_are_fresh_per_call(program: dp.Program) -> None:
         assert not np.shares_memory(grad, second[name]), name
         np.testing.assert_array_equal(grad, kept[name])
         assert not np.array_equal(grad, second[name]), name
+
+
+def test_gradients_sharing_one_value_are_arrays_of_their_own() -> None:
+    """``sin(a) * x + sin(a) * y``: both gradients are the one value ``sin(a)``, which is then
+    no direct value (`ExecutionPlan.direct_values`: the value of exactly one output), so each
+    gradient is its own copy, not one array returned twice."""
+    g = dp.GraphBuilder("shared_gradient")
+    x, y, a = g.input("x", (16,)), g.input("y", (16,)), g.input("a", (16,))
+    g.output("loss", dp.sum(dp.sin(a) * x + dp.sin(a) * y))
+    program = dp.compile(g.build(), wrt=["x", "y"])
+    plan = program.plans["value_and_grad"]
+    shared = plan.outputs["grad.x"]
+    assert plan.outputs["grad.y"] == shared and shared not in plan.direct_values
+    rng = np.random.default_rng(3)
+    inputs = {n: rng.uniform(-1, 1, 16).astype(np.float32) for n in ("x", "y", "a")}
+    _, grads = program.value_and_grad(**inputs)
+    assert not np.shares_memory(grads["x"], grads["y"])
+    np.testing.assert_allclose(grads["x"], np.sin(inputs["a"]), rtol=1e-6)
+    grads["x"][:] = 0.0
+    np.testing.assert_allclose(grads["y"], np.sin(inputs["a"]), rtol=1e-6)

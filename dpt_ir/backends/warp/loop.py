@@ -7,10 +7,14 @@ body-vjp) pieces compiled as forward-only programs (`dpt_ir.backends.warp.loop_p
 Guarantees:
 - ``scan`` launches the body's kernels ``length`` times in one workspace of the body's
   plan: carries alternate between two carry-sized arrays (no per-step copy), ``xs`` are
-  read as per-step views of the stacked arrays; the outputs a kernel writes and no other
-  output shares (`direct_outputs`) are bound to their destinations, so each ``y`` is
-  written straight into the packed result at its step's offset, the final carries too,
-  and kept carries into their own arrays; other outputs are copied there;
+  read as per-step views of the stacked arrays; the outputs whose value is a direct value
+  (`ExecutionPlan.direct_outputs`: a kernel writes it, no other output shares it) are
+  bound to their destinations, so each ``y`` is written straight into the packed result
+  at its step's offset, the final carries too, and kept carries into their own arrays;
+  other outputs are copied there. Each step (the vjp's too) is
+  ``ExecutionPlan.run`` of the body's plan in the loop's own workspace: the launches
+  recorded there at the first step, re-pointed at the step's arrays
+  (`dpt_ir.backends.warp.recorded`), so bit-identical to ``wp.launch`` of them;
 - ``scan_vjp`` replays the node's checkpoint schedule (`dpt_ir.revolve`, the same data
   the interpreter replays). It allocates ``slots + 2`` carry-sized arrays: slot 0 is the
   initial carry itself (the schedule stores ``c_0`` there once and never overwrites it),
@@ -30,8 +34,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from dpt_ir.backends.warp.loop_launch import Replay
-from dpt_ir.backends.warp.loop_pieces import ACC_PREFIX, direct_outputs, piece_names
+from dpt_ir.backends.warp.loop_pieces import ACC_PREFIX, piece_names
 from dpt_ir.backends.warp.plan import WP_DTYPES
 from dpt_ir.graph import Node
 from dpt_ir.ops.loop import ScanAttrs, body_vjp, checkpoint_plan, grad_layout, result_types
@@ -81,16 +84,14 @@ class Loop:
         self.trajectory: list[list[wp.array]] = []
         self.source: Loop | None = None
         self.fwd_plan = self.body.plans["run"]
-        self.direct = direct_outputs(self.fwd_plan, self.body_outputs)
+        self.direct = self.fwd_plan.direct_outputs(self.body_outputs)
         self.fwd_ws = self.fwd_plan.checkout()
-        self.fwd_run = Replay(self.fwd_plan, self.fwd_ws)
         self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
         self.vjp_ws = self.vjp_plan.checkout() if self.vjp_plan is not None else None
-        self.vjp_run = Replay(self.vjp_plan, self.vjp_ws) if self.vjp_plan is not None else None
         self.vjp_direct: dict[int, str] = {}  # loop input k -> the vjp output value of its gradient
         if self.vjp_plan is not None:
             wanted = [k for k in range(len(self.in_types)) if k in self.grad_offsets]
-            found = direct_outputs(self.vjp_plan, [self.grad_outputs[self._name(k)] for k in wanted])
+            found = self.vjp_plan.direct_outputs([self.grad_outputs[self._name(k)] for k in wanted])
             self.vjp_direct = {wanted[j]: v for j, v in found.items()}
         self.pool = self._pool()
         # A closure's gradient sum ping-pongs between the vjp's output and one array of
@@ -113,7 +114,7 @@ class Loop:
 
     def _vjp_out(self, k: int) -> wp.array:
         """The vjp workspace's array of loop input ``k``'s gradient when its kernel writes it
-        (`direct_outputs`), else a new one."""
+        (`ExecutionPlan.direct_outputs`), else a new one."""
         assert self.vjp_plan is not None and self.vjp_ws is not None
         if k in self.vjp_direct:
             return self.vjp_plan.output_array(self.grad_outputs[self._name(k)], self.vjp_ws).flatten()
@@ -198,7 +199,7 @@ class Loop:
         for k, value in self.direct.items():
             if k < a.carries:
                 bound[value] = into[k]
-        self.fwd_run.run(bound)
+        self.fwd_plan.run("forward", bound, self.fwd_ws)
         for k in range(a.carries):
             if k not in self.direct:
                 wp.copy(into[k], self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten())
@@ -218,7 +219,6 @@ class Loop:
         """The packed results of ``scan`` on its input arrays (flat)."""
         a = self.attrs
         self._begin(self.fwd_ws)
-        self.fwd_run.begin()
         carry, at = list(arrays[: a.carries]), 1  # at: the pool buffer holding the carry
         final = [
             self.packed[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size]
@@ -254,9 +254,6 @@ class Loop:
         gy = arrays[-1]
         forward = arrays[:-1]
         self._begin(self.fwd_ws, self.vjp_ws)
-        self.fwd_run.begin()
-        if self.vjp_run is not None:
-            self.vjp_run.begin()
         self.sums = dict(self.zeros)  # read only: each step writes the new sum into `sum_pool`
         g_carry = [gy[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size] for k in range(a.carries)]
         g_at: int | None = None  # the pool buffer holding the carries' cotangent (None: a view of gy)
@@ -330,8 +327,8 @@ class Loop:
         for k, value in self.vjp_direct.items():
             bound[value] = targets[k]
         plan, ws = self.vjp_plan, self.vjp_ws
-        assert plan is not None and ws is not None and self.vjp_run is not None  # a scan_vjp node's loop
-        self.vjp_run.run(bound)
+        assert plan is not None and ws is not None  # a scan_vjp node's loop
+        plan.run("forward", bound, ws)
         for k, target in targets.items():
             if k not in self.vjp_direct:
                 wp.copy(target, plan.output_array(self.grad_outputs[self._name(k)], ws).flatten())

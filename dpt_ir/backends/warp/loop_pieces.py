@@ -1,18 +1,15 @@
-"""The pieces a compiled loop is built from, and what its runtime asks of their plans.
+"""The pieces a compiled loop is built from.
 
-Assumes: a loop node's attributes (`dpt_ir.ops.loop.ScanAttrs`) and, for `direct_outputs`,
-a compiled forward-only plan of one of its pieces.
+Assumes: a loop node's attributes (`dpt_ir.ops.loop.ScanAttrs`).
 Guarantees: `piece_names` names a loop's body and body-vjp pieces by the body's content
 (one per distinct body); `vjp_piece` is the body's joint graph reduced to its gradient
-outputs, a closure's gradient summed into ``acc.<input>``; `direct_outputs` says which
-outputs a kernel writes alone (so a loop may bind them to its own arrays);
-`check_loop_dtypes` refuses float inputs outside the carries' dtype (`ContractError`).
+outputs, a closure's gradient summed into ``acc.<input>``; `check_loop_dtypes` refuses
+float inputs outside the carries' dtype (`ContractError`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph, Node, Output
@@ -48,17 +45,6 @@ def vjp_piece(a: ScanAttrs) -> Graph:
             outputs[grads[inp.name]] = total.name
     b.set_outputs([Output(name=k, value=v) for k, v in outputs.items()])
     return b.build().replace(name=f"{a.body.name}.vjp", meta={})
-
-
-def direct_outputs(plan: Any, names: list[str]) -> dict[int, str]:
-    """Outputs ``names`` of ``plan`` (by position) that a kernel writes and that no other
-    output shares: a loop binds them to their destination (a kept carry, a packed
-    result), so the kernel writes there and nothing is copied. The others are copied
-    from the workspace."""
-    values = list(plan.outputs.values())
-    written = {p for launch in plan.launches for p in launch.params}
-    chosen = [plan.outputs[name] for name in names]
-    return {k: v for k, v in enumerate(chosen) if v in plan.graph.node_map and v in written and values.count(v) == 1}
 
 
 def check_loop_dtypes(node: Node, in_types: tuple[TensorType, ...]) -> None:

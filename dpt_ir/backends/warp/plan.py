@@ -23,16 +23,14 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from dpt_ir.backends.cxx.kernels import TASK0
-from dpt_ir.backends.warp.launches import STATUS_BASE, KernelSource, StatusSlot
+from dpt_ir.backends.warp.launches import KernelSource, StatusSlot
 from dpt_ir.backends.warp.module import GeneratedModule
 from dpt_ir.backends.warp.recorded import RecordedPhase
 from dpt_ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.errors import ContractError
 from dpt_ir.graph import Graph
-from dpt_ir.passes.kernel_ir import plan_of
+from dpt_ir.passes.kernel_ir import Schedule, plan_of
 
-SCALARS = (STATUS_BASE, TASK0)  # the scalar parameters a launch binds (`scalar_argument`)
 WP_DTYPES = {
     "float32": wp.float32,
     "float64": wp.float64,
@@ -158,12 +156,7 @@ class ExecutionPlan:
         kplan = plan_of(graph)
         phases = {g.id: g.phase for g in kplan.groups}
         self.launches = [Launch(k.name, k.function, k.dim, k.params, phases[k.group], k.status_base) for k in kernels]
-        # The values with a buffer of their own (a graph output's) that a launch binds: those a
-        # CPU call may give fresh arrays of their own (`runtime._direct_results`).
-        schedule = kplan.scheduled()
-        own = {b.id for b in schedule.buffers if b.output}
-        launched = {p for launch in self.launches for p in launch.params}
-        self.direct_values = frozenset(v for v in launched if schedule.assignment.get(v) in own)
+        self.direct_values = _direct_values(graph, kplan.scheduled(), self.launches)
         # The values a call binds arrays for (`run`'s ``bound``): the inputs (and cotangents), and
         # the direct values; the recorded launches re-point exactly these at every call.
         self.rebindable = frozenset(graph.input_map) | self.direct_values
@@ -232,8 +225,9 @@ class ExecutionPlan:
     def run(self, phase: str, bound: dict[str, Any], ws: Workspace) -> int:
         """Launch every kernel of ``phase`` with the arrays ``bound`` (value name -> a
         `wp.array` on the plan's device or, on the CPU, a C-contiguous NumPy array, of the
-        value's type: `bind`'s) in workspace ``ws``, through the launches recorded for ``ws``
-        (`RecordedPhase`, recorded at its first run of the phase); returns the launch count."""
+        value's type: `bind`'s, or a loop step's) in workspace ``ws``, through the launches
+        recorded for ``ws`` (`RecordedPhase`, recorded at its first run of the phase);
+        returns the launch count."""
         self.ready()
         if not self.rebindable.issuperset(bound):
             unknown = sorted(set(bound) - self.rebindable)
@@ -246,6 +240,12 @@ class ExecutionPlan:
         if recorded is None:
             recorded = ws.phases[phase] = RecordedPhase(self, phase, ws, bound)
         return recorded.run(bound)
+
+    def direct_outputs(self, names: list[str]) -> dict[int, str]:
+        """The outputs ``names`` (by position) whose value is a direct value (`_direct_values`),
+        to their values: a caller that binds each to a destination of its own gets it written
+        there, and copies the others out of the workspace."""
+        return {k: v for k, v in enumerate(self.outputs[n] for n in names) if v in self.direct_values}
 
     def output_array(self, name: str, ws: Workspace) -> wp.array:
         """The array of output ``name`` in ``ws``, in the output's shape (a scalar output is
@@ -311,7 +311,15 @@ class Lease:
         self.plan.checkin(self.ws)
 
 
-def scalar_argument(param: str, launch: Launch) -> int:
-    """A launch's scalar argument: its first status slot, or its first task (0: a launch
-    on one thread runs every task)."""
-    return launch.status_base if param == STATUS_BASE else 0
+def _direct_values(graph: Graph, schedule: Schedule, launches: list[Launch]) -> frozenset[str]:
+    """The values a call may bind to an array of its own instead of the workspace's buffer,
+    so that the kernels write them there: each is launched, has a buffer of its own (a
+    graph output's) and is the value of exactly one output (binding it moves that output
+    alone). The one rule for every caller that binds results: `runtime._direct_results`
+    (fresh gradient arrays), a loop step (its carries and ``y`` rows, `Loop`), and the
+    recorded launches, which re-point these (and the inputs) at every call and fall back
+    to the workspace's buffer when a call binds none (`RecordedPhase`)."""
+    own = {b.id for b in schedule.buffers if b.output}
+    launched = {p for launch in launches for p in launch.params}
+    named = [o.value for o in graph.outputs]
+    return frozenset(v for v in launched if schedule.assignment.get(v) in own and named.count(v) == 1)

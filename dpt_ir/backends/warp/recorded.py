@@ -1,12 +1,16 @@
 """Recorded launches: one phase of an `ExecutionPlan`, recorded once for one `Workspace`
-and replayed by every later call that checks that workspace out.
+and replayed by every later call that checks that workspace out. The one recorded-launch
+mechanism: program calls use it, and so does every step of a compiled loop (`Loop` runs
+its body and body vjp through `ExecutionPlan.run` in a workspace it holds).
 
 Assumes: the plan's module is built (`ExecutionPlan.ready`); the workspace is used by one
-call at a time (`ExecutionPlan.checkout`); a call binds, by value name, an array for every
-plan input the phase reads, and may bind a value of ``plan.direct_values`` (which falls back
-to the workspace's own buffer when it does not); every bound array was checked against the
-value's declared type (`ExecutionPlan.bind`: flat, contiguous, of the value's dtype and
-size), as a `wp.array` on the plan's device or, on the CPU, a C-contiguous NumPy array.
+call at a time (`ExecutionPlan.checkout`; a loop holds its own); a call binds, by value
+name, an array for every plan input the phase reads, and may bind a value of
+``plan.direct_values`` (which falls back to the workspace's own buffer when it does not);
+every bound array has the value's declared type (flat, contiguous, of the value's dtype
+and size), as a `wp.array` on the plan's device or, on the CPU, a C-contiguous NumPy
+array: checked by `ExecutionPlan.bind`, or a loop's own array or a view of a checked one
+(a carry, an ``xs`` or ``y`` row, a cotangent).
 
 Guarantees: the launches, their order, their arguments and their task ranges are those of
 ``wp.launch`` over the phase's launches with the same arrays (one launch per launch, or on
