@@ -277,7 +277,7 @@ class GraphBuilder:
         """Merge ``meta`` into the meta of every node appended since position ``start``."""
         for k in range(start, len(self._nodes)):
             node = self._nodes[k]
-            self._nodes[k] = node.model_copy(update={"meta": {**node.meta, **meta}})
+            self._nodes[k] = node.with_(meta={**node.meta, **meta})
 
     def add_input(self, name: str, type: TensorType, requires_grad: bool = False) -> Tensor:
         """Declare an input of an already-checked type (used by passes)."""

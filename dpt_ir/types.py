@@ -109,7 +109,7 @@ class FrozenModel(BaseModel):
     def __setattr__(self, name: str, value: Any) -> None:
         raise ContractError(
             f"{self._label()}: is frozen, cannot assign {name!r}; expected a new object "
-            "(model_copy(update=...), or Graph.replace)"
+            "(with_(...), or Graph.replace)"
         )
 
     def __delattr__(self, name: str) -> None:

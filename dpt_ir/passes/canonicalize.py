@@ -53,7 +53,7 @@ def run(graph: Graph, options: object = None) -> Graph:
 
 def _with_inputs(node: Node, subst: dict[str, str]) -> Node:
     inputs = tuple(resolve(i, subst) for i in node.inputs)
-    return node if inputs == node.inputs else node.model_copy(update={"inputs": inputs})
+    return node if inputs == node.inputs else node.with_(inputs=inputs)
 
 
 def _fold(graph: Graph, node: Node, consts: dict[str, Any]) -> Node | None:

@@ -359,6 +359,7 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
         for v in r.inputs
         if v in owner
     ]
+    # Only the meta's group tag changes: an unchecked copy, as in `util.substitute` (same reason).
     nodes = tuple(n.model_copy(update={"meta": {**n.meta, "group": first_group[n.name]}}) for n in graph.nodes)
     plan = KernelPlan(groups=tuple(records), boundaries=tuple(boundaries), halo=tuple(halo))
     return with_plan(graph, plan, nodes=nodes)

@@ -178,12 +178,10 @@ def _rewrite(
                 clone = unique_name(node.name + RECOMPUTE_SUFFIX, taken)
                 clones[node.name] = clone
                 meta = {**node.meta, "phase": "backward", "recompute_of": node.name}
-                nodes.append(node.model_copy(update={"name": clone, "inputs": backward_inputs, "meta": meta}))
+                nodes.append(node.with_(name=clone, inputs=backward_inputs, meta=meta))
         elif node.name in in_backward:
-            nodes.append(_tag(node.model_copy(update={"inputs": backward_inputs}), "backward"))
-    outputs = tuple(
-        o.model_copy(update={"value": clones.get(o.value, o.value)}) if o.value in bwd_out else o for o in graph.outputs
-    )
+            nodes.append(_tag(node.with_(inputs=backward_inputs), "backward"))
+    outputs = tuple(o.with_(value=clones.get(o.value, o.value)) if o.value in bwd_out else o for o in graph.outputs)
     records = _saved_records(graph, saved, nodes, over_budget, budget)
     meta = {
         **graph.meta,
@@ -198,7 +196,7 @@ def _rewrite(
 def _tag(node: Node, phase: str) -> Node:
     if phase_of(node) == phase and "phase" in node.meta:
         return node
-    return node.model_copy(update={"meta": {**node.meta, "phase": phase}})
+    return node.with_(meta={**node.meta, "phase": phase})
 
 
 def _saved_records(

@@ -27,6 +27,10 @@ def substitute(graph: Graph, subst: Mapping[str, str], nodes: Iterable[Node] | N
     substituted away are kept; `dce` removes them once unused.
     """
     new_nodes = []
+    # Unchecked node copies on purpose (the one exception to FrozenModel.with_): the inputs
+    # are names of the graph itself, `graph.replace` checks every reference, and the manager
+    # verifies the graph after each pass; a validated copy per node made a 5,000-node graph's
+    # passes 1.3x slower (benchmarks/compile_scaling.py --passes-only, measured 2026-12-02).
     for node in graph.nodes if nodes is None else nodes:
         inputs = tuple(resolve(i, subst) for i in node.inputs)
         new_nodes.append(node if inputs == node.inputs else node.model_copy(update={"inputs": inputs}))
