@@ -247,31 +247,35 @@ def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool, step: 
         f"{{ const int l = k - n8; const {x_type} x = buf{q}[k]; const int r = jb + k; {update} }}"
     )
     if lp.fold is None:
-        return [lanes + f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }}", tail]
+        return [lanes + _group(q, x_type, update), tail]
     return [*_two_sets(nest, q, lp, x_type, update), tail]
+
+
+def _group(q: int, x_type: str, update: str, shift: str = "") -> str:
+    """Lane ``l``'s element of the group at ``k`` (``shift``: `` + 8``, the next group) of
+    block buffer ``q``, folded by ``update``."""
+    at = f"k{shift} + l"
+    return f"{{ const {x_type} x = buf{q}[{at}]; const int r = jb + {at}; {update} }}"
 
 
 def _two_sets(nest: Nest, q: int, lp: LanePass, x_type: str, update: str) -> list[str]:
     """The groups of a block with a `LanePass.fold`: groups ``2g`` into the lanes, ``2g + 1``
     into a second set ``<lane>_b`` (initialised per block), a last odd group into the lanes,
     then the second set folded into the lanes in lane order."""
-    names = {f"a_{name}": f"ln{q}_{name}[l]" for name, _, _ in lp.lanes}
-    second = {**subst(nest, q), **{a: v.replace("[l]", "_b[l]") for a, v in names.items()}}
-    update_b = lp.update.format(**second)
-    fold = lp.fold.format(**names, **{f"b_{name}": f"ln{q}_{name}_b[l]" for name, _, _ in lp.lanes})
+    first = {f"a_{name}": f"ln{q}_{name}[l]" for name, _, _ in lp.lanes}
+    second = {a: v.replace("[l]", "_b[l]") for a, v in first.items()}
+    update_b = lp.update.format(**{**subst(nest, q), **second})
+    fold = lp.fold.format(**first, **{"b" + a[1:]: v for a, v in second.items()})
     inits = [
         f"{ty} ln{q}_{name}_b[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}_b[l] = {init};"
         for name, ty, init in lp.lanes
     ]
-    pair = (
-        f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }} "
-        f"{{ const {x_type} x = buf{q}[k + 8 + l]; const int r = jb + k + 8 + l; {update_b} }}"
-    )
+    groups = "DP_LANE_LOOP for (int l = 0; l < 8; ++l) "
     return [
         f"{{ {' '.join(inits)} int k = 0;",
-        f"DP_SCALAR_LOOP for (; k + 16 <= n8; k += 16) DP_LANE_LOOP for (int l = 0; l < 8; ++l) {{ {pair} }}",
-        f"DP_SCALAR_LOOP for (; k < n8; k += 8) DP_LANE_LOOP for (int l = 0; l < 8; ++l) "
-        f"{{ const {x_type} x = buf{q}[k + l]; const int r = jb + k + l; {update} }}",
+        f"DP_SCALAR_LOOP for (; k + 16 <= n8; k += 16) {groups}"
+        f"{{ {_group(q, x_type, update)} {_group(q, x_type, update_b, ' + 8')} }}",
+        f"DP_SCALAR_LOOP for (; k < n8; k += 8) {groups}{_group(q, x_type, update)}",
         f"for (int l = 0; l < 8; ++l) {{ {fold} }} }}",
     ]
 
