@@ -250,11 +250,12 @@ class LanePass:
     vectorises). ``merge``: statements setting state ``{p_<name>}`` from the lane arrays
     ``{l_<name>}`` in a fixed order. Later passes read the state of earlier ones. ``fold``
     (optional): statements folding slot ``{b_<name>}`` of a second set of lanes into
-    ``{a_<name>}``, lane by lane, for an update whose order may change that way (a sum: not a
-    max, whose sign of a zero depends on which came first). With it the CPU driver updates two
-    sets, 8-element groups alternating between them (two independent chains: the loop no
-    longer waits on one accumulator's latency), and folds the second into the first at the
-    end of each block: an element's set and lane are fixed by its position in the block."""
+    ``{a_<name>}``, lane by lane, for an update whose order may change that way (a sum; a
+    max is left with one set: measured slower with two, and its sign of a zero would move).
+    With it the CPU driver updates two sets, 8-element groups alternating between them (two
+    independent chains: the loop no longer waits on one accumulator's latency), and folds the
+    second into the first at the end of each block: an element's set and lane are fixed by its
+    position in the block."""
 
     lanes: tuple[tuple[str, str, str], ...]
     update: str
