@@ -206,3 +206,29 @@ def test_row_kernel_loops_are_vectorised(rows_text: str) -> None:
     width, count, scalar = packed_pair(rows_text, scalar_build(rows_text), "rows")
     assert count >= MIN_ROWS[width], f"{count} packed {width} instructions; the row kernel's stage loops went scalar"
     assert scalar < MIN_ROWS[width], f"{scalar} packed {width} instructions in a build with vectorisation disabled"
+
+
+def library_calls(obj: Path) -> set[str]:
+    """The memory-library functions (memcpy, memmove, memset) that ``obj`` calls, from its
+    relocations."""
+    out = subprocess.run([str(OBJDUMP), "-r", str(obj)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return set(re.findall(r"\b(mem(?:cpy|move|set))\b", out.stdout))
+
+
+@pytest.fixture(scope="module")
+def wide_rows_text() -> str:
+    # Rows of 1024: whole blocks of `Target.block` (512) elements, where clang turns a block
+    # loop that only copies into a memcpy call (at 64 elements it keeps the loop).
+    options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, loss="loss")
+    return generated(normalisation((4, 1024), "float32"), options)
+
+
+def test_reductions_of_inputs_copy_nothing(wide_rows_text: str) -> None:
+    """normalisation's mean(x) reduces an input as it is read: its lane loop reads the input
+    itself (`ElementWriter.direct`). Through a block buffer the element loop was a copy, which
+    clang turned into a memcpy call per block (13% of softmax_xent's step at 1024x1024, whose
+    max(z) is the same)."""
+    assert "x = a0[o * 1024 + jb + k + l]" in wide_rows_text, "the lane loop should read the input directly"
+    calls = library_calls(build(wide_rows_text, "wide_rows"))
+    assert not calls, f"the module calls {sorted(calls)}: a reduction input went through a buffer copy"

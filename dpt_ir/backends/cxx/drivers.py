@@ -2,7 +2,9 @@
 driver, and the ordered combine of reduction partials.
 
 Assumes: a `Nest` from `dpt_ir.backends.cxx.nest.cover` and the element function that
-`ElementWriter` wrote for it, with the signature ``elem<P, W>(a0.., i, j, rb, big, fl, y0..)``.
+`ElementWriter` wrote for it, with the signature ``elem<P, W>(a0.., i, j, rb, big, fl, y0..)``
+(an out-parameter ``y<q>`` for each root whose input the element function computes; a root
+whose input is a parameter read at element ``i`` has none: `ElementWriter.direct`).
 Guarantees:
 
 - A launch runs tasks ``t`` of a partition fixed by the shapes and the device (`Layout`),
@@ -13,7 +15,8 @@ Guarantees:
   once per sub-row.
 - CPU: element loops (each after ``DP_VEC_LOOP``, empty unless a build defines a loop
   pragma there: the vectorisation guard's scalar build) carry no floating-point state. Elements go through blocks of
-  `Target.block`, reduction inputs into stack buffers, then into 8 lanes fixed by the element's
+  `Target.block`, computed reduction inputs into stack buffers (an input read as it is:
+  straight from its array), then into 8 lanes fixed by the element's
   position (`LanePass`; the loop over the 8 lanes is the vectorised one), merged in a fixed tree;
   flags are integer ORs. A block in which a
   trig argument was huge (``big``) is recomputed with the precise functions (``P``).
@@ -27,6 +30,7 @@ Guarantees:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dpt_ir.backends.base import Target
@@ -232,33 +236,39 @@ def subst(nest: Nest, q: int) -> dict[str, str]:
     return out
 
 
-def _lanes_update(nest: Nest, q: int, p: int, x_type: str, blocked: bool, step: int = 1) -> list[str]:
+def _lanes_update(
+    nest: Nest, q: int, p: int, x_type: str, blocked: bool, step: int = 1, read: Callable[[str], str] | None = None
+) -> list[str]:
     """The lane update of root ``q`` in pass ``p``: per block (CPU), or per element (CUDA),
-    where ``step`` is the stride of the thread's loop and the lane is its iteration count mod 8."""
+    where ``step`` is the stride of the thread's loop and the lane is its iteration count mod 8.
+    ``read``: the C++ of the element at a position (``jb + <it>``, CPU; ``j``, CUDA): by
+    default block buffer ``q`` (CPU) or the element function's ``y<q>`` (CUDA)."""
     lp = nest.templates[nest.roots[q]].passes[p]
     update = lp.update.format(**subst(nest, q))
     if not blocked:
         lane = "(j - j0) & 7" if step == 1 else f"((j - j0) / {step}) & 7"
-        return [f"{{ const int l = {lane}; const {x_type} x = y{q}; const int r = j; {update} }}"]
+        x = read("j") if read else f"y{q}"
+        return [f"{{ const int l = {lane}; const {x_type} x = {x}; const int r = j; {update} }}"]
+    at: Callable[[str], str] = read or (lambda k: f"buf{q}[{k}]")
     # The group loop stays scalar and the lane loop is the vector one (DP_LANE_LOOP, dp_math.h):
     # one 8-wide operation per group instead of clang's 4-wide, shuffled group loop.
     lanes = "DP_SCALAR_LOOP for (int k = 0; k < n8; k += 8) DP_LANE_LOOP for (int l = 0; l < 8; ++l) "
     tail = "for (int k = n8; k < nb; ++k) " + (
-        f"{{ const int l = k - n8; const {x_type} x = buf{q}[k]; const int r = jb + k; {update} }}"
+        f"{{ const int l = k - n8; const {x_type} x = {at('k')}; const int r = jb + k; {update} }}"
     )
     if lp.fold is None:
-        return [lanes + _group(q, x_type, update), tail]
-    return [*_two_sets(nest, q, lp, x_type, update), tail]
+        return [lanes + _group(at, x_type, update), tail]
+    return [*_two_sets(nest, q, lp, x_type, update, at), tail]
 
 
-def _group(q: int, x_type: str, update: str, shift: str = "") -> str:
+def _group(at: Callable[[str], str], x_type: str, update: str, shift: str = "") -> str:
     """Lane ``l``'s element of the group at ``k`` (``shift``: `` + 8``, the next group) of
-    block buffer ``q``, folded by ``update``."""
-    at = f"k{shift} + l"
-    return f"{{ const {x_type} x = buf{q}[{at}]; const int r = jb + {at}; {update} }}"
+    the block, read by ``at`` (its position in the block -> C++), folded by ``update``."""
+    k = f"k{shift} + l"
+    return f"{{ const {x_type} x = {at(k)}; const int r = jb + {k}; {update} }}"
 
 
-def _two_sets(nest: Nest, q: int, lp: LanePass, x_type: str, update: str) -> list[str]:
+def _two_sets(nest: Nest, q: int, lp: LanePass, x_type: str, update: str, at: Callable[[str], str]) -> list[str]:
     """The groups of a block with a `LanePass.fold`: groups ``2g`` into the lanes, ``2g + 1``
     into a second set ``<lane>_b`` (initialised per block), a last odd group into the lanes,
     then the second set folded into the lanes in lane order."""
@@ -274,8 +284,8 @@ def _two_sets(nest: Nest, q: int, lp: LanePass, x_type: str, update: str) -> lis
     return [
         f"{{ {' '.join(inits)} int k = 0;",
         f"DP_SCALAR_LOOP for (; k + 16 <= n8; k += 16) {groups}"
-        f"{{ {_group(q, x_type, update)} {_group(q, x_type, update_b, ' + 8')} }}",
-        f"DP_SCALAR_LOOP for (; k < n8; k += 8) {groups}{_group(q, x_type, update)}",
+        f"{{ {_group(at, x_type, update)} {_group(at, x_type, update_b, ' + 8')} }}",
+        f"DP_SCALAR_LOOP for (; k < n8; k += 8) {groups}{_group(at, x_type, update)}",
         f"for (int l = 0; l < 8; ++l) {{ {fold} }} }}",
     ]
 
@@ -315,16 +325,27 @@ def reduction_drivers(
     checks: bool,
     finish: list[str],
     strided: bool = True,
+    direct: dict[int, str] | None = None,
 ) -> str:
     """``finish``: statements after the passes of a unit (finalize and store the row's
     results, or store the task's partials), reading ``s<q>_<name>``, ``o`` and ``t``;
-    ``strided``: see `_units`; ``target``: its `Target.block`, the CPU driver's element block."""
-    nf, block = max(nflags, 1), target.block
+    ``strided``: see `_units`; ``target``: its `Target.block`, the CPU driver's element block;
+    ``direct``: the roots whose input is a parameter read at element ``i`` (root -> the
+    parameter, `ElementWriter.direct`): their lane loops read it there, with no block buffer."""
+    nf, block, direct = max(nflags, 1), target.block, direct or {}
     npass = max(len(t.passes) for t in nest.templates.values())
     step = lay.parts if lay.parts > 1 and strided else 1  # the CUDA loop's stride: the parts interleave
     whole = nest.sub == nest.inner and nest.row_map is None  # one base per output row (else per sub-row)
     jr = "j" if whole else f"j - sr * {nest.sub}"
-    i = f"o * {nest.inner} + j" if nest.row_map is None else f"(srow - sr) * {nest.sub} + j"
+    base = f"o * {nest.inner}" if nest.row_map is None else f"(srow - sr) * {nest.sub}"
+    i = f"{base} + j"
+    buffered = [q for q in range(len(nest.roots)) if q not in direct]
+
+    def read(q: int, blocked: bool) -> Callable[[str], str] | None:
+        if q not in direct:
+            return None
+        return (lambda k: f"{direct[q]}[{base} + jb + {k}]") if blocked else (lambda j: f"{direct[q]}[{base} + {j}]")
+
     out = {}
     for blocked in (True, False):
         units = _units(nest, lay, blocked, strided)
@@ -337,7 +358,7 @@ def reduction_drivers(
             for q in active:
                 for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                     body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
-            ys = [f"buf{q}[j - jb]" if blocked else f"y{q}" for q in range(len(nest.roots))]
+            ys = [f"buf{q}[j - jb]" if blocked else f"y{q}" for q in buffered]
             if blocked:
                 s0, s1 = "j0", "j1"
                 if not whole:
@@ -348,19 +369,19 @@ def reduction_drivers(
                     s0, s1 = "s0", "s1"
                 body.append(f"for (int jb = {s0}; jb < {s1}; jb += {block}) {{")
                 body.append(f"const int je = {_min(f'jb + {block}', s1)}, nb = je - jb, n8 = nb & ~7;")
-                body += [f"{x_types[q]} buf{q}[{block}];" for q in range(len(nest.roots))]
+                body += [f"{x_types[q]} buf{q}[{block}];" for q in buffered]
                 body += _block(nest, args, w, i, ys, uses_big, nf, jr, "0" if whole else f"sr * {nest.sub}")
                 for q in active:
-                    body += _lanes_update(nest, q, p, x_types[q], True)
+                    body += _lanes_update(nest, q, p, x_types[q], True, read=read(q, True))
                 body += [] if whole else ["}"]
             else:
                 body.append(f"for (int j = j0; j < j1; j += {step}) {{")
                 if not whole:
                     body += [f"const int sr = j / {nest.sub};", *_sub_row(nest)]
-                body += [f"{x_types[q]} y{q};" for q in range(len(nest.roots))]
+                body += [f"{x_types[q]} y{q};" for q in buffered]
                 body += _guarded(nest, args, w, i, jr, ys, uses_big, nf)
                 for q in active:
-                    body += _lanes_update(nest, q, p, x_types[q], False, step)
+                    body += _lanes_update(nest, q, p, x_types[q], False, step, read(q, False))
             body.append("}")
             for q in active:
                 body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**subst(nest, q)))

@@ -163,7 +163,7 @@ def group_kernels(
     nflags = len(slots) - w.slot_base
     unit = Unit(graph, params, {*nest.stores, *nest.roots, *nest.after, *partials}, partials, w.constants)
     x_types = [C_TYPES[graph.types[graph.node_map[r].inputs[0]].dtype] for r in nest.roots]
-    ys = "".join(f", {x}& y{q}" for q, x in enumerate(x_types))
+    ys = "".join(f", {x}& y{q}" for q, x in enumerate(x_types) if q not in w.direct)
     head = f"({unit.sig()}, int i, int j, const int* rb, int& big, int* fl{ys}) {{"
     elem = [*w.table_definitions()]
     for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge)):
@@ -175,7 +175,7 @@ def group_kernels(
         drv = columns.column_drivers(nest, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)
     elif nest.roots:
         drv = drivers.reduction_drivers(
-            nest, lay, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish, stage is None
+            nest, lay, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish, stage is None, w.direct
         )
     else:
         drv = drivers.pointwise_drivers(nest, lay, target, unit.args(), sig, w.uses_big, nflags, checks)
