@@ -302,7 +302,7 @@ class ElementWriter:
 
         A root whose input is a parameter read at element ``i`` gets no out-parameter: it goes
         to `direct` (q -> the parameter), and the drivers' lane loops read the array itself
-        (`drivers.Source`), so the element loop copies nothing into a block buffer (clang made
+        (``direct`` of `drivers.reduction_drivers`), so the element loop copies nothing into a block buffer (clang made
         that copy a ``memcpy`` call per block: 13% of softmax_xent's step). Not with guards
         (the edge function reads through image tables) nor for column reductions."""
         direct_ok, self.loads = not self.nest.guards and not self.nest.columns, {}
