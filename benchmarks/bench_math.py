@@ -56,7 +56,7 @@ DRIVER = "\n".join(
         "// One element loop per function; flag[0] = 1 when a fast trig loop saw |x| >= 2^19.",
         "DP_FN void dp_eval(int fn, const float* __restrict__ a, const float* __restrict__ b,",
         "                   float* __restrict__ o, int* flag, int n) {",
-        "    int big = 0;",
+        "    bool big = false;",
         "    switch (fn) {",
         *(_case(k, name) for k, name in enumerate(FUNCTIONS)),
         "    default: break;",

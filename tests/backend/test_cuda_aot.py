@@ -64,7 +64,7 @@ MATH_DRIVER = "\n".join(
     [
         "DP_FN void dp_all(const float* x, const float* y, float* o, int* flag, int i) {",
         "    const float a = x[i], b = y[i];",
-        "    int big = 0;",
+        "    bool big = false;",
         *(f"    o[{len(MATH_CALLS)} * i + {k}] = {call};" for k, call in enumerate(MATH_CALLS)),
         "    flag[i] = big;",
         "}",

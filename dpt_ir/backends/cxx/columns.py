@@ -81,7 +81,7 @@ def _cpu(
     width = target.block
     blocks = -(-cols // width)
     body = [
-        f"int fl[{nf}] = {{0}};",
+        f"bool fl[{nf}] = {{false}};",
         f"const int pm = t / {blocks}, clo = (t - pm * {blocks}) * {width}, p = pm / {mid}, m = pm - p * {mid};",
         f"const int chi = {_min(f'clo + {width}', cols)}, nc = chi - clo;",
     ]
@@ -113,7 +113,7 @@ def _cpu(
 def _cuda(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]) -> list[str]:
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
-    body = [f"int fl[{nf}] = {{0}};", f"const int o = t, pm = o / {cols}, c = o - pm * {cols};"]
+    body = [f"bool fl[{nf}] = {{false}};", f"const int o = t, pm = o / {cols}, c = o - pm * {cols};"]
     body.append(f"const int p = pm / {mid}, m = pm - p * {mid};")
     for q, root in enumerate(nest.roots):
         body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]

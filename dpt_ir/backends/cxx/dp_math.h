@@ -324,19 +324,19 @@ DP_FN float dp_trig_reduce(float x, int& q) {
     return huge ? rh : rf;
 }
 
-DP_FN int dp_trig_big(float x) {
+DP_FN bool dp_trig_big(float x) {
     const float a = dp_abs(x);
-    return (int)(a >= DP_TRIG_FAST_MAX && a <= 3.40282347e38f);
+    return a >= DP_TRIG_FAST_MAX && a <= 3.40282347e38f;
 }
 
-DP_FN float dp_sin_fast(float x, int& big) {
+DP_FN float dp_sin_fast(float x, bool& big) {
     int q;
     const float r = dp_trig_reduce_fast(x, q);
     big |= dp_trig_big(x);
     const float v = x == 0.0f ? x : dp_trig_eval(r, q);
     return dp_nonfinite(x) ? dp_nan() : v;
 }
-DP_FN float dp_cos_fast(float x, int& big) {
+DP_FN float dp_cos_fast(float x, bool& big) {
     int q;
     const float r = dp_trig_reduce_fast(x, q);
     big |= dp_trig_big(x);
@@ -367,8 +367,8 @@ static __attribute__((noinline)) float dp_cos_precise(float x) { return dp_cos(x
 #endif
 // P = false: the fast path and its flag (what element loops use); P = true: the precise
 // rerun of a block whose flag was set.
-template <bool P> DP_FN float dp_sin_t(float x, int& big) { return P ? dp_sin_precise(x) : dp_sin_fast(x, big); }
-template <bool P> DP_FN float dp_cos_t(float x, int& big) { return P ? dp_cos_precise(x) : dp_cos_fast(x, big); }
+template <bool P> DP_FN float dp_sin_t(float x, bool& big) { return P ? dp_sin_precise(x) : dp_sin_fast(x, big); }
+template <bool P> DP_FN float dp_cos_t(float x, bool& big) { return P ? dp_cos_precise(x) : dp_cos_fast(x, big); }
 
 // -- tanh, sigmoid, softplus -----------------------------------------------------------
 DP_FN float dp_tanh(float x) {
@@ -630,8 +630,8 @@ DP_FN double dp_exp(double x) { return DP_LIBM(exp)(x); }
 DP_FN double dp_expm1(double x) { return DP_LIBM(expm1)(x); }
 DP_FN double dp_log(double x) { return DP_LIBM(log)(x); }
 DP_FN double dp_log1p(double x) { return DP_LIBM(log1p)(x); }
-template <bool P> DP_FN double dp_sin_t(double x, int& big) { (void)big; return DP_LIBM(sin)(x); }
-template <bool P> DP_FN double dp_cos_t(double x, int& big) { (void)big; return DP_LIBM(cos)(x); }
+template <bool P> DP_FN double dp_sin_t(double x, bool& big) { (void)big; return DP_LIBM(sin)(x); }
+template <bool P> DP_FN double dp_cos_t(double x, bool& big) { (void)big; return DP_LIBM(cos)(x); }
 DP_FN double dp_tanh(double x) { return DP_LIBM(tanh)(x); }
 DP_FN double dp_sigmoid(double x) {
     const double e = dp_exp(-dp_abs(x));

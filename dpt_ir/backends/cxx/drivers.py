@@ -18,7 +18,7 @@ Guarantees:
   `Target.block`, computed reduction inputs into stack buffers (an input read as it is:
   straight from its array), then into 8 lanes fixed by the element's
   position (`LanePass`; the loop over the 8 lanes is the vectorised one), merged in a fixed tree;
-  flags are integer ORs. A block in which a
+  status flags are ``bool`` ORs (see `kernels.group_kernels`). A block in which a
   trig argument was huge (``big``) is recomputed with the precise functions (``P``).
 - CUDA: one element per thread for pointwise groups; a reduction thread with partials folds
   the positions ``p, p + parts, ...`` of its row (consecutive threads read consecutive
@@ -150,10 +150,10 @@ def _anywhere(nest: Nest) -> str:
 def _guarded(nest: Nest, args: str, w: str, i: str, j: str, ys: list[str], uses_big: bool, nflags: int) -> list[str]:
     """One element (CUDA) with its precise recomputation when a trig argument was huge."""
     fn = _anywhere(nest)
-    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", _call(nest, args, "false", w, i, j, "bf", ys, fn)]
+    lines = [f"bool bf[{nflags}] = {{false}}; bool big = false;", _call(nest, args, "false", w, i, j, "bf", ys, fn)]
     if uses_big:
         rerun = _call(nest, args, "true", w, i, j, "bf", ys, fn)
-        lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = 0; {rerun} }}")
+        lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = false; {rerun} }}")
     lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
     return lines
 
@@ -166,9 +166,9 @@ def _block(
     ``off``: where the row's positions start in ``j``)."""
     interior = _call(nest, args, "false", w, i, jr, "bf", ys)
     edge = _call(nest, args, "false", w, i, jr, "bf", ys, "edge")
-    lines = [f"int bf[{nflags}] = {{0}}; int big = 0;", *_split(nest, "jb", "je", off, interior, edge)]
+    lines = [f"bool bf[{nflags}] = {{false}}; bool big = false;", *_split(nest, "jb", "je", off, interior, edge)]
     if uses_big:
-        lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = 0;")
+        lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = false;")
         scalar = "DP_SCALAR_LOOP for (int j = jb; j < je; ++j) "  # the rare path: compile it cheaply
         lines.append(scalar + _call(nest, args, "true", w, i, jr, "bf", ys, _anywhere(nest)) + " }")
     lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
@@ -189,7 +189,7 @@ def pointwise_drivers(
     nf = max(nflags, 1)
     head = [
         f"const int b = t * {lay.chunk}, e = {_min(f'b + {lay.chunk}', n)};",
-        f"int fl[{nf}] = {{0}};",
+        f"bool fl[{nf}] = {{false}};",
     ]
     cpu = [*head, f"for (int row = b / {inner}; row * {inner} < e; ++row) {{", *_bases(nest, "row")]
     cpu.append(f"const int j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;")
@@ -198,7 +198,7 @@ def pointwise_drivers(
         cpu.append(f"for (int jb = j0; jb < j1; jb += {block}) {{ const int je = {_min(f'jb + {block}', 'j1')};")
         cpu += _block(nest, args, "true", f"row * {inner} + j", [], uses_big, nf) + ["}"]
     else:
-        cpu.append("int big = 0; (void)big;")
+        cpu.append("bool big = false; (void)big;")
         interior = _call(nest, args, "false", "true", f"row * {inner} + j", "j", "fl", [])
         cpu += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", "F_edge<"))
     cpu += ["}", *_status(nf, checks)]
@@ -349,7 +349,7 @@ def reduction_drivers(
     out = {}
     for blocked in (True, False):
         units = _units(nest, lay, blocked, strided)
-        body = [f"int fl[{nf}] = {{0}};", *units, *(_bases(nest, "o") if whole else [])]
+        body = [f"bool fl[{nf}] = {{false}};", *units, *(_bases(nest, "o") if whole else [])]
         for q, root in enumerate(nest.roots):
             body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]
         for p in range(npass):

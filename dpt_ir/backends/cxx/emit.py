@@ -69,7 +69,7 @@ class ElementWriter:
         if key not in self.slot_of:
             self.slots.append(StatusSlot(self.kernel, node, op, kind, detail, origin_of(self.graph, node)))
             self.slot_of[key] = len(self.slots) - 1 - self.slot_base
-        return f"fl[{self.slot_of[key]}] |= (int)({bad});"
+        return f"fl[{self.slot_of[key]}] |= (bool)({bad});"
 
     def nonfinite(self, value: str, var: str) -> str | None:
         if not self.checks or C_TYPES[self.graph.types[value].dtype] not in CXX_FLOATS:
@@ -136,7 +136,7 @@ class ElementWriter:
             return lines
         # Once per output, outside any element loop: trig takes its precise path (P), so no
         # huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
-        return ["{ constexpr bool P = true; int big = 0; (void)P; (void)big;", *("    " + s for s in lines), "}"]
+        return ["{ constexpr bool P = true; bool big = false; (void)P; (void)big;", *("    " + s for s in lines), "}"]
 
     def value(self, name: str, coords: Coords | None = None) -> str:
         """The C++ variable of ``name`` at ``coords`` (default: where it broadcasts to the

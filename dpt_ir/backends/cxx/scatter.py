@@ -274,7 +274,7 @@ def sort_launches(
         params = [rows, hist] if stage == "scan" else [hist, *([cols] if stage == "place" else [])]
         a = {"rows": "a0", "hist": "a1"} if stage == "scan" else {"hist": "a0", "cols": "a1"}
         slot_base = len(slots)
-        flags = "int fl[1] = {0}; (void)fl;"
+        flags = "bool fl[1] = {false}; (void)fl;"
         tables: list[str] = []  # the producers' constant tables (C++ arrays of this function)
         constants: dict[str, tuple[str, Any]] = {}  # and those bound at launch (`gathers.table_ref`)
         if stage == "scan":
@@ -290,7 +290,8 @@ def sort_launches(
                 flag = functools.partial(w.flag, root, node.opdef.name, "domain", detail=gathers.raise_detail(size))
             body = _chunk_body(s, stage, a, position, flag)
             nf = max(len(slots) - slot_base, 1)
-            flags = f"int fl[{nf}] = {{0}}; (void)fl; constexpr bool P = true; int big = 0; (void)P; (void)big;"
+            flags = f"bool fl[{nf}] = {{false}}; (void)fl; constexpr bool P = true; bool big = false; (void)P;"
+            flags += " (void)big;"
             if len(slots) > slot_base:
                 body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
             tables, constants = w.table_definitions(), w.constants
