@@ -166,7 +166,7 @@ def group_kernels(
     ys = "".join(f", {x}& y{q}" for q, x in enumerate(x_types) if q not in w.direct)
     # Status flags and the huge-trig flag are bool: clang ORs a vectorised loop's compares
     # into them without widening each to 32-bit lanes (int flags cost a vpmovm2d and a shift
-    # per vector and check: the five benchmark graphs' steps took 1.02-1.08x as long).
+    # per vector and check: the five benchmark graphs' steps took 1.01-1.07x as long).
     head = f"({unit.sig()}, int i, int j, const int* rb, bool& big, bool* fl{ys}) {{"
     elem = [*w.table_definitions()]
     for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge)):
