@@ -224,6 +224,22 @@ def wide_rows_text() -> str:
     return generated(normalisation((4, 1024), "float32"), options)
 
 
+@pytest.fixture(scope="module")
+def wide_columns_text() -> str:
+    g = dp.GraphBuilder("column_input_sum")
+    x = g.input("x", (8, 1024), "float32")
+    g.output("y", dp.sum(x, axis=0))
+    return generated(g.build(), CompileOptions())
+
+
+def test_column_reductions_of_inputs_copy_nothing(wide_columns_text: str) -> None:
+    """A column sum of an input folds each row of it from the array (`columns`), as the row
+    reductions do: no block buffer, no memcpy (0.68x the time of sum(x, axis=0) at 256x4096)."""
+    assert "x = a0[row * 1024 + clo + k]" in wide_columns_text, "the column loop should read the input directly"
+    calls = library_calls(build(wide_columns_text, "wide_columns")) - {"memset"}  # the accumulators' zeroing
+    assert not calls, f"the module calls {sorted(calls)}: a column reduction input went through a buffer copy"
+
+
 def test_reductions_of_inputs_copy_nothing(wide_rows_text: str) -> None:
     """normalisation's mean(x) reduces an input as it is read: its lane loop reads the input
     itself (`ElementWriter.direct`). Through a block buffer the element loop was a copy, which

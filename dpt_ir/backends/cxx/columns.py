@@ -73,9 +73,17 @@ def _row(nest: Nest) -> list[str]:
 
 
 def _cpu(
-    nest: Nest, target: Target, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]
+    nest: Nest,
+    target: Target,
+    args: str,
+    x_types: list[str],
+    uses_big: bool,
+    nf: int,
+    finish: list[str],
+    direct: dict[int, str],
 ) -> list[str]:
-    """Task ``t``: a block of `Target.block` columns (`layout`), row after row."""
+    """Task ``t``: a block of `Target.block` columns (`layout`), row after row; a root in
+    ``direct`` folds its parameter's row itself, the others their block buffer."""
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
     width = target.block
@@ -87,19 +95,21 @@ def _cpu(
     ]
     for q, root in enumerate(nest.roots):
         body += [f"{ty} cs{q}_{name}[{width}];" for name, ty in nest.templates[root].state]
-    ys = [f"buf{q}[j - jb]" for q in range(len(nest.roots))]
+    buffered = [q for q in range(len(nest.roots)) if q not in direct]
+    ys = [f"buf{q}[j - jb]" for q in buffered]
     for p, (last, active) in enumerate(_passes(nest)):
         for q in active:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ca{q}_{name}[{width}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
         body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
         body += [*_bases(nest, "row"), "const int jb = clo, je = chi;"]
-        body += [f"{x_types[q]} buf{q}[{width}];" for q in range(len(nest.roots))]
+        body += [f"{x_types[q]} buf{q}[{width}];" for q in buffered]
         w = "true" if last else "false"
         body += _block(nest, args, w, f"row * {cols} + j", ys, uses_big, nf)
         for q in active:
             update = nest.templates[nest.roots[q]].passes[p].update.format(**_column_subst(nest, q, "k"))
-            body.append(f"DP_VEC_LOOP for (int k = 0; k < nc; ++k) {{ const {x_types[q]} x = buf{q}[k];")
+            x = f"{direct[q]}[row * {cols} + clo + k]" if q in direct else f"buf{q}[k]"
+            body.append(f"DP_VEC_LOOP for (int k = 0; k < nc; ++k) {{ const {x_types[q]} x = {x};")
             body.append(f"const int r = rr; (void)r; {update} }}")
         body.append("}")
         for q in active:
@@ -110,7 +120,9 @@ def _cpu(
     return [*body, *finish, "}"]
 
 
-def _cuda(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str]) -> list[str]:
+def _cuda(
+    nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str], direct: dict[int, str]
+) -> list[str]:
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
     body = [f"bool fl[{nf}] = {{false}};", f"const int o = t, pm = o / {cols}, c = o - pm * {cols};"]
@@ -122,12 +134,14 @@ def _cuda(nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, fi
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
         body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
-        body += [*_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in range(len(nest.roots)))]
-        ys = [f"y{q}" for q in range(len(nest.roots))]
+        buffered = [q for q in range(len(nest.roots)) if q not in direct]
+        body += [*_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in buffered)]
+        ys = [f"y{q}" for q in buffered]
         body += _guarded(nest, args, "true" if last else "false", f"row * {cols} + c", "c", ys, uses_big, nf)
         for q in active:
             update = nest.templates[nest.roots[q]].passes[p].update.format(**subst(nest, q))
-            body.append(f"{{ const int l = 0; const {x_types[q]} x = y{q}; const int r = rr; (void)r; {update} }}")
+            x = f"{direct[q]}[row * {cols} + c]" if q in direct else f"y{q}"
+            body.append(f"{{ const int l = 0; const {x_types[q]} x = {x}; const int r = rr; (void)r; {update} }}")
         body.append("}")
         for q in active:
             body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**subst(nest, q)))
@@ -144,11 +158,13 @@ def column_drivers(
     nflags: int,
     checks: bool,
     finish: list[str],
+    direct: dict[int, str] | None = None,
 ) -> str:
     """The CPU and CUDA drivers of a column reduction (the CPU's column blocks: ``target``'s
     `Target.block`); ``finish``: statements finalizing and storing output ``o`` from the states
-    ``s<q>_<name>`` (as `drivers.reduction_drivers`)."""
-    nf = max(nflags, 1)
-    cpu = [*_cpu(nest, target, args, x_types, uses_big, nf, finish), *_status(nf, checks)]
-    cuda = [*_cuda(nest, args, x_types, uses_big, nf, finish), *_status(nf, checks)]
+    ``s<q>_<name>`` (as `drivers.reduction_drivers`); ``direct``: as there, the roots whose
+    input is a parameter read at the element (`ElementWriter.direct`)."""
+    nf, direct = max(nflags, 1), direct or {}
+    cpu = [*_cpu(nest, target, args, x_types, uses_big, nf, finish, direct), *_status(nf, checks)]
+    cuda = [*_cuda(nest, args, x_types, uses_big, nf, finish, direct), *_status(nf, checks)]
     return _pair(sig, cpu, cuda)

@@ -301,11 +301,12 @@ class ElementWriter:
         """Statements of the element function: the reduction inputs, then the stores.
 
         A root whose input is a parameter read at element ``i`` gets no out-parameter: it goes
-        to `direct` (q -> the parameter), and the drivers' lane loops read the array itself
-        (``direct`` of `drivers.reduction_drivers`), so the element loop copies nothing into a block buffer (clang made
-        that copy a ``memcpy`` call per block: 13% of softmax_xent's step). Not with guards
-        (the edge function reads through image tables) nor for column reductions."""
-        direct_ok, self.loads = not self.nest.guards and not self.nest.columns, {}
+        to `direct` (q -> the parameter), and the drivers' lane and column loops read the
+        array itself (``direct`` of `drivers.reduction_drivers` and `columns.column_drivers`),
+        so the element loop copies nothing into a block buffer (clang made that copy a
+        ``memcpy`` call per block: 13% of softmax_xent's step). Not with guards (the edge
+        function reads through image tables)."""
+        direct_ok, self.loads = not self.nest.guards, {}
         for q, root in enumerate(self.nest.roots):
             var = self.value(self.graph.node_map[root].inputs[0])
             if direct_ok and var in self.loads:

@@ -175,7 +175,9 @@ def group_kernels(
             elem += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]
     sig = f"{unit.sig()}, int* st, int sb, int t"
     if nest.columns:
-        drv = columns.column_drivers(nest, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish)
+        drv = columns.column_drivers(
+            nest, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish, w.direct
+        )
     elif nest.roots:
         drv = drivers.reduction_drivers(
             nest, lay, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish, stage is None, w.direct
