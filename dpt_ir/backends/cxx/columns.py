@@ -12,7 +12,8 @@ P = 1 and ``row`` is the nest's row map of (m, r): `rowmap`). Guarantees:
   identity), then merges the 8 lanes in the template's fixed tree: on the CPU and on CUDA,
   for any thread count, a column's result is the same bits.
 - CPU: tasks ``t`` are (p, m, a block of `Target.block` columns), a partition fixed by the shape; per
-  row the element loop fills a block buffer (``DP_VEC_LOOP``, as `drivers`) and an update
+  row the element loop fills a block buffer (``DP_VEC_LOOP``, as `drivers`; an input read as it
+  is, `ElementWriter.direct`, is folded from its array instead) and an update
   loop over the block's columns folds it into per-column accumulators (float64 for float
   sums: ``acc[c] += x[r][c]``), which vectorises across columns and carries nothing between
   columns. CUDA: one thread per output column, sequential over the reduced rows.
