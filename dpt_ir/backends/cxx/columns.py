@@ -23,7 +23,7 @@ P = 1 and ``row`` is the nest's row map of (m, r): `rowmap`). Guarantees:
 from __future__ import annotations
 
 from dpt_ir.backends.base import Target
-from dpt_ir.backends.cxx.drivers import Layout, _bases, _block, _guarded, _min, _pair, _status, subst
+from dpt_ir.backends.cxx.drivers import Layout, _bases, _block, _guarded, _min, _pair, _status, buffered, subst
 from dpt_ir.backends.cxx.nest import Nest
 
 
@@ -96,15 +96,15 @@ def _cpu(
     ]
     for q, root in enumerate(nest.roots):
         body += [f"{ty} cs{q}_{name}[{width}];" for name, ty in nest.templates[root].state]
-    buffered = [q for q in range(len(nest.roots)) if q not in direct]
-    ys = [f"buf{q}[j - jb]" for q in buffered]
+    computed = buffered(nest, direct)
+    ys = [f"buf{q}[j - jb]" for q in computed]
     for p, (last, active) in enumerate(_passes(nest)):
         for q in active:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ca{q}_{name}[{width}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
         body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
         body += [*_bases(nest, "row"), "const int jb = clo, je = chi;"]
-        body += [f"{x_types[q]} buf{q}[{width}];" for q in buffered]
+        body += [f"{x_types[q]} buf{q}[{width}];" for q in computed]
         w = "true" if last else "false"
         body += _block(nest, args, w, f"row * {cols} + j", ys, uses_big, nf)
         for q in active:
@@ -128,6 +128,8 @@ def _cuda(
     _, rows, mid, cols = nest.columns
     body = [f"bool fl[{nf}] = {{false}};", f"const int o = t, pm = o / {cols}, c = o - pm * {cols};"]
     body.append(f"const int p = pm / {mid}, m = pm - p * {mid};")
+    computed = buffered(nest, direct)
+    ys = [f"y{q}" for q in computed]
     for q, root in enumerate(nest.roots):
         body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]
     for p, (last, active) in enumerate(_passes(nest)):
@@ -135,9 +137,7 @@ def _cuda(
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
         body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
-        buffered = [q for q in range(len(nest.roots)) if q not in direct]
-        body += [*_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in buffered)]
-        ys = [f"y{q}" for q in buffered]
+        body += [*_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in computed)]
         body += _guarded(nest, args, "true" if last else "false", f"row * {cols} + c", "c", ys, uses_big, nf)
         for q in active:
             update = nest.templates[nest.roots[q]].passes[p].update.format(**subst(nest, q))

@@ -236,6 +236,13 @@ def subst(nest: Nest, q: int) -> dict[str, str]:
     return out
 
 
+def buffered(nest: Nest, direct: dict[int, str]) -> list[int]:
+    """The roots whose input the element function computes and hands out as ``y<q>`` (into a
+    block buffer on the CPU); the others, ``direct`` (`ElementWriter.direct`), are read from
+    their array by the lane or column loop."""
+    return [q for q in range(len(nest.roots)) if q not in direct]
+
+
 def _lanes_update(
     nest: Nest, q: int, p: int, x_type: str, blocked: bool, step: int = 1, read: Callable[[str], str] | None = None
 ) -> list[str]:
@@ -339,7 +346,7 @@ def reduction_drivers(
     jr = "j" if whole else f"j - sr * {nest.sub}"
     base = f"o * {nest.inner}" if nest.row_map is None else f"(srow - sr) * {nest.sub}"
     i = f"{base} + j"
-    buffered = [q for q in range(len(nest.roots)) if q not in direct]
+    computed = buffered(nest, direct)
 
     def read(q: int, blocked: bool) -> Callable[[str], str] | None:
         if q not in direct:
@@ -358,7 +365,7 @@ def reduction_drivers(
             for q in active:
                 for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                     body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
-            ys = [f"buf{q}[j - jb]" if blocked else f"y{q}" for q in buffered]
+            ys = [f"buf{q}[j - jb]" if blocked else f"y{q}" for q in computed]
             if blocked:
                 s0, s1 = "j0", "j1"
                 if not whole:
@@ -369,7 +376,7 @@ def reduction_drivers(
                     s0, s1 = "s0", "s1"
                 body.append(f"for (int jb = {s0}; jb < {s1}; jb += {block}) {{")
                 body.append(f"const int je = {_min(f'jb + {block}', s1)}, nb = je - jb, n8 = nb & ~7;")
-                body += [f"{x_types[q]} buf{q}[{block}];" for q in buffered]
+                body += [f"{x_types[q]} buf{q}[{block}];" for q in computed]
                 body += _block(nest, args, w, i, ys, uses_big, nf, jr, "0" if whole else f"sr * {nest.sub}")
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], True, read=read(q, True))
@@ -378,7 +385,7 @@ def reduction_drivers(
                 body.append(f"for (int j = j0; j < j1; j += {step}) {{")
                 if not whole:
                     body += [f"const int sr = j / {nest.sub};", *_sub_row(nest)]
-                body += [f"{x_types[q]} y{q};" for q in buffered]
+                body += [f"{x_types[q]} y{q};" for q in computed]
                 body += _guarded(nest, args, w, i, jr, ys, uses_big, nf)
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], False, step, read(q, False))

@@ -163,7 +163,7 @@ def group_kernels(
     nflags = len(slots) - w.slot_base
     unit = Unit(graph, params, {*nest.stores, *nest.roots, *nest.after, *partials}, partials, w.constants)
     x_types = [C_TYPES[graph.types[graph.node_map[r].inputs[0]].dtype] for r in nest.roots]
-    ys = "".join(f", {x}& y{q}" for q, x in enumerate(x_types) if q not in w.direct)
+    ys = "".join(f", {x_types[q]}& y{q}" for q in drivers.buffered(nest, w.direct))
     # Status flags and the huge-trig flag are bool: clang ORs a vectorised loop's compares
     # into them without widening each to 32-bit lanes (int flags cost a vpmovm2d and a shift
     # per vector and check: the five benchmark graphs' steps took 1.01-1.07x as long).

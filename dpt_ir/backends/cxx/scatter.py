@@ -290,8 +290,8 @@ def sort_launches(
                 flag = functools.partial(w.flag, root, node.opdef.name, "domain", detail=gathers.raise_detail(size))
             body = _chunk_body(s, stage, a, position, flag)
             nf = max(len(slots) - slot_base, 1)
-            flags = f"bool fl[{nf}] = {{false}}; (void)fl; constexpr bool P = true; bool big = false; (void)P;"
-            flags += " (void)big;"
+            flags = f"bool fl[{nf}] = {{false}}; (void)fl; "
+            flags += "constexpr bool P = true; bool big = false; (void)P; (void)big;"
             if len(slots) > slot_base:
                 body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
             tables, constants = w.table_definitions(), w.constants
