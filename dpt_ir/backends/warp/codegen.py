@@ -130,7 +130,8 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, tar
 
 def _module_options(natives: dict[str, tuple[str, str]]) -> list[str]:
     """The module's options; with C++ kernels, their source and the math header as the CPU
-    and CUDA preambles (one text for both devices)."""
+    and CUDA preambles (one text for both devices), and on the CPU the thread pool's native
+    side (``dp_pool.h``, `dpt_ir.backends.cxx.tasks`)."""
     # max_unroll 1: the stubs hold no loops; kept so that Warp never unrolls into a module.
     options = '"enable_backward": False, "max_unroll": 1'
     if not natives:
@@ -138,9 +139,9 @@ def _module_options(natives: dict[str, tuple[str, str]]) -> list[str]:
     source = "\n".join(cxx for cxx, _ in natives.values())
     if "'''" in source or "\\" in source:
         raise ContractError("generated C++ contains a triple quote or a backslash; it cannot be embedded in the module")
-    build = "wp.ModuleBuildOptions(extra_cpu_preamble=_PREAMBLE, extra_cuda_preamble=_PREAMBLE)"
+    build = "wp.ModuleBuildOptions(extra_cpu_preamble=_PREAMBLE + pool_header(), extra_cuda_preamble=_PREAMBLE)"
     return [
-        "from dpt_ir.backends.cxx import math_header",
+        "from dpt_ir.backends.cxx import math_header, pool_header",
         "",
         f"_CXX = r'''\n{source}'''",
         '_PREAMBLE = math_header() + "\\n" + _CXX',

@@ -15,7 +15,7 @@ array: checked by `ExecutionPlan.bind`, or a loop's own array or a view of a che
 Guarantees: the launches, their order, their arguments and their task ranges are those of
 ``wp.launch`` over the phase's launches with the same arrays (one launch per launch, or on
 a multi-threaded CPU plan one per `tasks.ranges` range of a task-partitioned kernel, run by
-`tasks.run_parts`), so the results are bit-identical to them. The commands are recorded with
+`tasks.SplitLaunch`), so the results are bit-identical to them. The commands are recorded with
 ``wp.launch(..., record_cmd=True)`` the first time the workspace runs the phase, which is
 also when Warp checks every argument's type; the workspace's own buffers stay bound. A CPU
 command is replayed as a call of its kernel's entry point with an argument structure built
@@ -30,7 +30,6 @@ packs no arguments and allocates nothing.
 from __future__ import annotations
 
 import ctypes
-import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,6 +39,7 @@ import warp as wp
 from dpt_ir.backends.cxx import tasks
 from dpt_ir.backends.cxx.kernels import TASK0
 from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE
+from dpt_ir.errors import ContractError
 
 array_t = wp._src.types.array_t
 
@@ -66,12 +66,15 @@ class RecordedPhase:
             split = plan.threads > 1 and launch.dim > 1 and TASK0 in launch.params
             parts = tasks.ranges(launch.dim, plan.threads) if split else [(0, launch.dim)]
             steps = [self._record(plan, launch, ws, bound, first, count) for first, count in parts]
-            self.steps.append(steps[0] if len(steps) == 1 else _parts(steps, plan.threads))
+            if len(steps) == 1:
+                self.steps.append(steps[0].call if isinstance(steps[0], tasks.Part) else steps[0])
+            else:
+                self.steps.append(tasks.SplitLaunch(_entry_points(launch, steps), plan.threads, self.modules[-1]))
         self.names = list(self.targets.items())
 
     def _record(
         self, plan: Any, launch: Any, ws: Any, bound: Mapping[str, Any], first: int, count: int
-    ) -> Callable[[], None]:
+    ) -> tasks.Part | Callable[[], None]:
         args: list[Any] = []
         shared: list[tuple[int, str]] = []
         for index, p in enumerate(launch.params):
@@ -100,7 +103,7 @@ class RecordedPhase:
             command.set_param_at_index_from_ctype(index, self.targets[p][0])
         return command.launch
 
-    def _entry_point(self, command: Any, shared: list[tuple[int, str]]) -> Callable[[], None]:
+    def _entry_point(self, command: Any, shared: list[tuple[int, str]]) -> tasks.Part:
         """A CPU command as a call of its kernel's entry point with one argument structure,
         built here once (``Launch.launch`` builds the same structure from its parameters at
         every replay); the fields of the values a call binds are its targets. The command
@@ -111,7 +114,7 @@ class RecordedPhase:
             view = getattr(arguments, fields[index][0])  # a view into ``arguments``
             view.grad, view.flags = 0, 0  # the generated kernels have no adjoint
             self.targets.setdefault(p, []).append(view)
-        return functools.partial(command.hooks.forward, ctypes.byref(command.bounds), ctypes.byref(arguments))
+        return tasks.Part(command.hooks.forward, command.bounds, arguments)
 
     def run(self, bound: Mapping[str, Any]) -> int:
         """Point every target descriptor at this call's array (or the workspace's), then
@@ -133,5 +136,13 @@ def _as_warp(value: Any) -> wp.array:
     return value
 
 
-def _parts(steps: list[Callable[[], None]], threads: int) -> Callable[[], None]:
-    return lambda: tasks.run_parts(steps, threads)
+def _entry_points(launch: Any, steps: list[tasks.Part | Callable[[], None]]) -> list[tasks.Part]:
+    """The ranges of a split launch, each a CPU entry point (a C++ kernel's CPU command has a
+    block of one thread, so `_record` makes every one a `tasks.Part`)."""
+    parts = [s for s in steps if isinstance(s, tasks.Part)]
+    if len(parts) != len(steps):
+        raise ContractError(
+            f"launch of kernel {launch.kernel.key!r}: expected every range of a split CPU launch to be an"
+            f" entry point, found {len(steps) - len(parts)} of {len(steps)} that are not"
+        )
+    return parts
