@@ -9,7 +9,7 @@ structure, `dpt_ir.backends.warp.recorded`); the module that first needs a pool 
 native side (``dp_pool.h`` is in the CPU preamble of every generated module).
 
 Guarantees: the calling thread runs the first range and the pool's workers the others, and
-`run_parts` returns once every range has returned. The dispatch and the wait are native
+a `SplitLaunch` call returns once every range has returned. The dispatch and the wait are native
 (``dp_pool.h``): one ctypes call per launch, with the GIL released; a worker spins for a
 while after each range before it sleeps on a futex, so the launches of one step wake no
 thread. The result is the one a single launch over every task gives, bit for bit, because
@@ -32,8 +32,9 @@ from typing import Any
 
 import warp._src.context as warp_context
 
-# Idle polls of a worker before it sleeps, and of the caller before it yields its core: about
-# 0.1-0.3 ms on x86-64 (PAUSE), enough for the next launch of a step to find the workers awake.
+# Idle polls of a worker before it sleeps, and of the caller before it yields its core: a
+# worker spends about 0.15 ms of CPU per call spinning (measured on x86-64), enough for the
+# next launch of a step to find it awake.
 SPIN = 4096
 
 
