@@ -31,6 +31,9 @@ from dpt_ir.ops.indexing import Affine, Coords
 from dpt_ir.ops.registry import CXX_FLOATS, CxxSite
 
 TOKEN = "@F@"  # replaced by the kernel's hashed name (`kernels._hashed`)
+# Code outside any element loop (an epilogue, a sort stage): trig takes its precise path (P),
+# so no huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
+PRECISE_TRIG = "constexpr bool P = true; bool big = false; (void)P; (void)big;"
 
 
 class ElementWriter:
@@ -134,9 +137,7 @@ class ElementWriter:
         self.uses_big = uses_big  # the element loop's rerun logic is not the epilogue's concern
         if not lines:
             return lines
-        # Once per output, outside any element loop: trig takes its precise path (P), so no
-        # huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
-        return ["{ constexpr bool P = true; bool big = false; (void)P; (void)big;", *("    " + s for s in lines), "}"]
+        return ["{ " + PRECISE_TRIG, *("    " + s for s in lines), "}"]  # once per output
 
     def value(self, name: str, coords: Coords | None = None) -> str:
         """The C++ variable of ``name`` at ``coords`` (default: where it broadcasts to the

@@ -256,7 +256,7 @@ def sort_launches(
     their native definitions; each is one task body, the same for the CPU and CUDA drivers."""
     from dpt_ir.backends.cxx.csr import chunks
     from dpt_ir.backends.cxx.drivers import _pair
-    from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
+    from dpt_ir.backends.cxx.emit import PRECISE_TRIG, TOKEN, ElementWriter
     from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
 
     (root,) = group.roots
@@ -290,8 +290,7 @@ def sort_launches(
                 flag = functools.partial(w.flag, root, node.opdef.name, "domain", detail=gathers.raise_detail(size))
             body = _chunk_body(s, stage, a, position, flag)
             nf = max(len(slots) - slot_base, 1)
-            flags = f"bool fl[{nf}] = {{false}}; (void)fl; "
-            flags += "constexpr bool P = true; bool big = false; (void)P; (void)big;"
+            flags = f"bool fl[{nf}] = {{false}}; (void)fl; {PRECISE_TRIG}"
             if len(slots) > slot_base:
                 body.append(f"for (int k = 0; k < {nf}; ++k) if (fl[k]) st[sb + k] = 1;")
             tables, constants = w.table_definitions(), w.constants

@@ -106,6 +106,8 @@ def pool(workers: int, host: Any) -> Pool | None:
     """This process's pool of ``workers`` threads, created once with ``host`` as its
     native side; None where ``host`` has no native pool (a platform without futexes)."""
     key = (os.getpid(), workers)
+    if key in _pools:  # every split launch asks: no lock once the pool exists
+        return _pools[key]
     with _lock:
         if key not in _pools:
             ready = _symbol(host, "dp_pool_size", ctypes.c_int) is not None
