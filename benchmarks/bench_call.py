@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_environment(1, fresh_caches=False)
     from benchmarks.cases import CASES
-    from dpt_ir.cli import format_table
+    from dpt_ir.cli.commands import format_table
 
     names = [c.strip() for c in args.cases.split(",")] if args.cases else list(CASES)
     print(f"load average before: {os.getloadavg()}")

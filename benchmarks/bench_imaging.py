@@ -36,6 +36,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 import transmission_pipeline as tp  # noqa: E402
 
 import dpt_ir as dp  # noqa: E402
+from dpt_ir.api import imaging  # noqa: E402
 
 GOALS = {"numpy+scipy": 2.0, "unfused warp": 3.0}
 
@@ -73,7 +74,7 @@ def numpy_value_and_grad(
     size = mu.size
     loss = float(np.sum(np.where(valid, weights * term, 0.0), dtype=np.float64) / size)
     d_expected = np.where(valid, weights * (1.0 - c / m), 0.0).astype(np.float32) / size
-    kernel = dp.imaging.gaussian_kernel1d(tp.SIGMA)
+    kernel = imaging.gaussian_kernel1d(tp.SIGMA)
     d_t = gaussian_adjoint_1d(gaussian_adjoint_1d(d_expected, kernel, 1), kernel, 0)
     return loss, (-d_t * transmission).astype(np.float32)
 

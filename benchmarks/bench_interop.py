@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import dpt_ir as dp  # noqa: E402
 import dpt_ir.torch as dpt  # noqa: E402
 from benchmarks.graphs import beer  # noqa: E402
-from dpt_ir.cli import format_table  # noqa: E402
+from dpt_ir.cli.commands import format_table  # noqa: E402
 
 GOAL_US = 30.0  # added per call at small sizes
 

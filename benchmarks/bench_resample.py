@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 import dpt_ir as dp
-from dpt_ir.backends.warp.module import cache_root
-from dpt_ir.radon_ref import radon_map
+from dpt_ir.reference.radon_ref import radon_map
+from dpt_ir.runtime.modules import cache_root
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the repository root holds the benchmarks package

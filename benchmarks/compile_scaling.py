@@ -107,7 +107,7 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
 
     import dpt_ir as dp
     from dpt_ir.backends.base import target_for
-    from dpt_ir.compiler import options_of, pipelines
+    from dpt_ir.driver.compile import options_of, pipelines
     from dpt_ir.passes import fusion_steps
     from dpt_ir.passes.manager import run_pipeline
 
@@ -147,7 +147,7 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
 
 def stencil_kernels(program: Any) -> int:
     """Distinct generated kernels of ``program`` whose fusion group holds a stencil op."""
-    from dpt_ir.passes.kernel_ir import plan_of
+    from dpt_ir.ir.kernel_ir import plan_of
 
     out = set()
     for plan in program.plans.values():

@@ -42,9 +42,9 @@ from hypothesis import seed as hypothesis_seed  # noqa: E402
 from strategies import LOSS, differentiable_inputs, graph_and_inputs  # noqa: E402
 
 import dpt_ir as dp  # noqa: E402
-from dpt_ir.graph import Output  # noqa: E402
+from dpt_ir.ir.graph import Output  # noqa: E402
+from dpt_ir.ir.types import is_float  # noqa: E402
 from dpt_ir.passes import dce  # noqa: E402
-from dpt_ir.types import is_float  # noqa: E402
 from tests.backend.harness import MODERATE_TOLERANCES, Batch, compare_batch, seeded_batch  # noqa: E402
 
 Item = tuple[dp.Graph, dict[str, np.ndarray]]

@@ -4,7 +4,7 @@
 validate ``plan.json`` against ``ref.npz`` (a bad bundle is one ``error:`` line naming the
 file and field, exit 2), build ``kernels.cu``, allocate each plan's buffer table, run its
 stages in order (`benchmarks.gpu_replay.Replay`: segments, and loops step by step), read the
-status word after each stage as ``dpt_ir.runtime`` does, compare results with ``ref.npz``
+status word after each stage as ``dpt_ir.runtime.program`` does, compare results with ``ref.npz``
 (exit 1 on a mismatch), and time the plan (median of rounds) with the bytes it moves per
 second.
 

@@ -5,7 +5,7 @@ Assumes: a plan of a validated ``plan.json`` (`benchmarks.gpu_bundle_io.load`, v
 and a back end with ``upload``, ``zeros``, ``host`` and ``launch``. Guarantees: the stages
 run in order, the status word cleared before each and read after it (the first stage
 raising stops the plan, as the runtime raises); a segment stage's copies, then its
-launches; a loop stage as `dpt_ir.backends.warp.loop.Loop` runs it: the body's launches
+launches; a loop stage as `dpt_ir.runtime.loop.Loop` runs it: the body's launches
 per step, carries, ``xs`` rows and ``ys`` rows moved by slicing the back end's arrays
 (host NumPy or CuPy: one code path), a reverse sweep's actions in the bundle's order. See
 docs/gpu-check.md ("Loop programs").

@@ -15,7 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from dpt_ir.cli import format_table
+from dpt_ir.cli.commands import format_table
 
 BASELINE = "dpt_ir"
 

@@ -95,7 +95,7 @@ def select(names: str | None, known: list[str], what: str) -> list[str]:
 
 
 def progress(message: str) -> None:
-    # Not dpt_ir.cli.progress: importing dpt_ir (numpy, Warp) must wait for configure_environment.
+    # Not dpt_ir.cli.commands.progress: importing dpt_ir (numpy, Warp) must wait for configure_environment.
     print(message, file=sys.stderr, flush=True)
 
 

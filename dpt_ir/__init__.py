@@ -1,10 +1,7 @@
 """dpt_ir: compile differentiable operator graphs into fused NVIDIA Warp kernels."""
 
 from dpt_ir import ops as _ops  # noqa: F401  (registers the op table)
-from dpt_ir.builder import GraphBuilder, Tensor
-from dpt_ir.compiler import compile
-from dpt_ir.errors import ContractError, LifecycleError, NumericalError
-from dpt_ir.functions import (
+from dpt_ir.api.core import (
     abs,
     absolute,
     add,
@@ -78,9 +75,8 @@ from dpt_ir.functions import (
     true_divide,
     where,
 )
-from dpt_ir.gather import add_at, take, take_along_axis
-from dpt_ir.graph import Graph, Input, Node, Output
-from dpt_ir.imaging import (
+from dpt_ir.api.gather import add_at, take, take_along_axis
+from dpt_ir.api.imaging import (
     convolve,
     convolve1d,
     correlate,
@@ -90,11 +86,9 @@ from dpt_ir.imaging import (
     poisson_deviance,
     squared_error,
 )
-from dpt_ir.interpreter import interpret, interpret_grad
-from dpt_ir.linalg import matmul
-from dpt_ir.loops import fori_loop, scan
-from dpt_ir.ops import Derivative, GradContext, OpDef, all_ops, get_op, register_op
-from dpt_ir.resample import (
+from dpt_ir.api.linalg import matmul
+from dpt_ir.api.loops import fori_loop, scan
+from dpt_ir.api.resample import (
     affine_transform,
     map_coordinates,
     radon,
@@ -104,6 +98,12 @@ from dpt_ir.resample import (
     spline_filter1d,
     zoom,
 )
-from dpt_ir.runtime import Program, TapePass
-from dpt_ir.types import TensorType
+from dpt_ir.driver.compile import compile
+from dpt_ir.ir.builder import GraphBuilder, Tensor
+from dpt_ir.ir.errors import ContractError, LifecycleError, NumericalError
+from dpt_ir.ir.graph import Graph, Input, Node, Output
+from dpt_ir.ir.types import TensorType
+from dpt_ir.ops import Derivative, GradContext, OpDef, all_ops, get_op, register_op
+from dpt_ir.reference.interpreter import interpret, interpret_grad
+from dpt_ir.runtime.program import Program, TapePass
 from dpt_ir.version import __version__

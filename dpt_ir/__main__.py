@@ -1,5 +1,5 @@
 """`python -m dpt_ir` runs the `dpt-ir` command line."""
 
-from dpt_ir.cli import main
+from dpt_ir.cli.commands import main
 
 raise SystemExit(main())

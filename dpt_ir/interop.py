@@ -1,8 +1,8 @@
 """What the PyTorch, JAX and SciPy adapters share: the forward and the vector-Jacobian
 product of a compiled program on host (NumPy) arrays, through its public API only.
 
-A compiled program is anything `CompiledProgram` describes: `dpt_ir.runtime.Program` and
-the loop program of a graph with ``dp.scan`` (`dpt_ir.backends.warp.loop_program.LoopProgram`)
+A compiled program is anything `CompiledProgram` describes: `dpt_ir.runtime.program.Program` and
+the loop program of a graph with ``dp.scan`` (`dpt_ir.runtime.loop_program.LoopProgram`)
 both are. The adapters accept one through `require_program`, and ask nothing else of it.
 
 Assumes: the program was compiled with ``wrt`` for `vjp`; inputs are a dict input name
@@ -24,9 +24,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph
-from dpt_ir.types import is_float
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.types import is_float
 
 
 @runtime_checkable

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir.errors import ContractError
 from dpt_ir.interop import (
     CompiledProgram,
     bind_arguments,
@@ -45,6 +44,7 @@ from dpt_ir.interop import (
     require_program,
     vjp,
 )
+from dpt_ir.ir.errors import ContractError
 
 
 def function(program: CompiledProgram) -> Any:

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir.errors import ContractError
 from dpt_ir.interop import CompiledProgram, input_names, output_type, require_program
+from dpt_ir.ir.errors import ContractError
 
 
 def objective(program: CompiledProgram, **fixed_inputs: Any) -> Objective:

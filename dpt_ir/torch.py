@@ -51,7 +51,6 @@ import numpy as np
 import warp as wp
 from torch.autograd.function import once_differentiable
 
-from dpt_ir.errors import ContractError
 from dpt_ir.interop import (
     CompiledProgram,
     bind_arguments,
@@ -65,6 +64,7 @@ from dpt_ir.interop import (
     require_program,
     vjp,
 )
+from dpt_ir.ir.errors import ContractError
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

@@ -35,7 +35,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import dpt_ir as dp
-from dpt_ir.types import broadcast_shapes
+from dpt_ir.ir.types import broadcast_shapes
 
 LOSS = "loss"
 MAX_SIZE = 64

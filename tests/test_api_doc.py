@@ -1,23 +1,23 @@
-"""docs/api.md is generated from the docstrings (`python -m dpt_ir.apiref > docs/api.md`):
+"""docs/api.md is generated from the docstrings (`python -m dpt_ir.cli.apiref > docs/api.md`):
 it must be current, and every public name of ``dpt_ir`` must be in it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dpt_ir import apiref
+from dpt_ir.cli import apiref
 
 API_MD = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 
 def test_api_reference_is_current() -> None:
     assert API_MD.read_text() == apiref.api_markdown(), (
-        "docs/api.md is stale: run `python -m dpt_ir.apiref > docs/api.md`"
+        "docs/api.md is stale: run `python -m dpt_ir.cli.apiref > docs/api.md`"
     )
 
 
 def test_every_public_name_is_documented() -> None:
-    assert apiref.undocumented() == [], "add these names to a section of dpt_ir/apiref.py"
+    assert apiref.undocumented() == [], "add these names to a section of dpt_ir/cli/apiref.py"
 
 
 def test_reference_says_what_users_ask() -> None:

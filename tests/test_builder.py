@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.ops import registry
+from dpt_ir.ir import registry
 
 RNG = np.random.default_rng(7)
 X = RNG.standard_normal((3, 4)).astype(np.float32)

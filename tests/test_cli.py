@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.cli import main
+from dpt_ir.cli.commands import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -275,7 +275,7 @@ def test_compile_render_writes_svg_pictures(
 def test_render_checks_graphviz_before_compiling(
     user_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    import dpt_ir.cli as cli
+    import dpt_ir.cli.commands as cli
 
     monkeypatch.setattr(cli.shutil, "which", lambda name: None)
     monkeypatch.setattr(cli, "compile_graph", lambda *a, **k: pytest.fail("compiled before checking for Graphviz"))
@@ -289,7 +289,7 @@ def test_render_checks_graphviz_before_compiling(
 def test_cache_info_and_clear(user_files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys):
     """`dpt-ir cache info` lists a copy of a real entry (with its Warp binary) and a damaged
     one; `clear` removes both, and Warp's files of the entries (only those)."""
-    from dpt_ir.backends.warp import module
+    from dpt_ir.runtime import modules as module
 
     program = dp.compile(_graph(), wrt=["x"])
     key = program.module_name.removeprefix("dpt_ir_gen_")
@@ -416,7 +416,7 @@ def test_run_wrong_shape_in_a_real_process(user_files: dict[str, Path]) -> None:
 
 
 def test_bench_without_benchmarks_folder(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    import dpt_ir.cli as cli
+    import dpt_ir.cli.commands as cli
 
     monkeypatch.setattr(cli, "benchmarks_dir", lambda: None)
     assert main(["bench", "--quick"]) == 2
@@ -458,7 +458,7 @@ def test_bench_rejects_an_unknown_case() -> None:
 def test_op_reference_in_docs_is_current() -> None:
     """docs/ops.md is generated from the op table; regenerate it with
     `dpt-ir ops --markdown > docs/ops.md` when an op changes."""
-    from dpt_ir.cli import ops_markdown
+    from dpt_ir.cli.commands import ops_markdown
 
     path = Path(__file__).resolve().parents[1] / "docs" / "ops.md"
     assert path.read_text() == ops_markdown(), "docs/ops.md is stale: run `dpt-ir ops --markdown > docs/ops.md`"

@@ -1,4 +1,4 @@
-"""`dpt_ir.compiler`: the disk-cache key covers every fact of the `Target` that shapes the
+"""`dpt_ir.driver.compile`: the disk-cache key covers every fact of the `Target` that shapes the
 generated plans and code (`cache_key`, `Target.fingerprint`), and only those."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.backends.base import Target, target_for
-from dpt_ir.compiler import cache_key, options_of
+from dpt_ir.driver.compile import cache_key, options_of
 
 
 def _graph() -> dp.Graph:

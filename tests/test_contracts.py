@@ -555,7 +555,7 @@ def test_no_scalar_output_to_seed_by_default() -> None:
 
 # -- compiling what the backend cannot lower --------------------------------------------------
 def test_user_op_without_cxx_lowering_is_a_contract_error_at_compile_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpt_ir.ops import registry
+    from dpt_ir.ir import registry
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # the op is gone after the test
     dp.register_op(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dpt_ir.ops import registry
+from dpt_ir.ir import registry
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)

@@ -1,4 +1,4 @@
-"""One front door (`dpt_ir.contracts`): the interpreter and a compiled program accept the
+"""One front door (`dpt_ir.ir.contracts`): the interpreter and a compiled program accept the
 same input kinds and refuse the same ones with the same `ContractError` text.
 
 Each case replaces one input of a small graph (``x: f32[2, 3]``, a 0-d ``s: f32``,
@@ -17,7 +17,7 @@ import pytest
 import warp as wp
 
 import dpt_ir as dp
-from dpt_ir.contracts import host_array
+from dpt_ir.ir.contracts import host_array
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
 GOOD: dict[str, Any] = {

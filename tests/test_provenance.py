@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.autodiff import joint_graph
-from dpt_ir.graph import ORIGIN, origin_of
+from dpt_ir.api.autodiff import joint_graph
+from dpt_ir.ir.graph import ORIGIN, origin_of
 
 
 def _poisson() -> dp.Graph:

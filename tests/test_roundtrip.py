@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from strategies import LOSS, decorated_graphs, differentiable_inputs, graph_and_inputs, graphs, wrt_for
 
 import dpt_ir as dp
-from dpt_ir.autodiff import joint_graph
+from dpt_ir.api.autodiff import joint_graph
 
 KINKED_OPS = {"abs", "relu", "sign", "floor", "ceil", "maximum", "minimum", "clamp", "where", "max", "min"}
 

@@ -9,7 +9,7 @@ import re
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.autodiff import joint_graph
+from dpt_ir.api.autodiff import joint_graph
 
 GOLDEN = """\
 graph "demo.beer" {

@@ -21,8 +21,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from dpt_ir.errors import ContractError
-from dpt_ir.types import FrozenModel
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.types import FrozenModel
 
 TargetKind = Literal["cpu", "cuda"]
 

@@ -9,11 +9,11 @@ other version.
 
 Buffers are flat arrays of ``size`` elements (``shape`` is the logical shape of what they
 hold). A plan is an ordered list of stages over its one buffer table; the status word is
-cleared before each stage and read after it, as `dpt_ir.runtime.Program` reads it after
+cleared before each stage and read after it, as `dpt_ir.runtime.program.Program` reads it after
 each checkpoint and a loop program after each segment and loop node. A `SegmentStage` runs
 its launches once; a `LoopStage` (`dpt_ir.export.stages`) runs its body's launches once per
 step, moving carries, ``xs`` rows and ``ys`` rows with `Copy` slices, and a ``scan_vjp``
-replays its checkpoint schedule (`dpt_ir.revolve.Action`s) with the body vjp's launches.
+replays its checkpoint schedule (`dpt_ir.ops.revolve.Action`s) with the body vjp's launches.
 Version 2 made plans stage lists (version 1: one launch list with ``checkpoints``).
 """
 
@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from dpt_ir.types import FrozenModel
+from dpt_ir.ir.types import FrozenModel
 
 BUNDLE_FORMAT = "dpt_ir.cuda_bundle"
 BUNDLE_VERSION = 2
@@ -102,7 +102,7 @@ class SegmentStage(_Model):
 
 
 class Action(_Model):
-    """One step of a reverse sweep's schedule, `dpt_ir.revolve.Action` as the runtime runs
+    """One step of a reverse sweep's schedule, `dpt_ir.ops.revolve.Action` as the runtime runs
     it: ``store`` the current carry in ``slot``, ``restore`` it from ``slot`` (0: the initial
     carry), ``advance`` ``count`` body steps from step ``at``, ``reverse``: step ``at``'s vjp."""
 
@@ -113,7 +113,7 @@ class Action(_Model):
 
 
 class LoopStage(_Model):
-    """A ``scan`` (``op`` scan) or its reverse (``scan_vjp``), as `dpt_ir.backends.warp.loop.Loop`
+    """A ``scan`` (``op`` scan) or its reverse (``scan_vjp``), as `dpt_ir.runtime.loop.Loop`
     runs it. The current carry starts as ``init``; a body step copies it into ``carry_in``,
     applies ``feed`` (``xs`` rows, the step index), runs ``body`` and makes ``carry_out`` the
     current carry. ``scan``: ``length`` steps, ``emit`` after each (``ys`` rows into the packed

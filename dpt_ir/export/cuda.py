@@ -26,11 +26,11 @@ from typing import Any
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx import math_header
 from dpt_ir.backends.cxx.kernels import TASK0
+from dpt_ir.backends.launches import STATUS, STATUS_BASE, KernelSource, StatusSlot
 from dpt_ir.backends.warp import codegen
-from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE, KernelSource, StatusSlot
-from dpt_ir.compiler import PLAN_PREFIX
-from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph
+from dpt_ir.driver.compile import PLAN_PREFIX
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph
 from dpt_ir.passes.options import CompileOptions
 
 _CALL = re.compile(r"\bn_(dpk_[0-9a-f]{16})\(")
@@ -67,9 +67,9 @@ def cuda_plans(graph: Graph, pipelines: dict[str, CompileOptions], checks: bool)
 
 def cuda_pieces(title: str, pieces: dict[str, Graph], base: dict[str, Any]) -> CudaBuild:
     """A loop program's pieces (segments, bodies, body vjps: name -> graph) as
-    `dpt_ir.compiler.compile_pieces` builds them, forward-only ``run`` pipelines with the CUDA
-    options ``base`` (`dpt_ir.compiler.options_of`), in one module: one status table."""
-    from dpt_ir.compiler import pipelines
+    `dpt_ir.driver.compile.compile_pieces` builds them, forward-only ``run`` pipelines with the CUDA
+    options ``base`` (`dpt_ir.driver.compile.options_of`), in one module: one status table."""
+    from dpt_ir.driver.compile import pipelines
     from dpt_ir.passes.manager import run_pipeline
 
     graphs = {name: run_pipeline(g, pipelines(g, (), None, base)["run"]).graph for name, g in pieces.items()}

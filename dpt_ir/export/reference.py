@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir.errors import ContractError, NumericalError
 from dpt_ir.export.bundle import InputSpec
-from dpt_ir.graph import Graph
-from dpt_ir.types import is_float
+from dpt_ir.ir.errors import ContractError, NumericalError
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.types import is_float
 
 SAMPLE = 65536
 DEFAULT_RANGE = (0.5, 2.0)

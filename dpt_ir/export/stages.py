@@ -1,6 +1,6 @@
 """The stage list of a loop program's plan: its segments and loop nodes as the CPU runtime runs them.
 
-Assumes: the `dpt_ir.backends.warp.loop_program.Segments` of the plan, bound on the CPU
+Assumes: the `dpt_ir.runtime.loop_program.Segments` of the plan, bound on the CPU
 (their `Loop` stages hold the resolved checkpoint schedule and whether a reverse reads the
 carries its forward kept), and the CUDA build of every piece (`dpt_ir.export.cuda.cuda_pieces`).
 Guarantees: one buffer table per plan: the plan's inputs by name, each stage's pieces'
@@ -10,7 +10,7 @@ are values of the enclosing graph (a segment's inputs, a loop's closed-over tens
 to those values' buffers; a loop's packed result (``s<k>/packed``, ``s<k>/grads``), step
 index (``s<k>/iota``, a constant), stored carries (``s<k>/slot<m>.<c>``) and kept carries
 (``s<k>/keep<i>.<c>``) as buffers of their own. A ``scan_vjp`` stage's ``actions`` are the
-`dpt_ir.revolve.Action`s of its `Loop`'s schedule, the very list `Loop.reverse` executes;
+`dpt_ir.ops.revolve.Action`s of its `Loop`'s schedule, the very list `Loop.reverse` executes;
 where the reverse reads the carries its forward kept (store every carry, the forward in
 the same plan), they are ``restore``/``reverse`` pairs from the last step down, over the
 carries the forward stage keeps, as `Loop.reverse` reads them.
@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir.backends.warp.loop_pieces import ACC_PREFIX, piece_names
 from dpt_ir.export.bundle import Action, BufferSpec, Copy, Launches, LoopStage, PlanSpec, Result, SegmentStage
 from dpt_ir.export.cuda import CudaBuild
 from dpt_ir.export.tables import Table, bytes_moved, constants, piece_table
-from dpt_ir.graph import Graph, Node
-from dpt_ir.types import is_float
+from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.types import is_float
+from dpt_ir.runtime.loop_pieces import ACC_PREFIX, piece_names
 
 _PLAN_ROLES = ("input", "cotangent", "output", "gradient")  # a piece's tables hold these as workspace
 

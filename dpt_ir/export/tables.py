@@ -1,6 +1,6 @@
-"""A plan's buffer table and launch list, as `dpt_ir.backends.warp.plan.ExecutionPlan` binds them.
+"""A plan's buffer table and launch list, as `dpt_ir.runtime.plan.ExecutionPlan` binds them.
 
-Assumes: a scheduled graph (its kernel plan, `dpt_ir.passes.kernel_ir.plan_of`, with a
+Assumes: a scheduled graph (its kernel plan, `dpt_ir.ir.kernel_ir.plan_of`, with a
 schedule; ``meta["gradients"]``, ``meta["cotangents"]``) and its C++ launches
 (`dpt_ir.export.cuda.cuda_plans`). Guarantees:
 the table mirrors a `Workspace`: one buffer per schedule buffer (values with disjoint live
@@ -19,11 +19,11 @@ import math
 from typing import Any
 
 from dpt_ir.backends.base import target_for
-from dpt_ir.backends.warp.launches import STATUS, KernelSource
+from dpt_ir.backends.launches import STATUS, KernelSource
 from dpt_ir.export.bundle import BufferSpec, Copy, Launches, LaunchSpec, PlanSpec, Result, SegmentStage
 from dpt_ir.export.cuda import CudaBuild, pointer_params
-from dpt_ir.graph import Graph
-from dpt_ir.passes.kernel_ir import plan_of
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.kernel_ir import plan_of
 
 BLOCK = target_for("cuda").cuda_block  # CUDA threads per block of every launch (`Target.cuda_block`)
 CHECKPOINTS = {  # plan -> its status reads: (stage name, the phases it launches)

@@ -18,22 +18,22 @@ from typing import Any
 import numpy as np
 
 import dpt_ir as dp
-from dpt_ir.compiler import PLAN_PREFIX
-from dpt_ir.errors import ContractError
+from dpt_ir.driver.compile import PLAN_PREFIX
 from dpt_ir.export.bundle import BUNDLE_VERSION, Bundle, StatusSpec, Tolerance
 from dpt_ir.export.cuda import cuda_pieces, cuda_plans, kernels_cu
 from dpt_ir.export.reference import cotangents, input_specs, program_results, raises, store, tape_call
 from dpt_ir.export.stages import loop_plan
 from dpt_ir.export.tables import constants, plan_spec
+from dpt_ir.ir.errors import ContractError
 from dpt_ir.version import __version__
 
 TOLERANCE = Tolerance(rtol=2e-4, atol_rel=2e-5)  # tests/backend/harness.py MODERATE_TOLERANCES, float32
 
 
 def _cuda_options(program: Any) -> dict[str, Any]:
-    """The program's switches with the CUDA budgets (`dpt_ir.compiler.options_of`)."""
+    """The program's switches with the CUDA budgets (`dpt_ir.driver.compile.options_of`)."""
     from dpt_ir.backends.base import target_for
-    from dpt_ir.compiler import options_of
+    from dpt_ir.driver.compile import options_of
 
     opts = program.report["options"]
     return options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute", "reciprocal")})
@@ -41,7 +41,7 @@ def _cuda_options(program: Any) -> dict[str, Any]:
 
 def _pipelines(program: Any, plans: list[str]) -> dict[str, Any]:
     """The options of ``plans``, from the table `dp.compile` uses, with the CUDA budgets."""
-    from dpt_ir.compiler import pipelines
+    from dpt_ir.driver.compile import pipelines
 
     every = pipelines(program.graph, tuple(program.wrt), program.loss, _cuda_options(program))
     return {name: every[name] for name in plans}
@@ -83,8 +83,8 @@ def export_cuda(
     checksums shipped. ``reference``: ``"interpreter"`` (the NumPy oracle) or ``"program"``
     (the compiled CPU program: far less memory and time at GPU sizes) computes ``ref.npz``.
     """
-    from dpt_ir.backends.warp.loop_program import LoopProgram
-    from dpt_ir.runtime import Program
+    from dpt_ir.runtime.loop_program import LoopProgram
+    from dpt_ir.runtime.program import Program
 
     if not isinstance(program, Program | LoopProgram):
         graph_name = getattr(getattr(program, "graph", None), "name", None)
@@ -189,7 +189,7 @@ def _keyed(kind: str, values: dict[str, np.ndarray]) -> list[tuple[str, np.ndarr
 
 
 def _slot(index: int, slot: Any) -> StatusSpec:
-    from dpt_ir.runtime import _describe
+    from dpt_ir.runtime.program import _describe
 
     return StatusSpec(
         index=index, kernel=slot.kernel, node=slot.node, op=slot.op, kind=slot.kind, message=_describe(slot)

@@ -3,6 +3,18 @@ the table complete (each `register_op` call checks its op's derivative entry) an
 compilable (`registry.check_lowered`: every built-in op but the loop ops has a C++
 lowering)."""
 
+from dpt_ir.ir.registry import (
+    ALL_INPUTS,
+    Derivative,
+    GradContext,
+    NoAttrs,
+    OpDef,
+    Signature,
+    all_ops,
+    check_lowered,
+    get_op,
+    register_op,
+)
 from dpt_ir.ops import (  # noqa: F401  (registration)
     elementwise,
     gather,
@@ -14,18 +26,6 @@ from dpt_ir.ops import (  # noqa: F401  (registration)
     shape,
     spline_filter,
     stencil,
-)
-from dpt_ir.ops.registry import (
-    ALL_INPUTS,
-    Derivative,
-    GradContext,
-    NoAttrs,
-    OpDef,
-    Signature,
-    all_ops,
-    check_lowered,
-    get_op,
-    register_op,
 )
 
 __all__ = [

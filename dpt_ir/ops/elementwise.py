@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir import functions as F
-from dpt_ir.errors import ContractError
-from dpt_ir.ops.registry import CXX_FLOATS, CxxSite, Derivative, GradContext, OpDef, register_op
-from dpt_ir.ops.rules import Attrs, DTypeRule, check_axes, elementwise_rule
-from dpt_ir.types import DType, TensorType
+from dpt_ir.api import core as F
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.registry import CXX_FLOATS, CxxSite, Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.rules import Attrs, DTypeRule, check_axes, elementwise_rule
+from dpt_ir.ir.types import DType, TensorType
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 

@@ -28,10 +28,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpt_ir.errors import ContractError, NumericalError
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.indexing import Coords
-from dpt_ir.ops.registry import (
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.errors import ContractError, NumericalError
+from dpt_ir.ir.indexing import Coords
+from dpt_ir.ir.registry import (
     Derivative,
     GatherCoords,
     GradContext,
@@ -39,8 +39,8 @@ from dpt_ir.ops.registry import (
     ScatterLayout,
     register_op,
 )
-from dpt_ir.ops.rules import Attrs
-from dpt_ir.types import TensorType
+from dpt_ir.ir.rules import Attrs
+from dpt_ir.ir.types import TensorType
 
 Mode = Literal["raise", "wrap", "clip"]
 INDEX_DTYPE = "int32"

@@ -2,7 +2,7 @@
 two axes optionally swapped (``transpose_a`` / ``transpose_b``: the gradients read their
 operands transposed without writing a transposed copy).
 
-Assumes: both operands have one float dtype (float32 or float64; `dpt_ir.linalg.matmul`
+Assumes: both operands have one float dtype (float32 or float64; `dpt_ir.api.linalg.matmul`
 casts them there) and rank >= 1; a transpose flag is set only on an operand of rank >= 2.
 Guarantees: NumPy's semantics: a 1-D ``a`` is a row (``1 x k``) and a 1-D ``b`` a column
 (``k x 1``), that axis removed from the result; the leading (batch) axes broadcast. The
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir import functions as F
-from dpt_ir.errors import ContractError
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.registry import Contraction, Derivative, GradContext, OpDef, register_op
-from dpt_ir.ops.rules import Attrs
-from dpt_ir.types import FLOAT_DTYPES, TensorType, broadcast_shapes
+from dpt_ir.api import core as F
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.registry import Contraction, Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.rules import Attrs
+from dpt_ir.ir.types import FLOAT_DTYPES, TensorType, broadcast_shapes
 
 
 class MatmulAttrs(Attrs):

@@ -12,7 +12,7 @@ and autodiff need nothing special). Every carry and ``y`` therefore shares one f
 
 ``scan_vjp`` takes the scan's inputs plus the packed cotangent and gives the packed
 gradients of the scan's float inputs (`grad_layout`), in the carries' dtype. It reruns
-the forward from the initial carry with the node's checkpoint policy (`dpt_ir.revolve`)
+the forward from the initial carry with the node's checkpoint policy (`dpt_ir.ops.revolve`)
 and runs the body's vjp (its joint graph from the derivative table) each step in reverse.
 Gradients of closed-over tensors are summed over the steps in reverse step order
 (deterministic). Both ops have kind ``loop``; ``scan_vjp`` is not differentiable itself.
@@ -28,11 +28,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-from dpt_ir import functions as F
-from dpt_ir import revolve
-from dpt_ir.errors import ContractError
-from dpt_ir.ops.registry import ALL_INPUTS, Derivative, GradContext, OpDef, register_op
-from dpt_ir.types import TensorType, is_float
+from dpt_ir.api import core as F
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.registry import ALL_INPUTS, Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.types import TensorType, is_float
+from dpt_ir.ops import revolve
 
 
 class ScanAttrs(BaseModel):
@@ -56,7 +56,7 @@ class ScanAttrs(BaseModel):
     @field_validator("body", mode="before")
     @classmethod
     def _graph(cls, value: Any) -> Any:
-        from dpt_ir.graph import Graph
+        from dpt_ir.ir.graph import Graph
 
         if isinstance(value, Graph):
             return value
@@ -80,7 +80,7 @@ class ScanAttrs(BaseModel):
 @functools.lru_cache(maxsize=256)
 def _body_from_document(doc: str) -> Any:
     """The body `Graph` of a JSON document (validated once per distinct body)."""
-    from dpt_ir.graph import Graph
+    from dpt_ir.ir.graph import Graph
 
     return Graph.model_validate_json(doc)
 
@@ -183,7 +183,7 @@ class _Stepper:
     """Runs the body's forward and its vjp at step ``i`` (NumPy, via the interpreter)."""
 
     def __init__(self, a: ScanAttrs, arrays: tuple[np.ndarray, ...]) -> None:
-        from dpt_ir.interpreter import evaluate
+        from dpt_ir.reference.interpreter import evaluate
 
         self.evaluate = evaluate
         self.a = a
@@ -223,7 +223,7 @@ def body_vjp(body: Any) -> Any:
 
 @functools.lru_cache(maxsize=64)
 def _body_vjp(doc: str) -> Any:
-    from dpt_ir.autodiff import joint_graph
+    from dpt_ir.api.autodiff import joint_graph
 
     body = _body_from_document(doc)
     wrt = [i.name for i in body.inputs if is_float(i.type.dtype)]

@@ -1,7 +1,7 @@
 """Objective support: `guard`, an identity whose kernels flag a violated precondition.
 
 The objectives themselves (`dp.squared_error`, `dp.poisson_deviance` in
-`dpt_ir.imaging`) are composites that expand to primitives; `guard` is how they make
+`dpt_ir.api.imaging`) are composites that expand to primitives; `guard` is how they make
 "negative counts" or "negative weights" a `NumericalError` at the checkpoint instead of
 a silently wrong loss.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpt_ir.errors import ContractError
-from dpt_ir.ops.registry import Derivative, OpDef, register_op
-from dpt_ir.ops.rules import Attrs, elementwise_rule
-from dpt_ir.types import TensorType
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.registry import Derivative, OpDef, register_op
+from dpt_ir.ir.rules import Attrs, elementwise_rule
+from dpt_ir.ir.types import TensorType
 
 
 class GuardAttrs(Attrs):

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir import functions as F
-from dpt_ir.errors import ContractError
-from dpt_ir.ops.registry import (
+from dpt_ir.api import core as F
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.registry import (
     CXX_FLOATS,
     CxxReduce,
     Derivative,
@@ -22,8 +22,8 @@ from dpt_ir.ops.registry import (
     Signature,
     register_op,
 )
-from dpt_ir.ops.rules import Attrs, check_axes, reduced_shape
-from dpt_ir.types import TensorType
+from dpt_ir.ir.rules import Attrs, check_axes, reduced_shape
+from dpt_ir.ir.types import TensorType
 
 
 class ReduceAttrs(Attrs):

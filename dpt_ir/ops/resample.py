@@ -3,7 +3,7 @@ and its adjoint (the spline prefilter ops are in `dpt_ir.ops.spline_filter`).
 
 - ``resample(x; geometry, ...)``: ``A @ x + cval * b``, the taps of interpolating ``x`` at
   constant coordinates (map_coordinates, an affine map, zoom/shift) or of skimage's radon
-  (`dpt_ir.resample_ref`, `dpt_ir.radon_ref`); ``resample_adjoint`` is ``Aᵀ``. Each is the
+  (`dpt_ir.reference.resample_ref`, `dpt_ir.reference.radon_ref`); ``resample_adjoint`` is ``Aᵀ``. Each is the
   other's derivative (cval only shifts the value).
 
 Adjoint form: both lower through ``sparse_rows``, a destination-sorted CSR built from the
@@ -25,11 +25,11 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field
 
-from dpt_ir import radon_ref, resample_ref
-from dpt_ir.errors import ContractError
-from dpt_ir.ops.registry import Derivative, OpDef, SparseRows, register_op
-from dpt_ir.ops.rules import Attrs
-from dpt_ir.types import FLOAT_DTYPES, TensorType
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.registry import Derivative, OpDef, SparseRows, register_op
+from dpt_ir.ir.rules import Attrs
+from dpt_ir.ir.types import FLOAT_DTYPES, TensorType
+from dpt_ir.reference import radon_ref, resample_ref
 
 Mode = Literal["constant", "nearest", "reflect", "mirror", "wrap", "grid-constant", "grid-mirror", "grid-wrap"]
 ADJOINT_FORM = "compile-time transposed CSR (an ordered gather; the geometry is constant)"

@@ -8,12 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir import functions as F
-from dpt_ir.errors import ContractError
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.registry import Derivative, GradContext, OpDef, register_op
-from dpt_ir.ops.rules import Attrs, check_axes
-from dpt_ir.types import TensorType, broadcast_shapes
+from dpt_ir.api import core as F
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.registry import Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.rules import Attrs, check_axes
+from dpt_ir.ir.types import TensorType, broadcast_shapes
 
 Shape = tuple[int, ...]
 Coords = idx.Coords

@@ -6,7 +6,7 @@
 - ``spline_filter1d_adjoint``: its transpose. Each is the other's derivative.
 
 Both are the line matrix of (pad, then filter): built by running the recursion of
-`dpt_ir.spline_ref` on the unit vectors (for the adjoint, the transposed recursion: each
+`dpt_ir.reference.spline_ref` on the unit vectors (for the adjoint, the transposed recursion: each
 step transposed, in reverse order), without the entries below `FILTER_DROP` of their row's
 largest (the pole is -0.268: a row keeps at most ~63 entries, and what is dropped is below
 float64 resolution). Interpreter and kernels apply that matrix as a CSR along the axis,
@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir import spline_ref as spline
-from dpt_ir.errors import ContractError
-from dpt_ir.ops.registry import Derivative, GradContext, OpDef, SparseRows, register_op
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.registry import Derivative, GradContext, OpDef, SparseRows, register_op
+from dpt_ir.ir.rules import Attrs
+from dpt_ir.ir.types import TensorType
 from dpt_ir.ops.resample import ADJOINT_FORM, Mode, check_float
-from dpt_ir.ops.rules import Attrs
-from dpt_ir.types import TensorType
+from dpt_ir.reference import spline_ref as spline
 
 FILTER_DROP = 2.0**-60
 

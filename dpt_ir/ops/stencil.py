@@ -2,7 +2,7 @@
 constant-weight correlation without boundary (`correlate_valid`).
 
 The user-facing filters (`dp.correlate`, `dp.convolve`, `dp.gaussian_filter`... in
-`dpt_ir.imaging`) are ``correlate_valid(pad(x, mode))``, which reproduces
+`dpt_ir.api.imaging`) are ``correlate_valid(pad(x, mode))``, which reproduces
 ``scipy.ndimage``'s boundary modes exactly. Every adjoint is a gather: the adjoint of
 ``correlate_valid`` correlates the zero-padded cotangent with the flipped weights; the
 adjoint of ``pad`` folds each padded position back onto the input element it copied,
@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpt_ir import functions as F
-from dpt_ir.errors import ContractError
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.registry import Derivative, GradContext, OpDef, register_op
-from dpt_ir.ops.rules import Attrs
-from dpt_ir.types import FLOAT_DTYPES, TensorType
+from dpt_ir.api import core as F
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.registry import Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.rules import Attrs
+from dpt_ir.ir.types import FLOAT_DTYPES, TensorType
 
 Mode = Literal["reflect", "constant", "nearest", "mirror", "wrap"]
 NUMPY_MODES = {"reflect": "symmetric", "mirror": "reflect", "nearest": "edge", "wrap": "wrap", "constant": "constant"}

@@ -1,7 +1,7 @@
 """autodiff: extend the forward graph with its backward, from the derivative table.
 
 Assumes: a valid forward graph; ``options.wrt`` names differentiable float inputs.
-Guarantees: the joint graph of `dpt_ir.autodiff.joint_graph`: every original node and
+Guarantees: the joint graph of `dpt_ir.api.autodiff.joint_graph`: every original node and
 output unchanged; one cotangent input ``ct.<output>`` per seeded output (or, when the
 options fix a seed value, a constant in its place); one output ``grad.<input>`` per wrt
 input; backward nodes tagged ``phase=backward``, an op with an expansion differentiated by
@@ -11,9 +11,9 @@ no ``wrt`` the graph is returned unchanged.
 
 from __future__ import annotations
 
-from dpt_ir.autodiff import joint_graph
-from dpt_ir.graph import Graph, Node
-from dpt_ir.ops.registry import CONSTANT_OP
+from dpt_ir.api.autodiff import joint_graph
+from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.registry import CONSTANT_OP
 from dpt_ir.passes.options import CompileOptions
 from dpt_ir.passes.util import phase_of, substitute, unique_name
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from dpt_ir.graph import Graph, Node
-from dpt_ir.ops.registry import CONSTANT_OP
+from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.registry import CONSTANT_OP
 from dpt_ir.passes.util import resolve, substitute
 
 NAME = "canonicalize"

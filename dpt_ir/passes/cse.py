@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from dpt_ir.graph import Graph
+from dpt_ir.ir.graph import Graph
 from dpt_ir.passes.util import phase_of, resolve, substitute
 
 NAME = "cse"

@@ -6,7 +6,7 @@ their original order; inputs are never removed (they are the program's signature
 
 from __future__ import annotations
 
-from dpt_ir.graph import Graph
+from dpt_ir.ir.graph import Graph
 
 NAME = "dce"
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
-from dpt_ir.graph import Graph
-from dpt_ir.passes.kernel_ir import has_plan, plan_of
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.kernel_ir import has_plan, plan_of
 from dpt_ir.passes.util import phase_of
 
 if TYPE_CHECKING:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpt_ir.builder import GraphBuilder
-from dpt_ir.graph import Graph, Node
+from dpt_ir.ir.builder import GraphBuilder
+from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.passes.util import substitute
 
 NAME = "expand"

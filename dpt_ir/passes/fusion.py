@@ -33,12 +33,12 @@ from typing import Any
 
 import networkx as nx
 
-from dpt_ir.graph import Graph, Node
+from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.kernel_ir import Boundary, Halo, KernelGroup, KernelPlan, ScatterForm, with_plan
 from dpt_ir.passes import fusion_rows
 from dpt_ir.passes import fusion_traits as traits
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
 from dpt_ir.passes.fusion_steps import bound_kernel_nodes, past_views, step_cuts
-from dpt_ir.passes.kernel_ir import Boundary, Halo, KernelGroup, KernelPlan, ScatterForm, with_plan
 from dpt_ir.passes.util import phase_of
 
 NAME = "fusion"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from dpt_ir.graph import Graph
+from dpt_ir.ir.graph import Graph
 from dpt_ir.passes.reach import Reachability
 from dpt_ir.passes.util import same_index_members
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dpt_ir.graph import Graph
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.indexing import Affine, Coords
-from dpt_ir.passes.kernel_ir import KernelGroup, RowSet, plan_of, with_plan
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.indexing import Affine, Coords
+from dpt_ir.ir.kernel_ir import KernelGroup, RowSet, plan_of, with_plan
 
 # The default row budget (bytes of one row of all the full-shape values a row set reads or
 # writes) when the options name none: the CPU `Target.row_budget`, which `dp.compile` passes.

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from dpt_ir.graph import Graph, Node
+from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.passes.fusion_traits import is_free, is_pointwise, multi_read, reads
 
 # Most nodes one kernel inlines before a value is written (`bound_kernel_nodes`).

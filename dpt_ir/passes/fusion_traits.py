@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dpt_ir.graph import Node
+from dpt_ir.ir.graph import Node
 
 POINTWISE = ("elementwise", "shape", "stencil")
 

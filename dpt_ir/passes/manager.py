@@ -17,8 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, computed_field, field_validator
 
-from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.types import FrozenModel
 from dpt_ir.passes import (
     autodiff,
     canonicalize,
@@ -34,7 +35,6 @@ from dpt_ir.passes import (
 )
 from dpt_ir.passes.dumps import resolve_dump_dir
 from dpt_ir.passes.options import CompileOptions
-from dpt_ir.types import FrozenModel
 
 PassFn = Callable[[Graph, CompileOptions], Graph]
 PASSES: dict[str, PassFn] = {

@@ -7,10 +7,10 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dpt_ir.autodiff import default_loss
-from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph
-from dpt_ir.types import is_float
+from dpt_ir.api.autodiff import default_loss
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.types import is_float
 
 
 class CompileOptions(BaseModel):

@@ -33,7 +33,7 @@ from typing import Any
 
 import networkx as nx
 
-from dpt_ir.graph import Graph, Node
+from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.passes.util import phase_of, unique_name
 
 NAME = "saved_attributes"

@@ -16,9 +16,9 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph
-from dpt_ir.passes.kernel_ir import Buffer, Schedule, has_plan, plan_of, with_plan
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.kernel_ir import Buffer, Schedule, has_plan, plan_of, with_plan
 from dpt_ir.passes.util import live_ranges
 
 NAME = "schedule"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from dpt_ir.graph import Graph, Node, Output
+from dpt_ir.ir.graph import Graph, Node, Output
 
 if TYPE_CHECKING:
-    from dpt_ir.passes.kernel_ir import KernelGroup, RowSet
+    from dpt_ir.ir.kernel_ir import KernelGroup, RowSet
 
 
 def resolve(name: str, subst: Mapping[str, str]) -> str:

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 import dpt_ir as dp
-from dpt_ir.backends.warp.module import GeneratedModule
-from dpt_ir.graph import Graph, Output
-from dpt_ir.types import is_float
+from dpt_ir.ir.graph import Graph, Output
+from dpt_ir.ir.types import is_float
+from dpt_ir.runtime.modules import GeneratedModule
 
 SEP = "."
 LOSS = "loss"

@@ -41,9 +41,9 @@ from benchmarks.bench_math import BINARY, FUNCTIONS
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx import math_header
 from dpt_ir.backends.warp import codegen
-from dpt_ir.backends.warp.module import cache_root, content_key, import_source
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
+from dpt_ir.runtime.modules import cache_root, content_key, import_source
 
 from .conftest import case_id
 from .harness import MODULES, Batch, float_atomics, module_of, union

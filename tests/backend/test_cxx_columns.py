@@ -14,7 +14,7 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.backends.cxx.nest import cover
-from dpt_ir.passes.kernel_ir import plan_of
+from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 

@@ -18,8 +18,8 @@ from op_cases import CASES, OUTPUT, compiled
 import dpt_ir as dp
 from dpt_ir.backends.cxx import gathers
 from dpt_ir.backends.cxx.nest import cover
+from dpt_ir.ir.kernel_ir import KernelGroup, plan_of
 from dpt_ir.ops.gather import table_attrs
-from dpt_ir.passes.kernel_ir import KernelGroup, plan_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 

@@ -31,7 +31,7 @@ from op_cases import CASES, OUTPUT, compiled
 
 import dpt_ir as dp
 from dpt_ir.backends.cxx.nest import _is_view, cover
-from dpt_ir.passes.kernel_ir import KernelGroup, plan_of
+from dpt_ir.ir.kernel_ir import KernelGroup, plan_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 

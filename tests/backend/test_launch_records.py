@@ -1,4 +1,4 @@
-"""Launch records in the disk cache (`dpt_ir.backends.warp.launches`): constants round-trip
+"""Launch records in the disk cache (`dpt_ir.backends.launches`): constants round-trip
 bit for bit in their Warp type, each distinct constant is stored once however many
 launches bind it, and launches that bound equal constants share one array after loading.
 Pure data: no Warp build."""
@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 
-from dpt_ir.backends.warp.launches import KernelSource, kernels_from_record, kernels_record
+from dpt_ir.backends.launches import KernelSource, kernels_from_record, kernels_record
 
 WEIGHTS = np.array([0.25, -0.0, np.inf, np.nan, 1e-310], dtype=np.float64)
 TABLE = np.array([3, -1, 2**31 - 1, -(2**31)], dtype=np.int32)

@@ -39,9 +39,9 @@ import dpt_ir as dp
 from benchmarks.graphs import chain16, normalisation, softmax_xent
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
-from dpt_ir.backends.warp.module import cache_root, content_key, import_source, load, warp_cache_dir
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
+from dpt_ir.runtime.modules import cache_root, content_key, import_source, load, warp_cache_dir
 
 from .harness import off_cxx
 

@@ -220,7 +220,7 @@ def test_only_a_program_exports() -> None:
 
 
 def test_cli_export_cuda(tmp_path: Path) -> None:
-    from dpt_ir.cli import main
+    from dpt_ir.cli.commands import main
 
     doc = tmp_path / "beer.json"
     doc.write_text(graphs.beer(SHAPE).model_dump_json())
@@ -236,7 +236,7 @@ def test_cli_export_cuda(tmp_path: Path) -> None:
 def test_the_sampler_holds_one_case_of_every_lowered_op(bundles: dict[str, Path]) -> None:
     """Issue 15's op sampler: every op the backend lowers (all but the loop ops, which
     compile as loop programs) has a case in the sampler bundle."""
-    from dpt_ir.ops.registry import all_ops
+    from dpt_ir.ir.registry import all_ops
     from tests.export.sampler import covered_cases
 
     ops = {case.op for _, case, _ in covered_cases()}

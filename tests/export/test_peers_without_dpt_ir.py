@@ -18,6 +18,7 @@ import numpy as np
 import dpt_ir as dp
 from benchmarks import case_data
 from benchmarks.cases import CASES
+from dpt_ir.api import imaging
 
 from .conftest import ROOT
 
@@ -73,4 +74,4 @@ def test_case_data_matches_its_dpt_ir_sources() -> None:
 
     assert (case_data.IMAGING_I0, case_data.IMAGING_SIGMA) == (pipeline.I0, pipeline.SIGMA)
     for sigma in (0.7, 1.5, 3.0):
-        np.testing.assert_array_equal(case_data.gaussian_weights(sigma), dp.imaging.gaussian_kernel1d(sigma))
+        np.testing.assert_array_equal(case_data.gaussian_weights(sigma), imaging.gaussian_kernel1d(sigma))

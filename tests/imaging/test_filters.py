@@ -137,7 +137,7 @@ def test_gaussian_filter_zero_sigma_is_identity() -> None:
 
 def test_gaussian_kernel_matches_scipy_weights() -> None:
     """The weights `dp.gaussian_filter` uses are scipy's (impulse response of gaussian_filter1d)."""
-    from dpt_ir.imaging import gaussian_kernel1d
+    from dpt_ir.api.imaging import gaussian_kernel1d
 
     for sigma, truncate in ((0.5, 4.0), (1.2, 4.0), (2.5, 3.0)):
         w = gaussian_kernel1d(sigma, truncate)

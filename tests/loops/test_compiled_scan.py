@@ -1,4 +1,4 @@
-"""Compiled loops (`dpt_ir.backends.warp.loop_program`, `loop`): values and gradients against the
+"""Compiled loops (`dpt_ir.runtime.loop_program`, `loop`): values and gradients against the
 interpreter and the unrolled graph, bit-identical repeated runs and checkpoint policies,
 and a compile that does not depend on the loop's length. Programs are small (float32,
 8 x 6 fields) and share their compiled body through the in-process compile cache."""

@@ -1,5 +1,5 @@
 """A loop step replays its body's launches through the plan's recorded launches
-(`ExecutionPlan.run` -> `dpt_ir.backends.warp.recorded.RecordedPhase`), recorded once per
+(`ExecutionPlan.run` -> `dpt_ir.runtime.recorded.RecordedPhase`), recorded once per
 workspace and re-pointed at every step's arrays.
 
 What must hold: every step reads its own ``xs`` row and carry and writes its own ``y`` row
@@ -19,7 +19,7 @@ import pytest
 import warp as wp
 
 import dpt_ir as dp
-from dpt_ir.backends.warp import recorded
+from dpt_ir.runtime import recorded
 
 STEPS, N = 5, 7
 WRT = ["c0", "xs", "w"]

@@ -1,4 +1,4 @@
-"""Tape passes of loop programs (`dpt_ir.backends.warp.loop_tape`): forward, then
+"""Tape passes of loop programs (`dpt_ir.runtime.loop_tape`): forward, then
 ``backward(seed=...)`` with a scalar or an array seed per output, against the
 interpreter's gradients for the same seed, and DESIGN §6's lifecycle. The program is
 the small heat loop of `test_compiled_scan` (its body is cached in process)."""

@@ -1,4 +1,4 @@
-"""The revolve schedule (`dpt_ir.revolve`): optimal forward-step counts against the
+"""The revolve schedule (`dpt_ir.ops.revolve`): optimal forward-step counts against the
 binomial formula and an independent dynamic programme, the slots it uses, and that it
 reverses every step once, last first, each on the carry of its own position."""
 
@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from dpt_ir import ContractError
-from dpt_ir.revolve import Action, advances, optimal_advances, peak_slots, plan, schedule
+from dpt_ir.ops.revolve import Action, advances, optimal_advances, peak_slots, plan, schedule
 
 
 @functools.cache

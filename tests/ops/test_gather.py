@@ -1,4 +1,4 @@
-"""Gather and scatter (`dpt_ir.ops.gather`, `dpt_ir.gather`, the scatter kernels of
+"""Gather and scatter (`dpt_ir.ops.gather`, `dpt_ir.api.gather`, the scatter kernels of
 `dpt_ir.backends.cxx.scatter`) beyond the table-driven op cases (`tests/op_cases.py`,
 which check values against NumPy, gradients against finite differences and compiled
 against interpreted for every op):
@@ -32,9 +32,9 @@ from backend.harness import float_atomics
 import dpt_ir as dp
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
-from dpt_ir.backends.warp.module import cache_root, content_key, import_source
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
+from dpt_ir.runtime.modules import cache_root, content_key, import_source
 
 BINS, HITS = 97, 200_000
 RNG = np.random.default_rng(10)

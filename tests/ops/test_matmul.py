@@ -1,4 +1,4 @@
-"""`dp.matmul` and ``@`` (`dpt_ir.linalg`, the ``matmul`` op) against ``np.matmul``: values
+"""`dp.matmul` and ``@`` (`dpt_ir.api.linalg`, the ``matmul`` op) against ``np.matmul``: values
 for 2-D, batched (broadcast), 1-D and odd-sized operands, interpreter gradients against
 central finite differences (float64) and the analytic ``gy @ b.T`` / ``a.T @ gy``, compiled
 (the C++ path's CPU drivers) against interpreted (one program for every shape, float64 and

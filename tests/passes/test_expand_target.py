@@ -12,7 +12,7 @@ import dpt_ir as dp
 from benchmarks.graphs import softmax_xent
 from dpt_ir.backends.base import Target, target_for
 from dpt_ir.backends.warp import codegen
-from dpt_ir.compiler import cache_key, options_of, pipelines
+from dpt_ir.driver.compile import cache_key, options_of, pipelines
 from dpt_ir.passes.manager import run_pipeline
 
 SHAPE = (64, 256)

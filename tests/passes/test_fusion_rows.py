@@ -12,11 +12,11 @@ import pytest
 import dpt_ir as dp
 from benchmarks.graphs import normalisation, softmax_xent
 from dpt_ir.backends.base import Target, target_for
-from dpt_ir.compiler import options_of, pipelines
+from dpt_ir.driver.compile import options_of, pipelines
+from dpt_ir.ir.kernel_ir import Buffer, Schedule, plan_of, with_plan
 from dpt_ir.passes import verify
 from dpt_ir.passes.dumps import fusion_table
 from dpt_ir.passes.fusion_rows import ROW_BUDGET
-from dpt_ir.passes.kernel_ir import Buffer, Schedule, plan_of, with_plan
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.util import live_ranges
 

@@ -11,7 +11,7 @@ import dpt_ir as dp
 from benchmarks.compile_scaling import chain
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
-from dpt_ir.compiler import options_of, pipelines
+from dpt_ir.driver.compile import options_of, pipelines
 from dpt_ir.passes.fusion_steps import MAX_KERNEL_NODES
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions

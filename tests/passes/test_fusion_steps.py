@@ -15,7 +15,7 @@ import dpt_ir as dp
 from benchmarks.compile_scaling import LAPLACIAN, chain, heat, wide
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
-from dpt_ir.compiler import options_of, pipelines
+from dpt_ir.driver.compile import options_of, pipelines
 from dpt_ir.passes import fusion_steps
 from dpt_ir.passes.dumps import fusion_table
 from dpt_ir.passes.manager import run_pipeline

@@ -1,5 +1,5 @@
-"""The typed kernel plan (`dpt_ir.passes.kernel_ir`) and its statements in the textual IR
-(`dpt_ir.passes.kernel_ir_text`): what fusion and schedule produce parses into validated
+"""The typed kernel plan (`dpt_ir.ir.kernel_ir`) and its statements in the textual IR
+(`dpt_ir.ir.kernel_ir_text`): what fusion and schedule produce parses into validated
 models, prints one readable line per kernel, boundary, halo note and buffer, and reads back
 to the same graph. Passes only: nothing here builds a Warp module."""
 
@@ -10,8 +10,8 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.backends.base import Target, target_for
+from dpt_ir.ir.kernel_ir import Boundary, KernelPlan, plan_of, with_plan
 from dpt_ir.passes import verify
-from dpt_ir.passes.kernel_ir import Boundary, KernelPlan, plan_of, with_plan
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from strategies import LOSS, graph_and_inputs, wrt_for
 
 import dpt_ir as dp
-from dpt_ir.interpreter import evaluate
+from dpt_ir.ir.types import is_float
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
-from dpt_ir.types import is_float
+from dpt_ir.reference.interpreter import evaluate
 
 from .graphs import CASES
 

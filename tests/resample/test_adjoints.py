@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.resample_ref import MODES
+from dpt_ir.reference.resample_ref import MODES
 from tests.resample.cases import coordinates, phantom
 
 Fn = Callable[[dp.Tensor], dp.Tensor]

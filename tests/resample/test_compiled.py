@@ -99,9 +99,9 @@ def test_cuda_variant_compiles_for_sm90(tmp_path: Path) -> None:
 
     from dpt_ir.backends.base import target_for
     from dpt_ir.backends.warp import codegen
-    from dpt_ir.backends.warp.module import cache_root, content_key, import_source
     from dpt_ir.passes.manager import run_pipeline
     from dpt_ir.passes.options import CompileOptions
+    from dpt_ir.runtime.modules import cache_root, content_key, import_source
 
     g = dp.GraphBuilder("resample_cuda")
     x = g.input("x", (10, 12), "float32")

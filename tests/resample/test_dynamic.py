@@ -10,7 +10,7 @@ import pytest
 import scipy.ndimage as ndi
 
 import dpt_ir as dp
-from dpt_ir.resample_ref import MODES
+from dpt_ir.reference.resample_ref import MODES
 from tests.resample.cases import coordinates
 
 SHAPE, OUT = (10, 11), (5, 6)  # lines of >= 10: scipy < 1.18's reflect init error (gh-24550) stays < 1e-11

@@ -9,7 +9,7 @@ import pytest
 import scipy.ndimage as ndi
 
 import dpt_ir as dp
-from dpt_ir.resample_ref import MODES
+from dpt_ir.reference.resample_ref import MODES
 from tests.resample.cases import apply, coordinates, phantom
 
 ORDERS = (0, 1, 3)

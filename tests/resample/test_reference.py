@@ -1,4 +1,4 @@
-"""The NumPy reference of the interpolation maths (`dpt_ir.resample_ref`, `dpt_ir.spline_ref`)
+"""The NumPy reference of the interpolation maths (`dpt_ir.reference.resample_ref`, `dpt_ir.reference.spline_ref`)
 against scipy.ndimage itself: orders 0, 1 and 3 in every mode, float64 rtol 1e-9, 1-D, 2-D
 and 3-D; and the spline filter's adjoint against the transposed filter matrix."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import scipy.ndimage as ndi
 
-from dpt_ir import resample_ref as R
-from dpt_ir import spline_ref as S
+from dpt_ir.reference import resample_ref as R
+from dpt_ir.reference import spline_ref as S
 
 MODES = R.MODES
 ORDERS = (0, 1, 3)

@@ -1,4 +1,4 @@
-"""The self-healing disk cache (`dpt_ir.backends.warp.module`): a damaged entry (plan,
+"""The self-healing disk cache (`dpt_ir.runtime.modules`): a damaged entry (plan,
 generated module, Warp's files) is detected, logged once at warning level, recompiled and
 atomically replaced.
 
@@ -24,8 +24,8 @@ import pytest
 import warp as wp
 
 import dpt_ir as dp
-from dpt_ir.backends.warp import module as cache
-from dpt_ir.backends.warp.module import cache_root
+from dpt_ir.runtime import modules as cache
+from dpt_ir.runtime.modules import cache_root
 
 from .conftest import make_inputs
 
@@ -129,7 +129,7 @@ CHILD = r"""
 import json, logging, sys
 import numpy as np
 import dpt_ir as dp
-from dpt_ir.backends.warp import module as cache
+from dpt_ir.runtime import modules as cache
 
 class Keep(logging.Handler):
     def __init__(self):

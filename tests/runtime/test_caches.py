@@ -15,7 +15,7 @@ import numpy as np
 import warp as wp
 
 import dpt_ir as dp
-from dpt_ir.backends.warp.module import cache_root
+from dpt_ir.runtime.modules import cache_root
 
 from .conftest import WRT, assert_close, make_inputs, rt_graph
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.backends.warp.launches import STATUS, param_name
+from dpt_ir.backends.launches import STATUS, param_name
 
 from .conftest import WRT, assert_close, assert_program_works, make_inputs, to_warp
 

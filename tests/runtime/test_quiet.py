@@ -21,7 +21,7 @@ import pytest
 import warp as wp
 
 import dpt_ir as dp
-from dpt_ir import compiler
+from dpt_ir.driver import compile as compiler
 
 from .conftest import WRT
 

@@ -1,5 +1,5 @@
 """The lean call path (issue 11): each plan phase's launches are recorded once per workspace
-(`dpt_ir.backends.warp.recorded`) and every later call only re-points the descriptors of the
+(`dpt_ir.runtime.recorded`) and every later call only re-points the descriptors of the
 arrays it binds (its inputs, seeds and fresh result arrays) before replaying them.
 
 What must hold: a call's results come from that call's arrays, never from an earlier call's
@@ -21,7 +21,7 @@ import pytest
 import warp as wp
 
 import dpt_ir as dp
-from dpt_ir.backends.warp import recorded
+from dpt_ir.runtime import recorded
 
 from .conftest import WRT, assert_close, make_inputs, to_warp
 

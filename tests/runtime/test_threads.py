@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.backends.warp import module as module_lib
-from dpt_ir.backends.warp.plan import ExecutionPlan
-from dpt_ir.runtime import Program
+from dpt_ir.runtime import modules as module_lib
+from dpt_ir.runtime.plan import ExecutionPlan
+from dpt_ir.runtime.program import Program
 
 from .conftest import WRT, make_inputs, rt_graph, to_warp
 

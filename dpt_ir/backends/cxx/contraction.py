@@ -41,10 +41,10 @@ from typing import Any
 
 from dpt_ir.backends.cxx.emit import TOKEN
 from dpt_ir.backends.cxx.nest import C_TYPES
-from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph, origin_of
-from dpt_ir.ops.registry import Contraction
-from dpt_ir.passes.kernel_ir import KernelGroup
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph, origin_of
+from dpt_ir.ir.kernel_ir import KernelGroup
+from dpt_ir.ir.registry import Contraction
 
 TM, TN = 32, 32  # CPU: a task's output block
 MR, NR = 4, 8  # CPU: the micro tile, MR x NR double accumulators (8 AVX2 registers)
@@ -262,7 +262,7 @@ def contraction_kernels(
     """The one launch of contraction group ``group`` on ``device`` and its native definition
     (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
     from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
-    from dpt_ir.backends.warp.launches import StatusSlot
+    from dpt_ir.backends.launches import StatusSlot
 
     (root,) = group.roots
     node = graph.node_map[root]

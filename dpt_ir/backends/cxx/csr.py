@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpt_ir.errors import ContractError, NumericalError
-from dpt_ir.graph import Graph
-from dpt_ir.ops import indexing as idx
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.errors import ContractError, NumericalError
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.registry import ScatterLayout
 from dpt_ir.ops.gather import normalise
-from dpt_ir.ops.registry import ScatterLayout
 
 
 def layout_of(graph: Graph, root: str) -> ScatterLayout:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx.nest import Nest
-from dpt_ir.ops.registry import LanePass
+from dpt_ir.ir.registry import LanePass
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,12 @@ import numpy as np
 from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
 from dpt_ir.backends.cxx.nest import C_TYPES, Nest
 from dpt_ir.backends.cxx.sites import flat_index
-from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph, origin_of
-from dpt_ir.ops import indexing as idx
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph, origin_of
+from dpt_ir.ir.indexing import Affine, Coords
+from dpt_ir.ir.registry import CXX_FLOATS, CxxSite
 from dpt_ir.ops.elementwise import cxx_literal
-from dpt_ir.ops.indexing import Affine, Coords
-from dpt_ir.ops.registry import CXX_FLOATS, CxxSite
 
 TOKEN = "@F@"  # replaced by the kernel's hashed name (`kernels._hashed`)
 # Code outside any element loop (an epilogue, a sort stage): trig takes its precise path (P),
@@ -66,7 +66,7 @@ class ElementWriter:
     def flag(self, node: str, op: str, kind: str, bad: str, detail: str = "") -> str:
         """OR ``bad`` into the status slot of (node, kind): one slot however many places
         (taps, the edge function) evaluate the node."""
-        from dpt_ir.backends.warp.launches import StatusSlot
+        from dpt_ir.backends.launches import StatusSlot
 
         key = (node, kind, detail)
         if key not in self.slot_of:

@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dpt_ir.graph import Graph, Node
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.indexing import Affine, Coords
-from dpt_ir.ops.registry import GatherCoords, OpDef
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.indexing import Affine, Coords
+from dpt_ir.ir.registry import GatherCoords, OpDef
 
 TABLE_MAX = 1 << 16  # elements of a constant table written into the C++ source
 # A fresh coordinate: (form, extent, C++ of the coordinate from the C++ of the form) -> its form.

@@ -17,8 +17,8 @@ from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import columns, contraction, drivers, scatter
 from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
 from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
-from dpt_ir.graph import Graph
-from dpt_ir.passes.kernel_ir import KernelGroup
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.kernel_ir import KernelGroup
 
 TASK0 = "$task0"  # scalar kernel argument: the launch's first task
 WP_STATE = {"double": "wp.float64", "float": "wp.float32", "int": "wp.int32", "unsigned": "wp.uint32"}
@@ -98,7 +98,7 @@ class Unit:
         return f"@wp.kernel\ndef {name}({sig}):\n    n_{fn}({', '.join([*call, 'wp.tid() + a__task0'])})\n"
 
     def launch_params(self, checks: bool) -> list[str]:
-        from dpt_ir.backends.warp.launches import STATUS, STATUS_BASE
+        from dpt_ir.backends.launches import STATUS, STATUS_BASE
 
         return [*self.params, *([STATUS, STATUS_BASE] if checks else []), TASK0]
 
@@ -213,7 +213,7 @@ def _launch(
     slot_base: int,
 ) -> Any:
     """The `KernelSource` of a C++ launch: its kernel calls the stub ``n_<fn>``."""
-    from dpt_ir.backends.warp.launches import KernelSource, constant_array
+    from dpt_ir.backends.launches import KernelSource, constant_array
 
     text, params = unit.kernel(name, fn, checks), unit.launch_params(checks)
     constants = {p: (t, constant_array(t, v)) for p, (t, v) in unit.constants.items()}

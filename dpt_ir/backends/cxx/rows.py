@@ -28,10 +28,10 @@ from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import drivers, kernels
 from dpt_ir.backends.cxx.drivers import Layout
 from dpt_ir.backends.cxx.nest import C_TYPES, cover
-from dpt_ir.graph import Graph
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.kernel_ir import KernelGroup, RowSet, plan_of
 from dpt_ir.passes import fusion_rows
 from dpt_ir.passes.fusion_traits import is_view
-from dpt_ir.passes.kernel_ir import KernelGroup, RowSet, plan_of
 
 # A full-shape value two stages compute, at this work per element or more (`OpDef.work`: a
 # transcendental's), is computed by the first only and read from a row buffer by the later
@@ -102,7 +102,7 @@ def _row_launch(
 ) -> Any:
     """The row kernel's `KernelSource`: the stages' parameters in first-use order but the
     row-local ``internal`` values, one task per `Target.cpu_task` elements of rows."""
-    from dpt_ir.backends.warp.launches import KernelSource
+    from dpt_ir.backends.launches import KernelSource
 
     params: list[str] = []
     partials: dict[str, tuple[str, int]] = {}

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpt_ir.backends.cxx import gathers
-from dpt_ir.graph import Graph, Node
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.indexing import Affine, Coords
-from dpt_ir.ops.registry import ScatterLayout
-from dpt_ir.passes.kernel_ir import KernelGroup
-from dpt_ir.types import FLOAT_DTYPES
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.indexing import Affine, Coords
+from dpt_ir.ir.kernel_ir import KernelGroup
+from dpt_ir.ir.registry import ScatterLayout
+from dpt_ir.ir.types import FLOAT_DTYPES
 
 Flag = Callable[[str], str]  # a condition -> the statement raising a status flag when it holds
 

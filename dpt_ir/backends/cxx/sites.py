@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from dpt_ir.backends.cxx import gathers, scatter, sparse
-from dpt_ir.graph import Graph, Node
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.indexing import Affine, Coords, ImageMap
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.indexing import Affine, Coords, ImageMap
 
 Site = tuple[str, Affine]  # a value and the flat offset of the element read
 Shape = tuple[int, ...]

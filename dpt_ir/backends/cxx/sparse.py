@@ -23,11 +23,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from dpt_ir.graph import Graph, Node
-from dpt_ir.ops import indexing as idx
-from dpt_ir.ops.indexing import Coords
-from dpt_ir.ops.registry import SparseRows
-from dpt_ir.types import FLOAT_DTYPES
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.indexing import Coords
+from dpt_ir.ir.registry import SparseRows
+from dpt_ir.ir.types import FLOAT_DTYPES
 
 if TYPE_CHECKING:
     from dpt_ir.backends.cxx.sites import Variable

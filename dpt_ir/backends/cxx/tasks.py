@@ -5,7 +5,7 @@ Assumes: the kernel's launch index is a task of a partition fixed by the shapes 
 adds its ``a__task0`` argument to ``wp.tid()``), tasks write disjoint elements and their own
 partials, and status flags are only ever set to 1; each range is a CPU command replayed as a
 call of its kernel's entry point (`Part`: the entry point, its bounds and its argument
-structure, `dpt_ir.backends.warp.recorded`); the module that first needs a pool holds its
+structure, `dpt_ir.runtime.recorded`); the module that first needs a pool holds its
 native side (``dp_pool.h`` is in the CPU preamble of every generated module).
 
 Guarantees: the calling thread runs the first range and the pool's workers the others, and

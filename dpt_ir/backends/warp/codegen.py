@@ -21,10 +21,10 @@ from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import kernels as cxx_kernels
 from dpt_ir.backends.cxx import rows as cxx_rows
 from dpt_ir.backends.cxx.nest import missing_lowering
-from dpt_ir.backends.warp.launches import KernelSource, StatusSlot
-from dpt_ir.errors import ContractError
-from dpt_ir.graph import Graph
-from dpt_ir.passes.kernel_ir import KernelGroup, plan_of
+from dpt_ir.backends.launches import KernelSource, StatusSlot
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.kernel_ir import KernelGroup, plan_of
 
 
 def _header(group: KernelGroup) -> str:

@@ -1,0 +1,347 @@
+"""The launches of one compiled loop node: `Loop` runs a ``scan`` or a ``scan_vjp``.
+
+Assumes: the node is a loop op (`dpt_ir.ops.loop`) whose body has no loops, every float
+input in the carries' dtype (`check_loop_dtypes`), and its body (and, for ``scan_vjp``,
+body-vjp) pieces compiled as forward-only programs (`dpt_ir.runtime.loop_program`).
+
+Guarantees:
+- ``scan`` launches the body's kernels ``length`` times in one workspace of the body's
+  plan: carries alternate between two carry-sized arrays (no per-step copy), ``xs`` are
+  read as per-step views of the stacked arrays; the outputs whose value is a direct value
+  (`ExecutionPlan.direct_outputs`: a kernel writes it, no other output shares it) are
+  bound to their destinations, so each ``y`` is written straight into the packed result
+  at its step's offset, the final carries too, and kept carries into their own arrays;
+  other outputs are copied there. Each step (the vjp's too) is
+  ``ExecutionPlan.run`` of the body's plan in the loop's own workspace: the launches
+  recorded there at the first step, re-pointed at the step's arrays
+  (`dpt_ir.runtime.recorded`), so bit-identical to ``wp.launch`` of them;
+- ``scan_vjp`` replays the node's checkpoint schedule (`dpt_ir.ops.revolve`, the same data
+  the interpreter replays). It allocates ``slots + 2`` carry-sized arrays: slot 0 is the
+  initial carry itself (the schedule stores ``c_0`` there once and never overwrites it),
+  ``slots - 1`` stored carries, and three step buffers shared by the current carry, the
+  next one and the carry's cotangent (`_free`). It runs the vjp program at each
+  ``reverse`` action; when the schedule stores every carry and the forward scan ran in the
+  same evaluation (`keep`/``source``), it reads the carries the forward kept instead.
+  Closed-over gradients are summed in reverse step order inside the vjp kernel
+  (`vjp_piece`): deterministic, bit-identical for every policy;
+- the body's status words are checked after each node (`NumericalError` naming the loop).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from dpt_ir.ir.graph import Node
+from dpt_ir.ir.types import TensorType, is_float
+from dpt_ir.ops.loop import ScanAttrs, body_vjp, checkpoint_plan, grad_layout, result_types
+from dpt_ir.runtime.loop_pieces import ACC_PREFIX, piece_names
+from dpt_ir.runtime.plan import WP_DTYPES
+
+
+def _offsets(types: list[TensorType]) -> list[int]:
+    out, at = [], 0
+    for t in types:
+        out.append(at)
+        at += t.size
+    return out
+
+
+class Loop:
+    """One loop node's compiled body (forward and vjp programs) and its buffers."""
+
+    def __init__(self, node: Node, in_types: tuple[TensorType, ...], programs: dict[str, Any], device: str) -> None:
+        """``programs``: the compiled pieces by `piece_names` (the body's, and for a
+        ``scan_vjp`` the body vjp's)."""
+        self.node = node
+        self.attrs: ScanAttrs = node.opdef.parse_attrs(node.attrs, f"node {node.name!r}")  # type: ignore[assignment]
+        a = self.attrs
+        self.in_types = in_types[: len(in_types) - 1] if node.op == "scan_vjp" else in_types
+        dtype = self.in_types[0].dtype
+        self.device = device
+        body_name, vjp_name = piece_names(a)
+        self.body = programs[body_name]
+        joint = body_vjp(a.body)
+        self.grad_outputs = dict(joint.meta["gradients"])
+        # Only the reverse sweep (a scan_vjp node) runs the body's vjp.
+        self.vjp = programs[vjp_name] if node.op == "scan_vjp" else None
+        self.names = [i.name for i in a.body.inputs]
+        self.results = result_types(a.body, a)
+        self.result_offsets = _offsets(self.results)
+        self.ct_names = joint.meta["cotangents"]
+        self.body_outputs = [o.name for o in a.body.outputs]
+        self.packed = wp.zeros(sum(t.size for t in self.results), dtype=WP_DTYPES[dtype], device=self.device)
+        layout = grad_layout(self.in_types)
+        self.grad_offsets = {k: off for k, off, _ in layout}
+        self.grads = wp.zeros(sum(size for _, _, size in layout), dtype=WP_DTYPES[dtype], device=self.device)
+        self.iota = wp.array(np.arange(a.length, dtype=np.int32), dtype=wp.int32, device=self.device)
+        self.schedule = checkpoint_plan(a, self.in_types)
+        self.slots: list[list[wp.array]] = []  # a scan_vjp's stored carries 1.. (slot 0 is c_0 itself)
+        # A scan whose reverse stores every carry keeps them as it runs (see `keep`); that
+        # reverse (``source``) then reads them instead of rerunning the forward.
+        self.trajectory: list[list[wp.array]] = []
+        self.source: Loop | None = None
+        self.fwd_plan = self.body.plans["run"]
+        self.direct = self.fwd_plan.direct_outputs(self.body_outputs)
+        self.fwd_ws = self.fwd_plan.checkout()
+        self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
+        self.vjp_ws = self.vjp_plan.checkout() if self.vjp_plan is not None else None
+        self.vjp_direct: dict[int, str] = {}  # loop input k -> the vjp output value of its gradient
+        if self.vjp_plan is not None:
+            wanted = [k for k in range(len(self.in_types)) if k in self.grad_offsets]
+            found = self.vjp_plan.direct_outputs([self.grad_outputs[self._name(k)] for k in wanted])
+            self.vjp_direct = {wanted[j]: v for j, v in found.items()}
+        self.pool = self._pool()
+        # A closure's gradient sum ping-pongs between the vjp's output and one array of
+        # ours: each reverse step reads the sum so far (``acc.<input>``) and writes the new one.
+        self.sum_pool = {k: [self._vjp_out(k), self._zeros(k)] for k in self._closures()}
+        self.zeros = {k: self._zeros(k) for k in self._closures()}
+
+    # -- buffers --
+    def _zeros(self, k: int) -> wp.array:
+        return wp.zeros(self.in_types[k].size, dtype=self.packed.dtype, device=self.device)
+
+    def _carries(self) -> list[wp.array]:
+        return [self._zeros(k) for k in range(self.attrs.carries)]
+
+    def _closures(self) -> list[int]:
+        a = self.attrs
+        if self.vjp is None:
+            return []
+        return [k for k in range(a.carries + a.xs, len(self.in_types)) if is_float(self.in_types[k].dtype)]
+
+    def _vjp_out(self, k: int) -> wp.array:
+        """The vjp workspace's array of loop input ``k``'s gradient when its kernel writes it
+        (`ExecutionPlan.direct_outputs`), else a new one."""
+        assert self.vjp_plan is not None and self.vjp_ws is not None
+        if k in self.vjp_direct:
+            return self.vjp_plan.output_array(self.grad_outputs[self._name(k)], self.vjp_ws).flatten()
+        return self._zeros(k)
+
+    def _pool(self) -> list[list[wp.array]]:
+        """The carry-sized buffers the steps write, per carry: a ``scan`` alternates its carry
+        between two (the body's output in its one workspace, and one of ours); a
+        ``scan_vjp`` shares three between the current carry, the next one and the carry's
+        cotangent (at most two are live when a step writes the third)."""
+        out = []
+        for k in range(self.attrs.carries):
+            own = self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten() if k in self.direct else None
+            arrays = [own if own is not None else self._zeros(k), self._zeros(k)]
+            if self.vjp is not None:
+                arrays.append(self._vjp_out(k))
+            out.append(arrays)
+        return [list(p) for p in zip(*out, strict=True)] if out else []
+
+    def prepare(self) -> None:
+        """Allocate the stored carries of a checkpointed reverse (after `source` is known)."""
+        if self.vjp is not None and self.source is None and not self.slots:
+            self.slots = [self._carries() for _ in range(self.schedule.slots - 1)]
+
+    def keep(self) -> None:
+        """Store every step's carry during the forward (for a store-every-carry reverse)."""
+        self.trajectory = [self._carries() for _ in range(self.attrs.length - 1)]
+
+    def carry_bytes_held(self) -> int:
+        """Bytes of the carry-sized arrays this loop owns for carries and their cotangents
+        (stored carries, kept trajectory, the step buffers), body temporaries excluded."""
+        arrays = [x for group in (*self.slots, *self.trajectory, *self.pool) for x in group]
+        return sum(x.capacity for x in {x.ptr: x for x in arrays}.values())
+
+    def workspace_bytes(self) -> int:
+        """Bytes of the body's and vjp's workspaces outside `pool`: the body's own
+        temporaries, ys, the closures' gradient sums."""
+        pooled = {x.ptr for group in self.pool for x in group}
+        arrays = {}
+        for ws in (self.fwd_ws, self.vjp_ws):
+            if ws is not None:
+                for x in (*ws.buffers.values(), *ws.shaped.values()):
+                    arrays.setdefault(x.ptr, x)
+        extra = [x for group in self.sum_pool.values() for x in group[1:]]
+        return sum(x.capacity for p, x in arrays.items() if p not in pooled) + sum(x.capacity for x in extra)
+
+    def held(self) -> dict[str, Any]:
+        """What the reverse sweep holds and recomputes (`dpt_ir.ops.revolve.CheckpointPlan` fields)."""
+        p = self.schedule
+        sizes = {"carry_bytes": p.carry_bytes, "carry_bytes_held": self.carry_bytes_held(),
+                 "workspace_bytes": self.workspace_bytes()}  # fmt: skip
+        if self.source is None:
+            return {"policy": p.policy, "slots": p.slots, "bytes_held": p.bytes_held, "advances": p.advances,
+                    "recompute_factor": p.recompute_factor, **sizes}  # fmt: skip
+        sizes["kept_bytes"] = sum(x.capacity for group in self.source.trajectory for x in group)  # the forward's
+        return {"policy": f"{p.policy}, kept by the forward", "slots": p.length, "bytes_held": p.bytes_held,
+                "advances": 0, "recompute_factor": 0.0, **sizes}  # fmt: skip
+
+    # -- one step --
+    def _feed(self, carry: list[wp.array], arrays: list[wp.array], i: int) -> dict[str, wp.array]:
+        a = self.attrs
+        bound = dict(zip(self.names[: a.carries], carry, strict=True))
+        for j in range(a.xs):
+            size = self.in_types[a.carries + j].size // a.length
+            bound[self.names[a.carries + j]] = arrays[a.carries + j][i * size : (i + 1) * size]
+        at = a.carries + a.xs
+        if a.index:
+            bound[self.names[at]] = self.iota[i : i + 1]
+            at += 1
+        for k in range(a.carries + a.xs, len(self.in_types)):
+            bound[self.names[at + k - a.carries - a.xs]] = arrays[k]
+        return bound
+
+    def _step(
+        self, carry: list[wp.array], arrays: list[wp.array], i: int, into: list[wp.array], ys: dict[str, wp.array]
+    ) -> None:
+        """Run step ``i`` of the forward body from ``carry``, its new carries written into
+        ``into`` (bound when the kernel writes them, else copied), the outputs ``ys``
+        (value -> array) bound where given."""
+        a = self.attrs
+        bound = {**self._feed(carry, arrays, i), **ys}
+        for k, value in self.direct.items():
+            if k < a.carries:
+                bound[value] = into[k]
+        self.fwd_plan.run("forward", bound, self.fwd_ws)
+        for k in range(a.carries):
+            if k not in self.direct:
+                wp.copy(into[k], self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten())
+
+    def _check(self, program: Any, ws: Any) -> None:
+        if ws is not None:
+            program.checkpoint(f"loop {self.node.name!r}", ws)
+
+    @staticmethod
+    def _begin(*spaces: Any) -> None:
+        for ws in spaces:
+            if ws is not None:
+                ws.clear_status()
+
+    # -- the node --
+    def forward(self, arrays: list[wp.array]) -> wp.array:
+        """The packed results of ``scan`` on its input arrays (flat)."""
+        a = self.attrs
+        self._begin(self.fwd_ws)
+        carry, at = list(arrays[: a.carries]), 1  # at: the pool buffer holding the carry
+        final = [
+            self.packed[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size]
+            for k in range(a.carries)
+        ]
+        for i in range(a.length):
+            if i + 1 == a.length:
+                into = final
+            elif self.trajectory:
+                into = self.trajectory[i]
+            else:
+                at ^= 1
+                into = self.pool[at]
+            ys = {}
+            for k, value in self.direct.items():  # each y straight into its row of the packed result
+                if k >= a.carries:
+                    row = self.results[k].size // a.length
+                    start = self.result_offsets[k] + i * row
+                    ys[value] = self.packed[start : start + row]
+            self._step(carry, arrays, i, into, ys)
+            for k in range(a.carries, len(self.results)):
+                if k not in self.direct:
+                    row = self.results[k].size // a.length
+                    y = self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten()
+                    wp.copy(self.packed, y, dest_offset=self.result_offsets[k] + i * row, count=row)
+            carry = into
+        self._check(self.body, self.fwd_ws)
+        return self.packed
+
+    def reverse(self, arrays: list[wp.array]) -> wp.array:
+        """The packed gradients of ``scan_vjp`` (inputs: the scan's, then its cotangent)."""
+        a = self.attrs
+        gy = arrays[-1]
+        forward = arrays[:-1]
+        self._begin(self.fwd_ws, self.vjp_ws)
+        self.sums = dict(self.zeros)  # read only: each step writes the new sum into `sum_pool`
+        g_carry = [gy[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size] for k in range(a.carries)]
+        g_at: int | None = None  # the pool buffer holding the carries' cotangent (None: a view of gy)
+        if self.source is not None:  # the forward kept every carry: c_i for step i
+            kept = [list(forward[: a.carries]), *self.source.trajectory]
+            for i in range(a.length - 1, -1, -1):
+                g_carry, g_at = self._reverse_step(kept[i], None, forward, g_carry, g_at, gy, i)
+            return self._finish(g_carry)
+        initial = list(forward[: a.carries])  # slot 0 always holds c_0: the input itself, never copied
+        carry, c_at = initial, None
+        for act in self.schedule.actions:
+            if act.kind == "store" and act.slot > 0:
+                for k in range(a.carries):
+                    wp.copy(self.slots[act.slot - 1][k], carry[k])
+            elif act.kind == "restore":
+                carry, c_at = (initial if act.slot == 0 else list(self.slots[act.slot - 1])), None
+            elif act.kind == "advance":
+                for i in range(act.at, act.at + act.count):
+                    c_at = _free(c_at, g_at)
+                    self._step(carry, forward, i, self.pool[c_at], {})
+                    carry = self.pool[c_at]
+            elif act.kind == "reverse":
+                g_carry, g_at = self._reverse_step(carry, c_at, forward, g_carry, g_at, gy, act.at)
+        return self._finish(g_carry)
+
+    def _finish(self, g_carry: list[wp.array]) -> wp.array:
+        """Pack the initial carries' and the closures' gradients; check the status words."""
+        a = self.attrs
+        for k in range(a.carries):
+            wp.copy(self.grads, g_carry[k], dest_offset=self.grad_offsets[k], count=self.in_types[k].size)
+        for k, total in self.sums.items():
+            wp.copy(self.grads, total, dest_offset=self.grad_offsets[k], count=total.shape[0])
+        self._check(self.body, self.fwd_ws)
+        if self.vjp is not None:
+            self._check(self.vjp, self.vjp_ws)
+        return self.grads
+
+    def _reverse_step(
+        self,
+        carry: list[wp.array],
+        c_at: int | None,
+        forward: list[wp.array],
+        g_carry: list[wp.array],
+        g_at: int | None,
+        gy: wp.array,
+        i: int,
+    ) -> tuple[list[wp.array], int]:
+        """Step ``i``'s vjp on ``carry`` (in pool buffer ``c_at``) and the cotangent
+        ``g_carry`` (in ``g_at``); the new cotangent goes to the third pool buffer."""
+        a = self.attrs
+        out = _free(c_at, g_at)
+        bound = self._feed(carry, forward, i)
+        for k, total in self.sums.items():
+            bound[ACC_PREFIX + self._name(k)] = total
+        for k, name in enumerate(self.body_outputs):
+            if k < a.carries:
+                bound[self.ct_names[name]] = g_carry[k]
+            else:
+                row = self.results[k].size // a.length
+                start = self.result_offsets[k] + i * row
+                bound[self.ct_names[name]] = gy[start : start + row]
+        targets = {k: self.pool[out][k] for k in range(a.carries)}
+        for k, pair in self.sum_pool.items():
+            targets[k] = pair[1] if self.sums[k] is pair[0] else pair[0]
+        for j in range(a.xs):
+            k = a.carries + j
+            if k in self.grad_offsets:
+                row = self.in_types[k].size // a.length
+                start = self.grad_offsets[k] + i * row
+                targets[k] = self.grads[start : start + row]
+        for k, value in self.vjp_direct.items():
+            bound[value] = targets[k]
+        plan, ws = self.vjp_plan, self.vjp_ws
+        assert plan is not None and ws is not None  # a scan_vjp node's loop
+        plan.run("forward", bound, ws)
+        for k, target in targets.items():
+            if k not in self.vjp_direct:
+                wp.copy(target, plan.output_array(self.grad_outputs[self._name(k)], ws).flatten())
+        for k in self.sums:
+            self.sums[k] = targets[k]
+        return [targets[k] for k in range(a.carries)], out
+
+    def _name(self, k: int) -> str:
+        """The body input standing for loop input ``k`` (the step index sits before the closures)."""
+        a = self.attrs
+        return self.names[k] if k < a.carries + a.xs else self.names[k + (1 if a.index else 0)]
+
+
+def _free(*taken: int | None) -> int:
+    """A pool buffer (0, 1, 2) that holds neither the current carry nor its cotangent."""
+    return next(k for k in range(3) if k not in taken)

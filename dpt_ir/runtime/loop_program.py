@@ -1,0 +1,329 @@
+"""Compiled programs of graphs that hold loops (``scan`` / ``scan_vjp`` nodes).
+
+Assumes: ``graph`` is valid; its loop nodes are ops of kind ``loop`` (`dpt_ir.ops.loop`),
+without loops in their bodies.
+
+Guarantees:
+- the graph (forward for ``run``; for ``value_and_grad`` the joint graph from
+  `dpt_ir.api.autodiff`, whose loops' gradients are ``scan_vjp`` nodes) is cut at the loop
+  nodes into segments of ordinary nodes (`Segments`); every segment, every distinct loop
+  body and every body vjp (the body's joint graph reduced to its gradient outputs) is
+  compiled through the ordinary pipeline as a forward-only program, all in **one** Warp
+  module (`dpt_ir.driver.compile.compile_pieces`). Nothing depends on a loop's ``length``, so
+  neither compile time nor the generated kernels do;
+- a loop is its own stage (`dpt_ir.runtime.loop.Loop`): fusion never sees it;
+- every segment checks its status word after it runs (`NumericalError`);
+- evaluations of one `LoopProgram` are serialised by a lock (its loop buffers are shared);
+- with ``dump_dir``: ``saved.txt`` (each reverse's policy, bytes held and recompute
+  factor), ``report.json`` and each piece's pass dumps.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from dpt_ir.api.autodiff import joint_graph
+from dpt_ir.ir.contracts import check_inputs
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph, Input, Node, Output
+from dpt_ir.ops.loop import ScanAttrs
+from dpt_ir.runtime.loop import Loop
+from dpt_ir.runtime.loop_pieces import check_loop_dtypes, piece_names, vjp_piece
+from dpt_ir.runtime.loop_tape import LoopTapePass, PassLock, tape_graph
+from dpt_ir.runtime.plan import WP_DTYPES
+
+
+class Segments:
+    """A graph cut at its loop nodes: forward-only programs of the ordinary nodes between
+    them, and a `Loop` per loop node, run in order on flat arrays keyed by value name."""
+
+    def __init__(self, graph: Graph, prefix: str, cut: int | None = None) -> None:
+        """Cut ``graph``; its segments' pieces are named ``<prefix>.seg<k>``. With ``cut``,
+        the graph is also cut before node position ``cut``, and `split` is the first stage
+        after it. Nothing is compiled until `bind`."""
+        self.graph = graph
+        self.prefix = prefix
+        self.layout: list[tuple[str, Graph | Node]] = []
+        self.stages: list[tuple[str, Any, Graph | Node]] = []
+        self.split = 0
+        reads_after = _later_reads(graph)
+        pending: list[Node] = []
+        for k, node in enumerate(graph.nodes):
+            if k == cut:
+                self._flush(pending, reads_after[k])
+                self.split, pending = len(self.layout), []
+            if node.opdef.kind != "loop":
+                pending.append(node)
+                continue
+            self._flush(pending, reads_after[k])
+            check_loop_dtypes(node, tuple(graph.types[i] for i in node.inputs))
+            self.layout.append(("loop", node))
+            pending = []
+        self._flush(pending, reads_after[len(graph.nodes)])
+
+    def _flush(self, nodes: list[Node], later: set[str]) -> None:
+        if not nodes:
+            return
+        defined = {n.name for n in nodes}
+        outputs = [v for v in dict.fromkeys(n.name for n in nodes) if v in later]
+        if not outputs:
+            return
+        needed = dict.fromkeys(i for n in nodes for i in n.inputs if i not in defined)
+        inputs = tuple(Input(name=v, type=self.graph.types[v], requires_grad=False) for v in needed)
+        seg = Graph(
+            name=f"{self.prefix}.seg{len(self.layout)}",
+            inputs=inputs,
+            nodes=tuple(nodes),
+            outputs=tuple(Output(name=v, value=v) for v in outputs),
+        )
+        self.layout.append(("segment", seg))
+
+    def pieces(self) -> dict[str, Graph]:
+        """The graphs to compile: the segments, each loop's body and each reverse's body vjp."""
+        out: dict[str, Graph] = {}
+        for kind, what in self.layout:
+            if kind == "segment":
+                out[what.name] = what  # type: ignore[assignment]
+                continue
+            a: ScanAttrs = what.opdef.parse_attrs(what.attrs, f"node {what.name!r}")  # type: ignore[union-attr,assignment]
+            inner = [n.name for n in a.body.nodes if n.opdef.kind == "loop"]
+            if inner:
+                raise ContractError(
+                    f"compile: node {what.name!r}: its body holds loop node(s) {inner}; compiled loops expect a "
+                    "body without loops (nested loops run in the interpreter: dp.interpret, dp.interpret_grad)"
+                )
+            body, vjp = piece_names(a)
+            out[body] = a.body
+            if what.op == "scan_vjp":  # type: ignore[union-attr]
+                out[vjp] = vjp_piece(a)
+        return out
+
+    def bind(self, programs: dict[str, Any], device: str) -> None:
+        """Make the stages from the compiled pieces."""
+        scans: dict[tuple[str, ...], Loop] = {}  # scan stages by their inputs
+        for kind, what in self.layout:
+            if kind == "segment":
+                self.stages.append(("segment", programs[what.name], what))
+                continue
+            node: Node = what  # type: ignore[assignment]
+            in_types = tuple(self.graph.types[i] for i in node.inputs)
+            loop = Loop(node, in_types, programs, device)
+            forward = scans.get(node.inputs[:-1]) if node.op == "scan_vjp" else None
+            if forward is not None and loop.schedule.slots == loop.schedule.length:
+                forward.keep()  # store-every-carry: the forward keeps them, the reverse reruns nothing
+                loop.source = forward
+            loop.prepare()
+            if node.op == "scan":
+                scans[node.inputs] = loop
+            self.stages.append(("loop", loop, node))
+
+    def run(
+        self, env: dict[str, wp.array], held: list[tuple[Any, Any]], start: int = 0, stop: int | None = None
+    ) -> None:
+        """Evaluate stages ``start:stop`` (every stage by default), adding each value later
+        stages read to ``env``; the segment workspaces used are appended to ``held`` (the
+        caller checks them in)."""
+        for kind, runner, what in self.stages[start:stop]:
+            if kind == "segment":
+                plan = runner.plans["run"]
+                ws = plan.checkout()
+                held.append((plan, ws))
+                ws.clear_status()
+                plan.run("forward", {i.name: env[i.name] for i in what.inputs}, ws)
+                runner.checkpoint("forward", ws)
+                for o in what.outputs:
+                    env[o.value] = plan.output_array(o.name, ws).flatten()
+            else:
+                arrays = [env[i] for i in what.inputs]
+                env[what.name] = runner.forward(arrays) if what.op == "scan" else runner.reverse(arrays)
+
+
+def saved_text(loops: list[dict[str, Any]]) -> str:
+    """``saved.txt`` of a loop program: what each reverse sweep holds and recomputes (the
+    pieces' own ``saved.txt`` are in their dump folders)."""
+    lines = ["# loops: what each reverse sweep (scan_vjp) holds and recomputes"]
+    for r in loops:
+        if r["op"] != "scan_vjp":
+            continue
+        lines += [
+            f"{r['node']}: {r['length']} steps, policy: {r['policy']}",
+            f"  holds {r['slots']} stored carries = {r['bytes_held']} bytes "
+            f"(the first is the initial carry itself); with the step buffers (the current carry, the next "
+            f"one and the cotangent, sharing three) it owns {r['carry_bytes_held']} bytes of carries "
+            f"and cotangents, plus {r['workspace_bytes']} bytes of the body's own workspaces"
+            + (f"; it reads the {r['kept_bytes']} bytes of carries the forward kept" if "kept_bytes" in r else ""),
+            f"  recomputes {r['advances']} forward steps to rebuild carries: "
+            f"recompute factor {r['recompute_factor']:.3f} "
+            "(forward steps rerun / length; each step's vjp also runs its step's forward once)",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _later_reads(graph: Graph) -> list[set[str]]:
+    """For each node position k (and len(nodes)), the values read by nodes at k or later,
+    or returned as outputs."""
+    out: list[set[str]] = [set() for _ in range(len(graph.nodes) + 1)]
+    acc = {o.value for o in graph.outputs}
+    out[len(graph.nodes)] = set(acc)
+    for k in range(len(graph.nodes) - 1, -1, -1):
+        acc = acc | set(graph.nodes[k].inputs)
+        out[k] = acc
+    return out
+
+
+class LoopProgram:
+    """A compiled graph with loops: `run`, `value_and_grad` and `tape_pass` as
+    `dpt_ir.runtime.program.Program`'s (a `dpt_ir.interop.CompiledProgram`)."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        wrt: tuple[str, ...],
+        loss: str | None,
+        options: dict[str, Any],
+        dump_dir: Path | None = None,
+    ) -> None:
+        from dpt_ir.driver.compile import compile_pieces
+
+        start = time.perf_counter()
+        self.graph, self.wrt, self.loss = graph, wrt, loss
+        self.device = options["device"]
+        self.forward = Segments(graph, "run")
+        self.joint: Segments | None = None
+        if wrt and loss is not None:
+            self.joint = Segments(joint_graph(graph, wrt, [loss]), "vg")
+        cuts = [self.forward] + ([self.joint] if self.joint else [])
+        pieces = {name: g for cut in cuts for name, g in cut.pieces().items()}
+        base = {k: v for k, v in options.items() if k != "device"}
+        programs = compile_pieces(graph.name, pieces, self.device, base, dump_dir)
+        for cut in cuts:
+            cut.bind(programs, self.device)
+        self._lock = threading.Lock()
+        self._base = base
+        self._tape: Segments | None = None  # compiled at the first tape_pass
+        self._tape_lock = PassLock()  # held by the open tape pass, from forward to close
+        modules = sorted({p.module_name for p in programs.values()})
+        self.module_name = "+".join(modules)
+        # Generated kernels (Warp kernel definitions) in the program's module.
+        self.kernel_count = len({k.function for p in programs.values() for k in p.plans["run"].kernels})
+        self.report = {
+            "graph": graph.name,
+            "device": self.device,
+            "options": dict(base),  # as `Program.report`'s: the switches and budgets every piece compiled with
+            "compile_seconds": time.perf_counter() - start,
+            "modules": modules,
+            "distinct_kernels": self.kernel_count,
+            "loops": self._loops_report(),
+        }
+        if dump_dir is not None:
+            dump_dir.mkdir(parents=True, exist_ok=True)
+            (dump_dir / "saved.txt").write_text(saved_text(self.report["loops"]))
+            (dump_dir / "report.json").write_text(json.dumps(self.report, indent=2, sort_keys=True))
+
+    def _loops_report(self) -> list[dict[str, Any]]:
+        out = []
+        for seg in [self.forward] + ([self.joint] if self.joint else []):
+            for kind, runner, node in seg.stages:
+                if kind == "loop":
+                    out.append(
+                        {
+                            "node": node.name,
+                            "op": node.op,
+                            "length": runner.schedule.length,
+                            **runner.held(),
+                            "body_kernels": len(runner.fwd_plan.launches),
+                            "vjp_kernels": len(runner.vjp_plan.launches) if runner.vjp_plan else 0,
+                        }
+                    )
+        return out
+
+    def device_arrays(self, values: dict[str, Any]) -> dict[str, wp.array]:
+        """Flat Warp arrays on the program's device of checked inputs (host arrays)."""
+        return {
+            k: wp.array(np.ascontiguousarray(v).reshape(-1), dtype=WP_DTYPES[v.dtype.name], device=self.device)
+            for k, v in values.items()
+        }
+
+    def _evaluate(self, segments: Segments, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env = self.device_arrays(values)
+        held: list[tuple[Any, Any]] = []
+        try:
+            segments.run(env, held)
+            g = segments.graph
+            return {o.name: env[o.value].numpy().reshape(g.types[o.value].shape).copy() for o in g.outputs}
+        finally:
+            for plan, ws in held:
+                plan.checkin(ws)
+
+    def run(self, **inputs: Any) -> dict[str, np.ndarray]:
+        """Forward only: a dict output name -> numpy array."""
+        checked = check_inputs(self.graph, inputs)
+        with self._lock:
+            return self._evaluate(self.forward, checked)
+
+    def value_and_grad(self, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Outputs and the gradients of the loss output (seeded with 1) wrt ``wrt``."""
+        if self.joint is None:
+            raise ContractError(
+                f"program {self.graph.name!r} was compiled without wrt or without a loss output; "
+                "pass wrt=[...] (and loss= when the graph has no single scalar float output) to compile"
+            )
+        checked = check_inputs(self.graph, inputs)
+        joint = self.joint.graph
+        ct = joint.meta["cotangents"][self.loss]
+        seed = np.ones(joint.types[ct].shape, dtype=joint.types[ct].dtype)
+        with self._lock:
+            results = self._evaluate(self.joint, {**checked, ct: seed})
+        grads = joint.meta["gradients"]
+        outs = {o.name: results[o.name] for o in self.graph.outputs}
+        return outs, {w: results[grads[w]] for w in self.wrt}
+
+    def tape_pass(self, tape: Any = None) -> LoopTapePass:
+        """A new forward + backward pass (`dpt_ir.runtime.loop_tape.LoopTapePass`):
+        forward with the inputs, then ``backward(seed=...)`` with a scalar or array seed per
+        output, then ``close``. Its pieces (the joint graph of every float output, cut
+        between forward and backward) compile at the first call. One pass is open at a
+        time (a pass in another thread waits for it); ``tape=`` (joining a caller's ``wp.Tape``)
+        is not offered for loop programs."""
+        if not self.wrt:
+            raise ContractError(f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile")
+        if tape is not None:
+            raise ContractError(
+                f"program {self.graph.name!r} holds a loop: its tape pass cannot join a caller's wp.Tape "
+                "(tape=...); run program.tape_pass() on its own and seed backward(seed=...) with the cotangents "
+                "of its outputs"
+            )
+        return LoopTapePass(self, self.segments("tape"), self._tape_lock)
+
+    def export_cuda(self, out_dir: Any, **options: Any) -> Any:
+        """Write this program's CUDA bundle, as `dpt_ir.runtime.program.Program.export_cuda`."""
+        from dpt_ir.export import export_cuda
+
+        return export_cuda(self, out_dir, **options)
+
+    def segments(self, plan: str) -> Segments:
+        """The stages of ``plan`` (``run``, ``value_and_grad``, ``tape``: the tape's pieces
+        compile at the first call); `dpt_ir.export` reads them to write a loop program's bundle."""
+        if plan == "run":
+            return self.forward
+        if plan == "value_and_grad" and self.joint is not None:
+            return self.joint
+        if plan != "tape" or not self.wrt:
+            raise ContractError(f"program {self.graph.name!r} has no plan {plan!r}")
+        with self._lock:
+            if self._tape is None:
+                from dpt_ir.driver.compile import compile_pieces
+
+                joint, cut = tape_graph(self.graph, self.wrt)
+                segments = Segments(joint, "tape", cut)
+                programs = compile_pieces(f"{self.graph.name}.tape", segments.pieces(), self.device, self._base, None)
+                segments.bind(programs, self.device)
+                self._tape = segments
+        return self._tape

@@ -1,0 +1,325 @@
+"""Execution plans: the launches of one scheduled graph, and the workspaces they run in.
+
+A plan is immutable after construction (its launches and the layout of its buffers); the
+arrays a call writes live in a `Workspace`: the schedule's buffers (reused across values
+with disjoint live ranges), reduction partials, output and gradient arrays, staging arrays
+for numpy inputs on CUDA, and the status word. A call checks a workspace out of the plan's
+pool and returns it after (`ExecutionPlan.workspace`), so concurrent calls never share
+arrays. The pool starts with one workspace, allocated with the plan, and grows only when
+calls overlap; a single-threaded steady state therefore allocates no device memory.
+
+A plan's Warp module is built on the plan's first launch (`ExecutionPlan.ready`), not when
+the plan is made: its launches, counts and workspaces exist before, their kernels after.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from dpt_ir.backends.launches import KernelSource, StatusSlot
+from dpt_ir.ir.contracts import check_names, check_warp_array, host_array, is_warp_array
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.kernel_ir import Schedule, plan_of
+from dpt_ir.runtime.modules import GeneratedModule
+from dpt_ir.runtime.recorded import RecordedPhase
+
+WP_DTYPES = {
+    "float32": wp.float32,
+    "float64": wp.float64,
+    "int32": wp.int32,
+    "uint8": wp.uint8,
+    "bool": wp.bool,
+}
+
+
+@dataclass
+class Launch:
+    """One launch: the (possibly shared) Warp kernel (``function`` in the plan's module;
+    ``kernel`` once the module is built, `ExecutionPlan.ready`), the buffers this launch
+    binds to its parameters, and where its flags start in the status word."""
+
+    name: str
+    function: str
+    dim: int
+    params: list[str]
+    phase: str
+    status_base: int = 0
+    kernel: Any = None
+
+
+class Workspace:
+    """The arrays one call of a plan writes: flat views as kernels take them (``buffers``),
+    outputs in their own shape (``shaped``), output copies of inputs (``copies``), CUDA
+    staging arrays (``staging``) and the status word (None without checks), whose flags
+    ``slots`` describes; each phase's launches once recorded here (``phases``, by
+    `ExecutionPlan.run`). On the CPU, NumPy views of the status word (``flags``) and of the
+    outputs in their declared shapes (``host``), made once."""
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        graph, device = plan.graph, plan.device
+        self.slots = plan.slots
+        self.buffers: dict[str, wp.array] = {}
+        self.shaped: dict[str, wp.array] = {}
+        self.copies: dict[str, wp.array] = {}  # input value -> flat view of its output array
+        self.staging: dict[str, wp.array] = {}
+        self.phases: dict[str, RecordedPhase] = {}
+        self.status = wp.zeros(plan.status_size, dtype=wp.int32, device=device) if plan.status_size else None
+        cpu = device == "cpu"
+        self.flags = self.status.numpy() if cpu and self.status is not None else None
+        self._clear = bytes(4 * plan.status_size)
+        for buf in plan_of(graph).scheduled().buffers:
+            dtype = WP_DTYPES[buf.dtype]
+            if buf.output:
+                (value,) = buf.values
+                shape = graph.types[value].shape or (1,)
+                arr = wp.zeros(shape, dtype=dtype, device=device, requires_grad=plan.grad_outputs)
+                self.shaped[value] = arr
+                self.buffers[value] = arr.flatten()
+                continue
+            arr = wp.zeros(buf.size, dtype=dtype, device=device)
+            for v in buf.values:
+                self.buffers[v] = arr
+        self.buffers.update(plan.constants)  # read-only: shared by every workspace
+        for k in plan.kernels:
+            for p, (dtype, size) in k.partials.items():
+                if p not in self.buffers:
+                    self.buffers[p] = wp.zeros(size, dtype=getattr(wp, dtype.split(".")[1]), device=device)
+        # An output whose value is, after the passes, a program or cotangent input (``x * 1.0``;
+        # the gradient of ``sum(x * w)`` wrt ``x`` is ``w``) has no kernel writing it: it gets its
+        # own array all the same, filled from the bound input when a phase runs (`ExecutionPlan.run`).
+        for o in graph.outputs:
+            if o.value not in self.shaped and o.value in graph.input_map:
+                t = graph.types[o.value]
+                shape = t.shape or (1,)
+                arr = wp.zeros(shape, dtype=WP_DTYPES[t.dtype], device=device, requires_grad=plan.grad_outputs)
+                self.shaped[o.value] = arr
+                self.copies[o.value] = self.buffers[f"$copy:{o.value}"] = arr.flatten()
+        self.host = {v: a.numpy().reshape(graph.types[v].shape) for v, a in self.shaped.items()} if cpu else {}
+
+    def clear_status(self) -> None:
+        """Lower every flag of the status word (before a phase runs)."""
+        if self.flags is not None:
+            self.flags.fill(0)
+        elif self.status is not None:
+            self.status.zero_()
+
+    def raised(self) -> list[int]:
+        """The indices of the raised flags of the status word (none without checks); they
+        stay raised."""
+        if self.flags is not None:
+            return [] if self.flags.tobytes() == self._clear else np.flatnonzero(self.flags).tolist()
+        return [] if self.status is None else np.flatnonzero(self.status.numpy()).tolist()
+
+
+class ExecutionPlan:
+    """Launches of one compiled pipeline (run, value_and_grad or tape) and its pool of
+    workspaces. Thread-safe: `workspace` hands each call its own arrays, and the first
+    launches of concurrent calls build the module once (`ready`).
+
+    ``slots``: the status flags of the plan's module (its launches' ``status_base`` index
+    them); ``checks`` False: compiled without a status word."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        kernels: list[KernelSource],
+        module: GeneratedModule,
+        device: str,
+        slots: list[StatusSlot],
+        checks: bool,
+        grad_outputs: bool = False,
+        threads: int = 1,
+    ) -> None:
+        self.graph = graph
+        self.device = device
+        self.kernels = kernels
+        self.module = module
+        self.slots = slots
+        self.status_size = max(len(slots), 1) if checks else 0  # 0: compiled without checks
+        self.grad_outputs = grad_outputs
+        self.threads = threads if device == "cpu" else 1
+        self.constants: dict[str, wp.array] = {}
+        made: dict[int, wp.array] = {}  # launches binding one (shared) NumPy array share its wp.array
+        for k in kernels:
+            for p, (dtype, values) in k.constants.items():
+                if id(values) not in made:
+                    made[id(values)] = wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
+                self.constants[p] = made[id(values)]
+        kplan = plan_of(graph)
+        phases = {g.id: g.phase for g in kplan.groups}
+        self.launches = [Launch(k.name, k.function, k.dim, k.params, phases[k.group], k.status_base) for k in kernels]
+        self.direct_values = _direct_values(graph, kplan.scheduled(), self.launches)
+        # The values a call binds arrays for (`run`'s ``bound``): the inputs (and cotangents), and
+        # the direct values; the recorded launches re-point exactly these at every call.
+        self.rebindable = frozenset(graph.input_map) | self.direct_values
+        self._phases = {
+            phase: tuple(launch for launch in self.launches if launch.phase == phase and launch.dim > 0)
+            for phase in dict.fromkeys(launch.phase for launch in self.launches)
+        }
+        self._ready = False
+        self.outputs = {o.name: o.value for o in graph.outputs}
+        self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
+        self.gradients: dict[str, str] = graph.meta.get("gradients", {})
+        # The gradients a CPU call gives fresh arrays of their own (`runtime._direct_results`).
+        gradient_values = dict.fromkeys(self.outputs[g] for g in self.gradients.values())
+        self.direct_gradients = tuple(v for v in gradient_values if v in self.direct_values and device == "cpu")
+        self._lock = threading.Lock()
+        self._all: weakref.WeakSet[Workspace] = weakref.WeakSet()  # every live workspace (alias checks)
+        self._free: list[Workspace] = [self._new_workspace()]
+
+    # -- workspaces --
+    def _new_workspace(self) -> Workspace:
+        ws = Workspace(self)
+        with self._lock:
+            self._all.add(ws)
+        return ws
+
+    def checkout(self) -> Workspace:
+        """A workspace no other call uses: a free one from the pool, else a new one (the
+        only allocation, when calls overlap). Give it back with `checkin`."""
+        with self._lock:
+            ws = self._free.pop() if self._free else None
+        return ws if ws is not None else self._new_workspace()
+
+    def checkin(self, ws: Workspace) -> None:
+        """Return ``ws`` to the pool; the caller no longer reads or writes its arrays."""
+        with self._lock:
+            self._free.append(ws)
+
+    def workspace(self) -> Lease:
+        """A workspace checked out for a ``with`` block and returned after it, even on error."""
+        return Lease(self)
+
+    def owned_arrays(self) -> Iterator[wp.array]:
+        """Every array of every live workspace, for `bind`'s refusal of a program-owned
+        array as an input."""
+        with self._lock:
+            spaces = list(self._all)
+        for ws in spaces:
+            yield from ws.buffers.values()
+
+    # -- launches --
+    def ready(self) -> None:
+        """Build the plan's module if it is not built yet, and bind each launch's kernel.
+        Called before every run; after the first, a flag read."""
+        if self._ready:
+            return
+        module = self.module.built()
+        with self._lock:
+            for launch in self.launches:
+                launch.kernel = getattr(module, launch.function)
+            self._ready = True
+
+    def launches_of(self, phase: str) -> tuple[Launch, ...]:
+        """The launches of ``phase`` that run (launch size above 0), in order."""
+        return self._phases.get(phase, ())
+
+    def run(self, phase: str, bound: dict[str, Any], ws: Workspace) -> int:
+        """Launch every kernel of ``phase`` with the arrays ``bound`` (value name -> a
+        `wp.array` on the plan's device or, on the CPU, a C-contiguous NumPy array, of the
+        value's type: `bind`'s, or a loop step's) in workspace ``ws``, through the launches
+        recorded for ``ws`` (`RecordedPhase`, recorded at its first run of the phase);
+        returns the launch count."""
+        self.ready()
+        if not self.rebindable.issuperset(bound):
+            unknown = sorted(set(bound) - self.rebindable)
+            raise ContractError(f"plan of {self.graph.name!r}: values {unknown} cannot be bound (not inputs)")
+        for value, dst in ws.copies.items():
+            if value in bound:
+                src = bound[value]
+                wp.copy(dst, src if is_warp_array(src) else wp.array(src.reshape(-1), device="cpu", copy=False))
+        recorded = ws.phases.get(phase)
+        if recorded is None:
+            recorded = ws.phases[phase] = RecordedPhase(self, phase, ws, bound)
+        return recorded.run(bound)
+
+    def direct_outputs(self, names: list[str]) -> dict[int, str]:
+        """The outputs ``names`` (by position) whose value is a direct value (`_direct_values`),
+        to their values: a caller that binds each to a destination of its own gets it written
+        there, and copies the others out of the workspace."""
+        return {k: v for k, v in enumerate(self.outputs[n] for n in names) if v in self.direct_values}
+
+    def output_array(self, name: str, ws: Workspace) -> wp.array:
+        """The array of output ``name`` in ``ws``, in the output's shape (a scalar output is
+        a 1-element array)."""
+        return ws.shaped[self.outputs[name]]
+
+    def output_copy(self, name: str, ws: Workspace) -> np.ndarray:
+        """A host copy of output ``name`` in ``ws``, in its declared shape."""
+        value = self.outputs[name]
+        view = ws.host.get(value)
+        if view is None:  # a device array: read back
+            view = ws.shaped[value].numpy().reshape(self.graph.types[value].shape)
+        return view.copy()
+
+    # -- inputs --
+    def bind(self, values: dict[str, Any], names: dict[str, Any], ws: Workspace, what: str = "input") -> dict[str, Any]:
+        """Check user arrays against the declared ``names`` (name -> TensorType) and return
+        what `run` binds: flat Warp arrays on the plan's device, or on the CPU the checked
+        C-contiguous NumPy arrays themselves (NumPy inputs for CUDA are staged into ``ws``).
+        The checks are `dpt_ir.ir.contracts`' (the same as the interpreter's); ContractError
+        names the offending input."""
+        check_names(self.graph.name, values, names, what)
+        return {n: self._flat(n, values[n], t, what, ws.staging) for n, t in names.items()}
+
+    def _flat(self, name: str, value: Any, t: Any, what: str, staging: dict[str, wp.array]) -> Any:
+        if is_warp_array(value):
+            return self._check_warp(name, value, t, what)
+        arr = host_array(name, value, t, what)
+        if self.device == "cpu":
+            return arr
+        flat = arr.reshape(-1)
+        stage = staging.get(name)
+        if stage is None:
+            stage = staging[name] = wp.empty(flat.size, dtype=WP_DTYPES[t.dtype], device=self.device)
+        wp.copy(stage, wp.array(flat, dtype=WP_DTYPES[t.dtype], device="cpu", copy=False))
+        return stage
+
+    def _check_warp(self, name: str, value: wp.array, t: Any, what: str) -> wp.array:
+        check_warp_array(name, value, t, what, device=self.device)
+        for buf in self.owned_arrays():
+            if buf.ptr is not None and buf.ptr == value.ptr:
+                raise ContractError(
+                    f"{what} {name!r}: the array is one of the program's own output or workspace buffers; "
+                    "copy it first (an output buffer is overwritten by the next evaluation)"
+                )
+        return value.reshape((t.size,)) if value.ndim != 1 or value.shape[0] != t.size else value
+
+
+class Lease:
+    """``with plan.workspace() as ws``: `ExecutionPlan.checkout` on entry, `checkin` on exit
+    (a class, not a generator: it is on every call's path)."""
+
+    __slots__ = ("plan", "ws")
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.plan = plan
+
+    def __enter__(self) -> Workspace:
+        self.ws = self.plan.checkout()
+        return self.ws
+
+    def __exit__(self, *exc: object) -> None:
+        self.plan.checkin(self.ws)
+
+
+def _direct_values(graph: Graph, schedule: Schedule, launches: list[Launch]) -> frozenset[str]:
+    """The values a call may bind to an array of its own instead of the workspace's buffer,
+    so that the kernels write them there: each is launched, has a buffer of its own (a
+    graph output's) and is the value of exactly one output (binding it moves that output
+    alone). The one rule for every caller that binds results: `runtime._direct_results`
+    (fresh gradient arrays), a loop step (its carries and ``y`` rows, `Loop`), and the
+    recorded launches, which re-point these (and the inputs) at every call and fall back
+    to the workspace's buffer when a call binds none (`RecordedPhase`)."""
+    own = {b.id for b in schedule.buffers if b.output}
+    launched = {p for launch in launches for p in launch.params}
+    named = [o.value for o in graph.outputs]
+    return frozenset(v for v in launched if schedule.assignment.get(v) in own and named.count(v) == 1)
