@@ -56,7 +56,7 @@ def _ranges(items: list[str] | None) -> dict[str, tuple[float, float]]:
 
 
 def cmd_export_cuda(args: argparse.Namespace) -> int:
-    from dpt_ir.cli.commands import compile_graph, load_graph, load_inputs, names_of, progress
+    from dpt_ir.cli.common import compile_graph, load_graph, load_inputs, names_of, progress
     from dpt_ir.export import export_cuda
 
     graph = load_graph(args.graph)
