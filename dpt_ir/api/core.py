@@ -371,14 +371,11 @@ concat = concatenate
 
 
 def getitem(x: Tensor, index: Any) -> Tensor:
-    """NumPy indexing: ints, slices (any non-zero step), None and Ellipsis, and integer
-    index arrays (tensors, integer arrays or lists: `dpt_ir.api.gather.index_with_array`)."""
+    """NumPy basic indexing: ints, slices (any non-zero step), None and Ellipsis.
+    ``Tensor.__getitem__`` is `dpt_ir.api.gather.getitem`, which adds integer index arrays
+    (tensors, integer arrays or lists) and hands the rest to this function."""
     where = f"indexing %{x.name}"
     items = list(index) if isinstance(index, tuple) else [index]
-    from dpt_ir.api import gather
-
-    if any(gather.is_index_array(it) for it in items):
-        return gather.index_with_array(x, items)
     for it in items:
         if not (
             it is None
@@ -513,7 +510,6 @@ def _bind_operators() -> None:
         "__or__": logical_or,
         "__ror__": rev(logical_or),
         "__invert__": logical_not,
-        "__getitem__": getitem,
         "__iter__": _iterate,
         "__len__": _length,
         "T": property(lambda a: transpose(a)),

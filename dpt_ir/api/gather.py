@@ -161,6 +161,18 @@ def is_index_array(item: object) -> bool:
     return isinstance(item, Tensor | np.ndarray | list)
 
 
+def getitem(x: Tensor, index: Any) -> Tensor:
+    """``x[index]`` (``Tensor.__getitem__``): NumPy indexing; an index with integer index
+    arrays goes to `index_with_array`, any other to basic indexing (`core.getitem`)."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    if any(is_index_array(it) for it in items):
+        return index_with_array(x, items)
+    return F.getitem(x, index)
+
+
+Tensor.__getitem__ = getitem  # type: ignore[method-assign]  (basic indexing lives below, in core)
+
+
 def index_with_array(x: Tensor, items: Sequence[Any]) -> Tensor:
     """``x[items]`` where some items are index arrays (tensors, integer arrays or lists)
     and the others are slices, ints or one Ellipsis, with NumPy's rules: the arrays
