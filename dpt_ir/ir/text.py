@@ -127,6 +127,15 @@ def parse_graph(text: str) -> Graph:
     return _Parser(text).graph()
 
 
+def _from_text(cls: type[Graph], text: str) -> Graph:
+    """``Graph.from_text(text)``: `parse_graph`."""
+    return parse_graph(text)
+
+
+Graph.to_text = print_graph  # type: ignore[method-assign]
+Graph.from_text = classmethod(_from_text)  # type: ignore[assignment]
+
+
 class _Parser:
     """A cursor over the text. Spaces separate tokens within a line; newlines end
     statements; ``#`` starts a comment running to the end of the line."""
