@@ -94,7 +94,7 @@ def test_reciprocal_false_keeps_the_divisions() -> None:
 
 
 def test_the_cuda_export_plans_with_the_programs_reciprocal_switch() -> None:
-    """`Program.export_cuda` re-plans the program for CUDA with its own options: the
+    """`dpt_ir.export.export_cuda` re-plans the program for CUDA with its own options: the
     switch reaches those plans too (else the export would differ from the program)."""
     from dpt_ir.export.writer import _pipelines
 

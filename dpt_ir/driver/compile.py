@@ -217,7 +217,7 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         from dpt_ir.runtime.loop_program import LoopProgram
 
         loop_dump = resolve_dump_dir(dump_dir)
-        return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, loop_dump)  # type: ignore[return-value]
+        return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, compile_pieces, loop_dump)  # type: ignore[return-value]
     key = cache_key(graph.model_dump_json(), json.dumps([wrt_names, loss, base], sort_keys=True), target)
     out_dir = resolve_dump_dir(dump_dir)
     with _COMPILE_LOCK:

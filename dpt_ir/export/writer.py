@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-import dpt_ir as dp
 from dpt_ir.driver.compile import PLAN_PREFIX
 from dpt_ir.export.bundle import BUNDLE_VERSION, Bundle, StatusSpec, Tolerance
 from dpt_ir.export.cuda import cuda_pieces, cuda_plans, kernels_cu
@@ -25,6 +24,7 @@ from dpt_ir.export.reference import cotangents, input_specs, program_results, ra
 from dpt_ir.export.stages import loop_plan
 from dpt_ir.export.tables import constants, plan_spec
 from dpt_ir.ir.errors import ContractError
+from dpt_ir.reference.interpreter import interpret, interpret_grad
 from dpt_ir.version import __version__
 
 TOLERANCE = Tolerance(rtol=2e-4, atol_rel=2e-5)  # tests/backend/harness.py MODERATE_TOLERANCES, float32
@@ -113,7 +113,7 @@ def export_cuda(
         else:
             ref[f"input/{spec.name}@sum"] = np.float64(arrays[spec.name].sum(dtype=np.float64))
     plan_specs = []
-    forward = dp.interpret(graph, **arrays) if reference == "interpreter" else None  # one forward for every plan
+    forward = interpret(graph, **arrays) if reference == "interpreter" else None  # one forward for every plan
     for name in names:
         pg = cuts[name].graph if loops else build.graphs[name]
         outs, grads, call = _reference(program, name, pg, arrays, ref, seed or 0, forward)
@@ -175,12 +175,12 @@ def _reference(
     if name == "run":
         return forward, {}, lambda: program.run(**arrays)
     if name == "value_and_grad":
-        grads = dp.interpret_grad(graph, list(program.wrt), seed={program.loss: 1.0}, **arrays)
+        grads = interpret_grad(graph, list(program.wrt), seed={program.loss: 1.0}, **arrays)
         return forward, grads, lambda: program.value_and_grad(**arrays)
     seeds = cotangents(graph, pg, seed + 1000)
     for out, value in seeds.items():
         ref[f"tape/cotangent/{out}"] = value  # uploaded whole: never sampled
-    grads = dp.interpret_grad(graph, list(program.wrt), seed=seeds, **arrays)
+    grads = interpret_grad(graph, list(program.wrt), seed=seeds, **arrays)
     return forward, grads, tape_call(program, arrays, seeds)
 
 

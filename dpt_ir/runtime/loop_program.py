@@ -24,7 +24,7 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import warp as wp
@@ -38,6 +38,14 @@ from dpt_ir.runtime.loop import Loop
 from dpt_ir.runtime.loop_pieces import check_loop_dtypes, piece_names, vjp_piece
 from dpt_ir.runtime.loop_tape import LoopTapePass, PassLock, tape_graph
 from dpt_ir.runtime.plan import WP_DTYPES
+
+
+class PieceCompiler(Protocol):
+    """The driver's compile of piece graphs (name -> graph) into forward-only programs."""
+
+    def __call__(
+        self, title: str, pieces: dict[str, Graph], dev: str, base: dict[str, Any], out_dir: Path | None
+    ) -> dict[str, Any]: ...
 
 
 class Segments:
@@ -188,10 +196,12 @@ class LoopProgram:
         wrt: tuple[str, ...],
         loss: str | None,
         options: dict[str, Any],
+        compile_pieces: PieceCompiler,
         dump_dir: Path | None = None,
     ) -> None:
-        from dpt_ir.driver.compile import compile_pieces
-
+        """``compile_pieces``: the driver's compile of a set of piece graphs into forward-only
+        programs of one module (`dpt_ir.driver.compile.compile_pieces`), called now for the
+        run and value_and_grad pieces and at the first tape pass for the tape's."""
         start = time.perf_counter()
         self.graph, self.wrt, self.loss = graph, wrt, loss
         self.device = options["device"]
@@ -207,6 +217,7 @@ class LoopProgram:
             cut.bind(programs, self.device)
         self._lock = threading.Lock()
         self._base = base
+        self._compile_pieces = compile_pieces
         self._tape: Segments | None = None  # compiled at the first tape_pass
         self._tape_lock = PassLock()  # held by the open tape pass, from forward to close
         modules = sorted({p.module_name for p in programs.values()})
@@ -302,12 +313,6 @@ class LoopProgram:
             )
         return LoopTapePass(self, self.segments("tape"), self._tape_lock)
 
-    def export_cuda(self, out_dir: Any, **options: Any) -> Any:
-        """Write this program's CUDA bundle, as `dpt_ir.runtime.program.Program.export_cuda`."""
-        from dpt_ir.export import export_cuda
-
-        return export_cuda(self, out_dir, **options)
-
     def segments(self, plan: str) -> Segments:
         """The stages of ``plan`` (``run``, ``value_and_grad``, ``tape``: the tape's pieces
         compile at the first call); `dpt_ir.export` reads them to write a loop program's bundle."""
@@ -319,11 +324,10 @@ class LoopProgram:
             raise ContractError(f"program {self.graph.name!r} has no plan {plan!r}")
         with self._lock:
             if self._tape is None:
-                from dpt_ir.driver.compile import compile_pieces
-
                 joint, cut = tape_graph(self.graph, self.wrt)
                 segments = Segments(joint, "tape", cut)
-                programs = compile_pieces(f"{self.graph.name}.tape", segments.pieces(), self.device, self._base, None)
+                title = f"{self.graph.name}.tape"
+                programs = self._compile_pieces(title, segments.pieces(), self.device, self._base, None)
                 segments.bind(programs, self.device)
                 self._tape = segments
         return self._tape

@@ -105,14 +105,6 @@ class Program:
             grads = {w: _take(plan, g, ws, direct) for w, g in plan.gradients.items()}
             return outs, grads
 
-    def export_cuda(self, out_dir: Any, **options: Any) -> Any:
-        """Write this program's CUDA bundle (``kernels.cu``, ``plan.json``, ``ref.npz``) to
-        ``out_dir``; see `dpt_ir.export.export_cuda` for ``options`` (plans, inputs, seed,
-        ranges, reference) and docs/gpu-check.md. Returns the folder's path."""
-        from dpt_ir.export import export_cuda
-
-        return export_cuda(self, out_dir, **options)
-
     def tape_pass(self, tape: wp.Tape | None = None) -> TapePass:
         """A new forward + backward pass (FirstOrderPass lifecycle; see `TapePass`)."""
         if not self.wrt:

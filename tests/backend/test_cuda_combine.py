@@ -19,6 +19,7 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.backends.base import target_for
+from dpt_ir.export import export_cuda
 from dpt_ir.export.cuda import cuda_plans
 from dpt_ir.passes.options import CompileOptions
 
@@ -64,7 +65,7 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, tuple[dict[st
     from benchmarks.gpu_bundle_io import inputs_of, load
 
     folder = tmp_path_factory.mktemp("combine_bundle")
-    dp.compile(_graph(), device="cpu").export_cuda(str(folder / "ok"), inputs=_inputs())
+    export_cuda(dp.compile(_graph(), device="cpu"), str(folder / "ok"), inputs=_inputs())
     doc, ref, source = load(folder / "ok")
     (plan,) = doc["plans"]
     data = inputs_of(doc, ref, folder / "ok")

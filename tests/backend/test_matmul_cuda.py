@@ -20,6 +20,7 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.backends.cxx.contraction import BLOCK
+from dpt_ir.export import export_cuda
 from dpt_ir.export.cuda import cuda_plans
 from dpt_ir.passes.options import CompileOptions
 
@@ -106,7 +107,7 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Replay:
     graph, feed = _graph(counts, loss=False)
     program = dp.compile(graph, device="cpu")
     folder = tmp_path_factory.mktemp("matmul_bundle")
-    program.export_cuda(str(folder / "ok"), inputs=feed)
+    export_cuda(program, str(folder / "ok"), inputs=feed)
     doc, ref, source = load(folder / "ok")
     (plan,) = doc["plans"]
     data = inputs_of(doc, ref, folder / "ok")

@@ -32,6 +32,7 @@ import pytest
 
 import dpt_ir as dp
 from benchmarks.cases import CASES
+from dpt_ir.export import export_cuda
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_CHECK = ROOT / "benchmarks" / "gpu_check.py"
@@ -155,25 +156,25 @@ def bundles(tmp_path_factory: pytest.TempPathFactory, loop_programs: dict[str, o
         case = CASES[name]
         wrt = [case.wrt] if "value_and_grad" in plans else None
         program = dp.compile(case.build(SHAPE), wrt=wrt, device="cpu")
-        out[name] = program.export_cuda(root / name, plans=plans, seed=7, ranges=RANGES.get(name))
+        out[name] = export_cuda(program, root / name, plans=plans, seed=7, ranges=RANGES.get(name))
     logsum = dp.compile(logsum_graph(), wrt=["x"], loss="loss", device="cpu")
-    out["logsum"] = logsum.export_cuda(root / "logsum", plans=["run", "value_and_grad"], seed=1)
+    out["logsum"] = export_cuda(logsum, root / "logsum", plans=["run", "value_and_grad"], seed=1)
     x = np.random.default_rng(0).uniform(0.5, 2.0, SHAPE).astype(np.float32)
     x[3, 7] = -1.0
     neg = {"x": x, "w": np.ones(SHAPE, np.float32)}
-    out["logsum_neg"] = logsum.export_cuda(root / "logsum_neg", plans=["run", "value_and_grad"], inputs=neg)
+    out["logsum_neg"] = export_cuda(logsum, root / "logsum_neg", plans=["run", "value_and_grad"], inputs=neg)
     strided = dp.compile(strided_graph(), wrt=["x"], loss="loss", device="cpu")
-    out["strided"] = strided.export_cuda(root / "strided", plans=["run", "value_and_grad"], inputs=strided_inputs())
+    out["strided"] = export_cuda(strided, root / "strided", plans=["run", "value_and_grad"], inputs=strided_inputs())
     ew = dp.compile(ew_graph(), wrt=["x"], device="cpu", checks=False)  # no status word
-    out["ew"] = ew.export_cuda(root / "ew", seed=2)
-    out["logsum_program"] = logsum.export_cuda(root / "logsum_program", seed=1, reference="program")
+    out["ew"] = export_cuda(ew, root / "ew", seed=2)
+    out["logsum_program"] = export_cuda(logsum, root / "logsum_program", seed=1, reference="program")
     from tests.export.sampler import sampler
 
     graph, inputs, _ = sampler()
-    out["sampler"] = dp.compile(graph, device="cpu").export_cuda(root / "sampler", inputs=inputs)
+    out["sampler"] = export_cuda(dp.compile(graph, device="cpu"), root / "sampler", inputs=inputs)
     for name, program in loop_programs.items():
         given = {"inputs": {"x": np.array([1.0, -1.0, 2.0, 0.5], np.float32)}} if name == "logscan" else {"seed": 3}
-        out[name] = program.export_cuda(root / name, plans=LOOP_PLANS[name], ranges=LOOP_RANGES, **given)  # type: ignore[attr-defined]
+        out[name] = export_cuda(program, root / name, plans=LOOP_PLANS[name], ranges=LOOP_RANGES, **given)
     return out
 
 

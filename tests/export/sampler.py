@@ -27,6 +27,7 @@ for path in (ROOT, ROOT / "tests"):
 from op_cases import CASES, compiled  # noqa: E402
 
 import dpt_ir as dp  # noqa: E402
+from dpt_ir.export import export_cuda  # noqa: E402
 from dpt_ir.export.cuda import cuda_plans  # noqa: E402
 from dpt_ir.passes.options import CompileOptions  # noqa: E402
 from tests.backend.harness import prefixed, union  # noqa: E402
@@ -64,7 +65,7 @@ def main(argv: list[str]) -> int:
     """``python -m tests.export.sampler OUT``: export the sampler's forward plan to OUT."""
     graph, inputs, ops = sampler()
     program = dp.compile(graph, device="cpu")
-    program.export_cuda(argv[0], inputs=inputs)
+    export_cuda(program, argv[0], inputs=inputs)
     print(f"op sampler: {len(ops)} ops -> {argv[0]}: {', '.join(sorted(ops))}")
     return 0
 

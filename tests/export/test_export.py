@@ -21,6 +21,7 @@ import warp as wp
 import dpt_ir as dp
 from benchmarks import graphs
 from dpt_ir.backends.cxx import kernels as cxx_kernels
+from dpt_ir.export import export_cuda
 from dpt_ir.export.bundle import Bundle
 
 from .conftest import CASE_PLANS, EVERY, GPU_CHECK, ROOT, SHAPE, gpu_check
@@ -88,7 +89,7 @@ def test_an_integer_input_with_a_negative_range_is_not_drawn() -> None:
 
     program = dp.compile(CASES["imaging"].build((16, 16)), device="cpu")
     with pytest.raises(dp.ContractError, match=r"input 'mask' \(uint8, range \[-1.0, 2.0\)\) cannot be drawn"):
-        program.export_cuda("/nonexistent/never-written", seed=0, ranges={"mask": (-1.0, 2.0)})
+        export_cuda(program, "/nonexistent/never-written", seed=0, ranges={"mask": (-1.0, 2.0)})
 
 
 def test_cuda_partition_splits_sums_into_partials(bundles: dict[str, Path]) -> None:
@@ -209,7 +210,7 @@ def test_a_group_the_cxx_path_declines_is_refused_by_name(monkeypatch: pytest.Mo
     monkeypatch.setattr(cxx_kernels, "group_kernels", lambda *args: None)
     refused = r"kernel group 'f\d+' of plan 'run' \(reduction over \[5, 16\], ops \[[^]]*'take'.*expected a group"
     with pytest.raises(dp.ContractError, match=refused):
-        program.export_cuda("/nonexistent/never-written", inputs={"x": np.ones((8, 16)), "idx": np.arange(5)})
+        export_cuda(program, "/nonexistent/never-written", inputs={"x": np.ones((8, 16)), "idx": np.arange(5)})
 
 
 def test_only_a_program_exports() -> None:
