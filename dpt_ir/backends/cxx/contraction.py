@@ -39,8 +39,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dpt_ir.backends.cxx.emit import TOKEN
-from dpt_ir.backends.cxx.nest import C_TYPES
+from dpt_ir.backends.cxx.common import C_TYPES, TOKEN
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, origin_of
 from dpt_ir.ir.kernel_ir import KernelGroup

@@ -21,19 +21,14 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
-from dpt_ir.backends.cxx.nest import C_TYPES, Nest
-from dpt_ir.backends.cxx.sites import flat_index
+from dpt_ir.backends.cxx.common import C_TYPES, PRECISE_TRIG, TOKEN, flat_index, offset
+from dpt_ir.backends.cxx.nest import Nest
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, origin_of
 from dpt_ir.ir.indexing import Affine, Coords
 from dpt_ir.ir.registry import CXX_FLOATS, CxxSite
 from dpt_ir.ops.elementwise import cxx_literal
-
-TOKEN = "@F@"  # replaced by the kernel's hashed name (`kernels._hashed`)
-# Code outside any element loop (an epilogue, a sort stage): trig takes its precise path (P),
-# so no huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
-PRECISE_TRIG = "constexpr bool P = true; bool big = false; (void)P; (void)big;"
 
 
 class ElementWriter:
@@ -146,7 +141,7 @@ class ElementWriter:
         coords = sites.identity(shape, space) if coords is None else coords
         if coords is None:  # cover's walk proved every seed broadcasts to its space
             raise ContractError(f"C++ kernel {self.kernel}: value {name!r} of shape {list(shape)} is not in {space}")
-        key = (name, sites.offset(coords, shape, ext))
+        key = (name, offset(coords, shape, ext))
         if key in self.vars:
             return self.vars[key]
         if name not in self.nest.group.nodes or gathers.is_table(self.graph, name):

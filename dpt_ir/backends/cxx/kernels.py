@@ -15,8 +15,9 @@ from typing import Any
 
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import columns, contraction, drivers, scatter
-from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
-from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
+from dpt_ir.backends.cxx.common import C_TYPES, TOKEN, WP_TYPES
+from dpt_ir.backends.cxx.emit import ElementWriter
+from dpt_ir.backends.cxx.nest import Nest, cover
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
 

@@ -30,14 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
+from dpt_ir.backends.cxx.common import C_TYPES, flat_index
 from dpt_ir.backends.cxx.rowmap import RowMap
-from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
+from dpt_ir.backends.cxx.sites import Guard, Site
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
 from dpt_ir.ir.registry import CxxReduce
-
-C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
-WP_TYPES = {d: f"wp.{d}" for d in C_TYPES}
 
 
 @dataclass(frozen=True)

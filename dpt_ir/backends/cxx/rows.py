@@ -26,8 +26,9 @@ from typing import Any
 
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import drivers, kernels
+from dpt_ir.backends.cxx.common import C_TYPES
 from dpt_ir.backends.cxx.drivers import Layout
-from dpt_ir.backends.cxx.nest import C_TYPES, cover
+from dpt_ir.backends.cxx.nest import cover
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup, RowSet, plan_of
 from dpt_ir.passes import fusion_rows

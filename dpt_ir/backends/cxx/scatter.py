@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpt_ir.backends.cxx import gathers
+from dpt_ir.backends.cxx.common import C_TYPES, PRECISE_TRIG, TOKEN
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.indexing import Affine, Coords
@@ -159,8 +160,6 @@ def _scratch(graph: Graph, node: Node, layout: ScatterLayout) -> dict[str, tuple
 def row_sum(w: Any, node: Node, coords: Coords) -> str:
     """Emit the root at output ``coords`` into `ElementWriter` ``w``: the base plus the
     values of the output's CSR row, in order; the C++ variable holding it."""
-    from dpt_ir.backends.cxx.nest import C_TYPES
-
     layout = _layout(w.graph, node)
     rows, cols = _csr(w, node, layout, w.nest.group.scatter.form)
     out_t = C_TYPES[node.type.dtype]
@@ -256,7 +255,7 @@ def sort_launches(
     their native definitions; each is one task body, the same for the CPU and CUDA drivers."""
     from dpt_ir.backends.cxx.csr import chunks
     from dpt_ir.backends.cxx.drivers import _pair
-    from dpt_ir.backends.cxx.emit import PRECISE_TRIG, TOKEN, ElementWriter
+    from dpt_ir.backends.cxx.emit import ElementWriter
     from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
 
     (root,) = group.roots
