@@ -17,7 +17,7 @@ from dpt_ir.ir.indexing import Affine, Coords
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
 WP_TYPES = {d: f"wp.{d}" for d in C_TYPES}
 
-TOKEN = "@F@"  # replaced by the kernel's hashed name (`kernels._hashed`)
+TOKEN = "@F@"  # replaced by the kernel's hashed name (`units.hashed`)
 # Code outside any element loop (an epilogue, a sort stage): trig takes its precise path (P),
 # so no huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
 PRECISE_TRIG = "constexpr bool P = true; bool big = false; (void)P; (void)big;"

@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from dpt_ir.backends.base import Target
-from dpt_ir.backends.cxx import drivers, kernels
+from dpt_ir.backends.cxx import drivers, kernels, units
 from dpt_ir.backends.cxx.common import C_TYPES
 from dpt_ir.backends.cxx.drivers import Layout
 from dpt_ir.backends.cxx.nest import cover
@@ -135,7 +135,7 @@ def _row_source(
     buffers of the task); sets ``main``'s kernel text and params."""
     outputs = {v for g in members for v in g.outputs}
     written = {p for _, k in stages for p in k.params if p in k.partials or p in outputs}
-    unit = kernels.Unit(graph, main.params, written, main.partials)
+    unit = units.Unit(graph, main.params, written, main.partials)
     rows, per_task = _tasks(rset, target)
     sig = f"{unit.sig()}, int* st, int sb, int t"
     row = rset.row

@@ -256,7 +256,7 @@ def sort_launches(
     from dpt_ir.backends.cxx.csr import chunks
     from dpt_ir.backends.cxx.drivers import _pair
     from dpt_ir.backends.cxx.emit import ElementWriter
-    from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
+    from dpt_ir.backends.cxx.units import Unit, hashed, launch
 
     (root,) = group.roots
     node = graph.node_map[root]
@@ -296,9 +296,9 @@ def sort_launches(
         unit = Unit(graph, params, {rows, hist, cols} & set(params), scratch, constants)
         body = ["(void)st; (void)sb; (void)t;", flags, *body]
         driver = _pair(f"{unit.sig()}, int* st, int sb, int t", body, body)
-        fn, cxx = _hashed("\n".join([*tables, driver]).replace("F_", f"{TOKEN}_") + "\n")
+        fn, cxx = hashed("\n".join([*tables, driver]).replace("F_", f"{TOKEN}_") + "\n")
         natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
         used = {p: v for p, v in scratch.items() if p in params}
         dim = 1 if stage == "scan" else parts
-        launches.append(_launch(f"{name}_{stage}", unit, fn, checks, dim, group.id, used, slot_base))
+        launches.append(launch(f"{name}_{stage}", unit, fn, checks, dim, group.id, used, slot_base))
     return launches, natives
