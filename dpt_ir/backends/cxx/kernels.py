@@ -186,7 +186,7 @@ def _combine_kernel(
     w = ElementWriter(graph, nest, params, slots, name, False)
     out = dict(partials)
     body = [f"const int o = t / {groups}, g = t - o * {groups}, p0 = g * {size};"]
-    body.append(f"const int p1 = {drivers._min(f'p0 + {size}', lay.parts)};")
+    body.append(f"const int p1 = {drivers.c_min(f'p0 + {size}', lay.parts)};")
     for q, root in enumerate(nest.roots):
         t = nest.templates[root]
         src = {state: w.param(f"$partial:{root}:{state}") for state, _ in t.state}

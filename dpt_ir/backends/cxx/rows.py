@@ -157,14 +157,14 @@ def _row_source(
             args = ", ".join(names[p] for p in _values(k, checks))
             calls.append(f"    {fn}_{device}({args}, st, sb + {k.status_base - main.status_base}, o);")
         body[device] = [
-            f"const int o1 = {drivers._min(f'(t + 1) * {per_task}', rows)};",
+            f"const int o1 = {drivers.c_min(f'(t + 1) * {per_task}', rows)};",
             *buffers,
             f"for (int o = t * {per_task}; o < o1; ++o) {{",
             *views,
             *calls,
             "}",
         ]
-    text = drivers._pair(sig, body["cpu"], body["cuda"])
+    text = drivers.driver_pair(sig, body["cpu"], body["cuda"])
     fn = "dpk_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     cxx = text.replace("F_cpu", f"{fn}_cpu").replace("F_cuda", f"{fn}_cuda") + "\n"
     main.text = unit.kernel(main.name, fn, checks)

@@ -254,7 +254,7 @@ def sort_launches(
     """The count, scan and place launches of a ``sort`` group (before its sum launch) and
     their native definitions; each is one task body, the same for the CPU and CUDA drivers."""
     from dpt_ir.backends.cxx.csr import chunks
-    from dpt_ir.backends.cxx.drivers import _pair
+    from dpt_ir.backends.cxx.drivers import driver_pair
     from dpt_ir.backends.cxx.emit import ElementWriter
     from dpt_ir.backends.cxx.units import Unit, hashed, launch
 
@@ -295,7 +295,7 @@ def sort_launches(
             tables, constants = w.table_definitions(), w.constants
         unit = Unit(graph, params, {rows, hist, cols} & set(params), scratch, constants)
         body = ["(void)st; (void)sb; (void)t;", flags, *body]
-        driver = _pair(f"{unit.sig()}, int* st, int sb, int t", body, body)
+        driver = driver_pair(f"{unit.sig()}, int* st, int sb, int t", body, body)
         fn, cxx = hashed("\n".join([*tables, driver]).replace("F_", f"{TOKEN}_") + "\n")
         natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
         used = {p: v for p, v in scratch.items() if p in params}
