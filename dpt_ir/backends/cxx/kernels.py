@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpt_ir.backends.base import Target
-from dpt_ir.backends.cxx import columns, contraction, drivers, scatter
+from dpt_ir.backends.cxx import columns, contraction, drivers, sort_stages
 from dpt_ir.backends.cxx.common import C_TYPES, TOKEN
 from dpt_ir.backends.cxx.emit import ElementWriter
 from dpt_ir.backends.cxx.nest import Nest, cover
@@ -53,7 +53,7 @@ def group_kernels(
     if nest is None or (stage is not None and nest.columns):
         return None
     sort = group.kind == "scatter" and group.scatter.form == "sort"  # its CSR is built per run
-    pre, natives = scatter.sort_launches(graph, group, name, slots, checks) if sort else ([], {})
+    pre, natives = sort_stages.sort_launches(graph, group, name, slots, checks) if sort else ([], {})
     if stage is not None:
         lay = stage
     elif nest.columns:
