@@ -95,7 +95,7 @@ def element(w: Any, node: Node, coords: Coords) -> str:
     if g.mode == "raise" and w.checks:
         bad = f"{p} < {-g.size} || {p} >= {g.size}"
         w.lines.append(w.flag(node.name, node.opdef.name, "domain", bad, raise_detail(g.size)))
-    q = w._variable(position(p, g.size, g.mode), g.size)
+    q = w.variable(position(p, g.size, g.mode), g.size)
     return w.value(node.inputs[g.source], with_position(g, q))
 
 

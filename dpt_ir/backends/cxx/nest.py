@@ -161,7 +161,7 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
         node = graph.node_map[name]
         op = node.opdef
         if scatter.is_scatter(op) and group.kind == "scatter":
-            continue  # checked by `scatter.covers`
+            continue  # checked by `scatter_covers`
         if op.kind == "reduction" and kind == "reduction" and op.cxx_reduce is not None:
             src = graph.types[node.inputs[0]]
             if src.dtype not in C_TYPES or node.type.dtype not in C_TYPES or src.shape != space:

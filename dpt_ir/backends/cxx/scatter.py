@@ -123,9 +123,9 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
     w.lines.append(f"for (int {k} = {rows}[{o}]; {k} < {rows}[{o} + 1]; ++{k}) {{")
     outside = dict(w.vars)  # the row's values stay in the loop's scope
     positions = tuple(w.graph.types[node.inputs[layout.indices]].shape)
-    j = _position_coords(positions, lambda st, e: w._variable(f"(({cols}[{k}] / {st}) % {e})", e))
+    j = _position_coords(positions, lambda st, e: w.variable(f"(({cols}[{k}] / {st}) % {e})", e))
     v = w.value(node.inputs[layout.values], layout.source_at(coords, j))
     w.lines.append(f"{s} = {s} + (double){v};")
     w.lines.append("}")
     w.vars = outside
-    return w._define(out_t, f"({out_t}){s}")
+    return w.define(out_t, f"({out_t}){s}")

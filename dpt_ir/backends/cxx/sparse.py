@@ -118,7 +118,7 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
 
     def new(part: tuple[int, int] | None, extent: int) -> Any:
         col = f"{p['cols']}[{k}]"
-        return w._variable(col if part is None else f"(({col} / {part[0]}) % {part[1]})", extent)
+        return w.variable(col if part is None else f"(({col} / {part[0]}) % {part[1]})", extent)
 
     at = _source_coords(coords, in_shape, rows, flat, new)
     if flat and len(in_shape) != 1:
@@ -130,7 +130,7 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
     w.vars = outside
     if rows.bias is not None:
         w.lines.append(f"{s} = {s} + {p['bias']}[{o}];")
-    return w._define(out_t, f"({out_t}){s}")
+    return w.define(out_t, f"({out_t}){s}")
 
 
 def _row_index(w: Any, node: Node, coords: Coords, rows: SparseRows) -> str:
