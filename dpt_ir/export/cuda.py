@@ -25,7 +25,7 @@ from typing import Any
 
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.cxx import math_header
-from dpt_ir.backends.cxx.kernels import TASK0
+from dpt_ir.backends.cxx.units import TASK0
 from dpt_ir.backends.launches import STATUS, STATUS_BASE, KernelSource, StatusSlot
 from dpt_ir.backends.warp import codegen
 from dpt_ir.driver.compile import PLAN_PREFIX

@@ -37,7 +37,7 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.backends.cxx import tasks
-from dpt_ir.backends.cxx.kernels import TASK0
+from dpt_ir.backends.cxx.units import TASK0
 from dpt_ir.backends.launches import STATUS, STATUS_BASE
 from dpt_ir.ir.errors import ContractError
 

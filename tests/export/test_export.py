@@ -107,7 +107,7 @@ def test_cuda_partials_interleave_over_a_row(bundles: dict[str, Path]) -> None:
     run = next(p for p in doc.plans if p.name == "run")
     assert {b.size for b in run.buffers if b.role == "partial"} == {9}  # 3 rows x 3 partials
     source = (bundles["strided"] / "kernels.cu").read_text()
-    cuda = source.split("#else\nDP_FN void ")[1:]  # the CUDA drivers (`_pair`)
+    cuda = source.split("#else\nDP_FN void ")[1:]  # the CUDA drivers (`drivers.driver_pair`)
     assert any("const int j0 = p, j1 = 12289;" in d and "j += 3)" in d for d in cuda), cuda
 
 

@@ -23,7 +23,17 @@ P = 1 and ``row`` is the nest's row map of (m, r): `rowmap`). Guarantees:
 from __future__ import annotations
 
 from dpt_ir.backends.base import Target
-from dpt_ir.backends.cxx.drivers import Layout, _bases, _block, _guarded, _min, _pair, _status, buffered, subst
+from dpt_ir.backends.cxx.drivers import (
+    Layout,
+    buffered,
+    c_min,
+    cpu_block,
+    cuda_element,
+    driver_pair,
+    row_bases,
+    status_stores,
+    subst,
+)
 from dpt_ir.backends.cxx.nest import Nest
 
 
@@ -92,7 +102,7 @@ def _cpu(
     body = [
         f"bool fl[{nf}] = {{false}};",
         f"const int pm = t / {blocks}, clo = (t - pm * {blocks}) * {width}, p = pm / {mid}, m = pm - p * {mid};",
-        f"const int chi = {_min(f'clo + {width}', cols)}, nc = chi - clo;",
+        f"const int chi = {c_min(f'clo + {width}', cols)}, nc = chi - clo;",
     ]
     for q, root in enumerate(nest.roots):
         body += [f"{ty} cs{q}_{name}[{width}];" for name, ty in nest.templates[root].state]
@@ -103,10 +113,10 @@ def _cpu(
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ca{q}_{name}[{width}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
         body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
-        body += [*_bases(nest, "row"), "const int jb = clo, je = chi;"]
+        body += [*row_bases(nest, "row"), "const int jb = clo, je = chi;"]
         body += [f"{x_types[q]} buf{q}[{width}];" for q in computed]
         w = "true" if last else "false"
-        body += _block(nest, args, w, f"row * {cols} + j", ys, uses_big, nf)
+        body += cpu_block(nest, args, w, f"row * {cols} + j", ys, uses_big, nf)
         for q in active:
             update = nest.templates[nest.roots[q]].passes[p].update.format(**_column_subst(nest, q, "k"))
             x = f"{direct[q]}[row * {cols} + clo + k]" if q in direct else f"buf{q}[k]"
@@ -137,8 +147,8 @@ def _cuda(
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
         body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
-        body += [*_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in computed)]
-        body += _guarded(nest, args, "true" if last else "false", f"row * {cols} + c", "c", ys, uses_big, nf)
+        body += [*row_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in computed)]
+        body += cuda_element(nest, args, "true" if last else "false", f"row * {cols} + c", "c", ys, uses_big, nf)
         for q in active:
             update = nest.templates[nest.roots[q]].passes[p].update.format(**subst(nest, q))
             x = f"{direct[q]}[row * {cols} + c]" if q in direct else f"y{q}"
@@ -166,6 +176,6 @@ def column_drivers(
     ``s<q>_<name>`` (as `drivers.reduction_drivers`); ``direct``: as there, the roots whose
     input is a parameter read at the element (`ElementWriter.direct`)."""
     nf, direct = max(nflags, 1), direct or {}
-    cpu = [*_cpu(nest, target, args, x_types, uses_big, nf, finish, direct), *_status(nf, checks)]
-    cuda = [*_cuda(nest, args, x_types, uses_big, nf, finish, direct), *_status(nf, checks)]
-    return _pair(sig, cpu, cuda)
+    cpu = [*_cpu(nest, target, args, x_types, uses_big, nf, finish, direct), *status_stores(nf, checks)]
+    cuda = [*_cuda(nest, args, x_types, uses_big, nf, finish, direct), *status_stores(nf, checks)]
+    return driver_pair(sig, cpu, cuda)

@@ -39,8 +39,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dpt_ir.backends.cxx.emit import TOKEN
-from dpt_ir.backends.cxx.nest import C_TYPES
+from dpt_ir.backends.cxx.common import C_TYPES, TOKEN
+from dpt_ir.backends.cxx.units import Unit, hashed, launch
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, origin_of
 from dpt_ir.ir.kernel_ir import KernelGroup
@@ -261,7 +261,6 @@ def contraction_kernels(
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
     """The one launch of contraction group ``group`` on ``device`` and its native definition
     (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
-    from dpt_ir.backends.cxx.kernels import Unit, _hashed, _launch
     from dpt_ir.backends.launches import StatusSlot
 
     (root,) = group.roots
@@ -276,6 +275,6 @@ def contraction_kernels(
     sig = f"{unit.sig()}, int* st, int sb, int t"
     cpu = cpu_driver(p, sig, checks, device != "cpu")
     pieces = [micro_kernel(), cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]
-    fn, cxx = _hashed("\n".join(pieces) + "\n")
+    fn, cxx = hashed("\n".join(pieces) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
-    return [_launch(name, unit, fn, checks, p.dim, group.id, {}, slot_base)], natives
+    return [launch(name, unit, fn, checks, p.dim, group.id, {}, slot_base)], natives

@@ -49,7 +49,7 @@ def constant_csr(layout: ScatterLayout, positions: np.ndarray, root: str) -> tup
     except NumericalError as exc:  # a constant position out of range is in the user's graph
         raise ContractError(str(exc)) from None
     rank = positions.ndim + 1  # the position element's axes, then its position
-    assert layout.key_form is not None  # `scatter.covers` lowers only layouts with forms
+    assert layout.key_form is not None  # `nest.scatter_covers` lowers only layouts with forms
     j = tuple(idx.axis(k, rank) for k in range(positions.ndim))
     form = layout.key_form(j, idx.axis(positions.ndim, rank)).padded(rank)
     coords = (*np.indices(positions.shape, dtype=np.int64), np.asarray(p, dtype=np.int64))

@@ -70,11 +70,12 @@ def layout(nest: Nest, target: Target) -> Layout:
     return Layout(-(-n_out // rows), count, 1, rows)
 
 
-def _min(a: str, b: str | int) -> str:
+def c_min(a: str, b: str | int) -> str:
+    """C++ of the smaller of ``a`` and ``b``."""
     return f"(({a}) < ({b}) ? ({a}) : ({b}))"
 
 
-def _bases(nest: Nest, row: str) -> list[str]:
+def row_bases(nest: Nest, row: str) -> list[str]:
     """Statements setting ``rb[k]``, the base offset of each row read in row ``row``, and,
     with guards, ``glo`` / ``ghi``: the row's interior ``[glo, ghi)`` of positions in it."""
     rows = [r for r in nest.reads.values() if r.mode == "row"]
@@ -109,7 +110,7 @@ def _interior(nest: Nest) -> list[str]:
                 first, stop = f"{lo} - ({rest})", f"{hi} - ({rest}) + 1"
             else:
                 first, stop = f"{rest} - {hi}", f"{rest} - {lo} + 1"
-            out += [f"lo = {_max('lo', first)};", f"hi = {_min('hi', stop)};"]
+            out += [f"lo = {_max('lo', first)};", f"hi = {c_min('hi', stop)};"]
         else:
             out.append("ok = 0;")
     out.append("if (ok && lo < hi) { glo = lo; ghi = hi; }")
@@ -126,7 +127,7 @@ def _split(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> 
     if not nest.guards:
         return [f"DP_VEC_LOOP for (int j = {s0}; j < {s1}; ++j) {interior}"]
     return [
-        f"{{ const int ilo = {_min(_max(s0, f'glo + {off}'), s1)}, ihi = {_max('ilo', _min(s1, f'ghi + {off}'))};",
+        f"{{ const int ilo = {c_min(_max(s0, f'glo + {off}'), s1)}, ihi = {_max('ilo', c_min(s1, f'ghi + {off}'))};",
         f"DP_SCALAR_LOOP for (int j = {s0}; j < ilo; ++j) {edge}",
         f"DP_VEC_LOOP for (int j = ilo; j < ihi; ++j) {interior}",
         f"DP_SCALAR_LOOP for (int j = ihi; j < {s1}; ++j) {edge} }}",
@@ -147,7 +148,9 @@ def _anywhere(nest: Nest) -> str:
     return "edge" if nest.guards else "elem"
 
 
-def _guarded(nest: Nest, args: str, w: str, i: str, j: str, ys: list[str], uses_big: bool, nflags: int) -> list[str]:
+def cuda_element(
+    nest: Nest, args: str, w: str, i: str, j: str, ys: list[str], uses_big: bool, nflags: int
+) -> list[str]:
     """One element (CUDA) with its precise recomputation when a trig argument was huge."""
     fn = _anywhere(nest)
     lines = [f"bool bf[{nflags}] = {{false}}; bool big = false;", _call(nest, args, "false", w, i, j, "bf", ys, fn)]
@@ -158,7 +161,7 @@ def _guarded(nest: Nest, args: str, w: str, i: str, j: str, ys: list[str], uses_
     return lines
 
 
-def _block(
+def cpu_block(
     nest: Nest, args: str, w: str, i: str, ys: list[str], uses_big: bool, nflags: int, jr: str = "j", off: str = "0"
 ) -> list[str]:
     """One CPU block ``[jb, je)``: the element loop (split into interior and edges), rerun
@@ -175,7 +178,9 @@ def _block(
     return lines
 
 
-def _status(nflags: int, checks: bool) -> list[str]:
+def status_stores(nflags: int, checks: bool) -> list[str]:
+    """Statements storing the raised flags ``fl[k]`` into the status array at ``sb``; none
+    without checks or flags."""
     if not checks or nflags == 0:
         return []
     return [f"for (int k = 0; k < {nflags}; ++k) if (fl[k]) st[sb + k] = 1;"]
@@ -188,26 +193,27 @@ def pointwise_drivers(
     n, inner, block = nest.size, nest.inner, target.block
     nf = max(nflags, 1)
     head = [
-        f"const int b = t * {lay.chunk}, e = {_min(f'b + {lay.chunk}', n)};",
+        f"const int b = t * {lay.chunk}, e = {c_min(f'b + {lay.chunk}', n)};",
         f"bool fl[{nf}] = {{false}};",
     ]
-    cpu = [*head, f"for (int row = b / {inner}; row * {inner} < e; ++row) {{", *_bases(nest, "row")]
+    cpu = [*head, f"for (int row = b / {inner}; row * {inner} < e; ++row) {{", *row_bases(nest, "row")]
     cpu.append(f"const int j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;")
-    cpu.append(f"const int j1 = {_min(f'e - row * {inner}', inner)};")
+    cpu.append(f"const int j1 = {c_min(f'e - row * {inner}', inner)};")
     if uses_big or nflags:
-        cpu.append(f"for (int jb = j0; jb < j1; jb += {block}) {{ const int je = {_min(f'jb + {block}', 'j1')};")
-        cpu += _block(nest, args, "true", f"row * {inner} + j", [], uses_big, nf) + ["}"]
+        cpu.append(f"for (int jb = j0; jb < j1; jb += {block}) {{ const int je = {c_min(f'jb + {block}', 'j1')};")
+        cpu += cpu_block(nest, args, "true", f"row * {inner} + j", [], uses_big, nf) + ["}"]
     else:
         cpu.append("bool big = false; (void)big;")
         interior = _call(nest, args, "false", "true", f"row * {inner} + j", "j", "fl", [])
         cpu += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", "F_edge<"))
-    cpu += ["}", *_status(nf, checks)]
+    cpu += ["}", *status_stores(nf, checks)]
     cuda = [*head, "for (int i = b; i < e; ++i) {", f"const int row = i / {inner}, j = i - row * {inner};"]
-    cuda += [*_bases(nest, "row"), *_guarded(nest, args, "true", "i", "j", [], uses_big, nf), "}", *_status(nf, checks)]
-    return _pair(sig, cpu, cuda)
+    cuda += [*row_bases(nest, "row"), *cuda_element(nest, args, "true", "i", "j", [], uses_big, nf), "}"]
+    cuda += status_stores(nf, checks)
+    return driver_pair(sig, cpu, cuda)
 
 
-def _pair(sig: str, cpu: list[str], cuda: list[str]) -> str:
+def driver_pair(sig: str, cpu: list[str], cuda: list[str]) -> str:
     """The two drivers, each compiled only by its own compiler (clang never parses the CUDA
     one, NVRTC never the CPU one: half the front-end work of a module)."""
     return "\n".join(
@@ -307,8 +313,8 @@ def _units(nest: Nest, lay: Layout, blocked: bool, strided: bool = True) -> list
         part = [f"{{ const int o = t / {lay.parts}, p = t - o * {lay.parts};"]
         if not blocked and strided:
             return [*part, f"const int j0 = p, j1 = {nest.inner};"]
-        return [*part, f"const int j0 = p * {lay.chunk};", f"const int j1 = {_min(f'j0 + {lay.chunk}', nest.inner)};"]
-    o1 = _min(f"(t + 1) * {lay.rows}", nest.rows)
+        return [*part, f"const int j0 = p * {lay.chunk};", f"const int j1 = {c_min(f'j0 + {lay.chunk}', nest.inner)};"]
+    o1 = c_min(f"(t + 1) * {lay.rows}", nest.rows)
     return [f"for (int o = t * {lay.rows}; o < {o1}; ++o) {{", f"const int j0 = 0, j1 = {nest.inner};"]
 
 
@@ -316,8 +322,8 @@ def _sub_row(nest: Nest) -> list[str]:
     """The row bases of sub-row ``sr`` of output ``o``: its row is ``o * per + sr`` when the
     reduced axes are one trailing block, else the row map's (``srow``, `rowmap`)."""
     if nest.row_map is None:
-        return _bases(nest, f"o * {nest.inner // nest.sub} + sr")
-    return [*nest.row_map.statements("srow", "o", "sr"), *_bases(nest, "srow")]
+        return row_bases(nest, f"o * {nest.inner // nest.sub} + sr")
+    return [*nest.row_map.statements("srow", "o", "sr"), *row_bases(nest, "srow")]
 
 
 def reduction_drivers(
@@ -356,7 +362,7 @@ def reduction_drivers(
     out = {}
     for blocked in (True, False):
         units = _units(nest, lay, blocked, strided)
-        body = [f"bool fl[{nf}] = {{false}};", *units, *(_bases(nest, "o") if whole else [])]
+        body = [f"bool fl[{nf}] = {{false}};", *units, *(row_bases(nest, "o") if whole else [])]
         for q, root in enumerate(nest.roots):
             body += [f"{ty} s{q}_{name};" for name, ty in nest.templates[root].state]
         for p in range(npass):
@@ -372,12 +378,12 @@ def reduction_drivers(
                     body.append(f"for (int sr = j0 / {nest.sub}; sr * {nest.sub} < j1; ++sr) {{")
                     body += _sub_row(nest)
                     body.append(f"const int s0 = (j0 > sr * {nest.sub}) ? j0 : sr * {nest.sub};")
-                    body.append(f"const int s1 = {_min(f'(sr + 1) * {nest.sub}', 'j1')};")
+                    body.append(f"const int s1 = {c_min(f'(sr + 1) * {nest.sub}', 'j1')};")
                     s0, s1 = "s0", "s1"
                 body.append(f"for (int jb = {s0}; jb < {s1}; jb += {block}) {{")
-                body.append(f"const int je = {_min(f'jb + {block}', s1)}, nb = je - jb, n8 = nb & ~7;")
+                body.append(f"const int je = {c_min(f'jb + {block}', s1)}, nb = je - jb, n8 = nb & ~7;")
                 body += [f"{x_types[q]} buf{q}[{block}];" for q in computed]
-                body += _block(nest, args, w, i, ys, uses_big, nf, jr, "0" if whole else f"sr * {nest.sub}")
+                body += cpu_block(nest, args, w, i, ys, uses_big, nf, jr, "0" if whole else f"sr * {nest.sub}")
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], True, read=read(q, True))
                 body += [] if whole else ["}"]
@@ -386,12 +392,12 @@ def reduction_drivers(
                 if not whole:
                     body += [f"const int sr = j / {nest.sub};", *_sub_row(nest)]
                 body += [f"{x_types[q]} y{q};" for q in computed]
-                body += _guarded(nest, args, w, i, jr, ys, uses_big, nf)
+                body += cuda_element(nest, args, w, i, jr, ys, uses_big, nf)
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], False, step, read(q, False))
             body.append("}")
             for q in active:
                 body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**subst(nest, q)))
-        body += [*finish, "}", *_status(nf, checks)]
+        body += [*finish, "}", *status_stores(nf, checks)]
         out[blocked] = body
-    return _pair(sig, out[True], out[False])
+    return driver_pair(sig, out[True], out[False])

@@ -21,19 +21,14 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
-from dpt_ir.backends.cxx.nest import C_TYPES, Nest
-from dpt_ir.backends.cxx.sites import flat_index
+from dpt_ir.backends.cxx.common import C_TYPES, PRECISE_TRIG, TOKEN, flat_index, offset
+from dpt_ir.backends.cxx.nest import Nest
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, origin_of
 from dpt_ir.ir.indexing import Affine, Coords
 from dpt_ir.ir.registry import CXX_FLOATS, CxxSite
 from dpt_ir.ops.elementwise import cxx_literal
-
-TOKEN = "@F@"  # replaced by the kernel's hashed name (`kernels._hashed`)
-# Code outside any element loop (an epilogue, a sort stage): trig takes its precise path (P),
-# so no huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
-PRECISE_TRIG = "constexpr bool P = true; bool big = false; (void)P; (void)big;"
 
 
 class ElementWriter:
@@ -146,7 +141,7 @@ class ElementWriter:
         coords = sites.identity(shape, space) if coords is None else coords
         if coords is None:  # cover's walk proved every seed broadcasts to its space
             raise ContractError(f"C++ kernel {self.kernel}: value {name!r} of shape {list(shape)} is not in {space}")
-        key = (name, sites.offset(coords, shape, ext))
+        key = (name, offset(coords, shape, ext))
         if key in self.vars:
             return self.vars[key]
         if name not in self.nest.group.nodes or gathers.is_table(self.graph, name):
@@ -190,15 +185,16 @@ class ElementWriter:
         if op.cxx_domain and self.checks:
             detail = str(getattr(attrs, "message", ""))
             self.lines.append(self.flag(name, op.name, "domain", f"!({op.cxx_domain.format(*args, **fmt)})", detail))
-        return self._define(C_TYPES[node.type.dtype], expr)
+        return self.define(C_TYPES[node.type.dtype], expr)
 
-    def _define(self, c_type: str, expr: str) -> str:
+    def define(self, c_type: str, expr: str) -> str:
+        """A new C++ constant of ``c_type`` holding ``expr``, appended to the element code; its name."""
         var = f"v{len(self.vars)}_{len(self.lines)}"
         self.lines.append(f"const {c_type} {var} = {expr};")
         return var
 
     def _fresh(self, form: Affine, n: int, cxx: Callable[[str], str]) -> Affine:
-        return self._variable(cxx(self.render(form)), n)
+        return self.variable(cxx(self.render(form)), n)
 
     def _select(self, node: Any, coords: Coords, args: tuple[str, ...]) -> str:
         """A join: the input whose range along the axis holds the element (each input was
@@ -208,7 +204,7 @@ class ElementWriter:
         expr = args[-1]
         for (_, lo, n), a in zip(reversed(ranges[:-1]), reversed(args[:-1]), strict=True):
             expr = f"(({at}) < {lo + n} ? {a} : {expr})"
-        return self._define(C_TYPES[node.type.dtype], expr)
+        return self.define(C_TYPES[node.type.dtype], expr)
 
     def _taps(self, node: Any, args: tuple[str, ...]) -> str:
         """sum_t w[t] * x[at + t] over the non-zero taps in row-major order, accumulated in
@@ -216,7 +212,7 @@ class ElementWriter:
         out_t = C_TYPES[node.type.dtype]
         acc = "double" if out_t in CXX_FLOATS else out_t
         terms = [f"{w.hex()} * ({acc}){a}" for (_, w), a in zip(sites.taps(self.graph, node), args, strict=True)]
-        return self._define(out_t, f"({out_t})({' + '.join(terms)})")
+        return self.define(out_t, f"({out_t})({' + '.join(terms)})")
 
     def _images(self, node: Any, coords: Coords) -> str:
         """A per-axis view at any element (the edge): per axis, the input indices of the
@@ -236,7 +232,7 @@ class ElementWriter:
             for k in range(width):
                 # An input axis of length 1 is read at 0, as the interior walk reads it (`sites.children`).
                 table_q = f"{table}[{at} * {width} + {k}]"
-                q = self._variable(table_q, in_shape[d]) if in_shape[d] > 1 else idx.zero(len(self.ext()))
+                q = self.variable(table_q, in_shape[d]) if in_shape[d] > 1 else idx.zero(len(self.ext()))
                 always = all(len(im) > k for im in ax.images)
                 opts.append((q, None if always else f"({counts}[{at}] > {k})"))
             per_axis.append(opts)
@@ -248,16 +244,16 @@ class ElementWriter:
         fill = cxx_literal(m.fill, out_t)
         if len(terms) == 1:
             cond, v = terms[0]
-            return self._define(out_t, f"({cond}) ? {v} : {fill}" if cond else v)
+            return self.define(out_t, f"({cond}) ? {v} : {fill}" if cond else v)
         if not terms:
-            return self._define(out_t, fill)
+            return self.define(out_t, fill)
         acc = "double" if out_t in CXX_FLOATS else out_t
         var = f"s{len(self.vars)}_{len(self.lines)}"
         cond, v = terms[0]
         self.lines.append(f"{acc} {var} = " + (f"({cond}) ? ({acc}){v} : ({acc}){fill};" if cond else f"({acc}){v};"))
         for cond, v in terms[1:]:
             self.lines.append(f"{var} = ({cond}) ? {var} + ({acc}){v} : {var};" if cond else f"{var} += ({acc}){v};")
-        return self._define(out_t, f"({out_t}){var}")
+        return self.define(out_t, f"({out_t}){var}")
 
     def _table(self, key: str, ax: Any, width: int) -> tuple[str, str]:
         """Constant tables of an axis's images (``width`` per index, unused slots 0) and of
@@ -280,7 +276,7 @@ class ElementWriter:
             names.append(self.tables[text])
         return names[0], names[1]
 
-    def _variable(self, expr: str, extent: int) -> Affine:
+    def variable(self, expr: str, extent: int) -> Affine:
         """A new coordinate (an index from a table, in [0, extent)) of the edge's forms."""
         q = len(self.extra)
         self.extra.append(extent)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dpt_ir.backends.cxx.common import TOKEN
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.indexing import Affine, Coords
@@ -94,7 +95,7 @@ def element(w: Any, node: Node, coords: Coords) -> str:
     if g.mode == "raise" and w.checks:
         bad = f"{p} < {-g.size} || {p} >= {g.size}"
         w.lines.append(w.flag(node.name, node.opdef.name, "domain", bad, raise_detail(g.size)))
-    q = w._variable(position(p, g.size, g.mode), g.size)
+    q = w.variable(position(p, g.size, g.mode), g.size)
     return w.value(node.inputs[g.source], with_position(g, q))
 
 
@@ -131,7 +132,5 @@ def table_ref(w: Any, name: str) -> str:
         return w.param(key)
     text = ", ".join(map(str, values.tolist() or [0]))
     if text not in w.tables:
-        from dpt_ir.backends.cxx.emit import TOKEN
-
         w.tables[text] = f"{TOKEN}_t{len(w.tables)}"
     return w.tables[text]

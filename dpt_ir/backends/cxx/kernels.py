@@ -10,100 +10,16 @@ task of the launch (a thread of the pool runs a contiguous range of tasks; `plan
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from dpt_ir.backends.base import Target
-from dpt_ir.backends.cxx import columns, contraction, drivers, scatter
-from dpt_ir.backends.cxx.emit import TOKEN, ElementWriter
-from dpt_ir.backends.cxx.nest import C_TYPES, WP_TYPES, Nest, cover
+from dpt_ir.backends.cxx import columns, contraction, drivers, sort_stages
+from dpt_ir.backends.cxx.common import C_TYPES, TOKEN
+from dpt_ir.backends.cxx.emit import ElementWriter
+from dpt_ir.backends.cxx.nest import Nest, cover
+from dpt_ir.backends.cxx.units import WP_STATE, Unit, hashed, launch
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
-
-TASK0 = "$task0"  # scalar kernel argument: the launch's first task
-WP_STATE = {"double": "wp.float64", "float": "wp.float32", "int": "wp.int32", "unsigned": "wp.uint32"}
-WP_STATE.update({"unsigned char": "wp.uint8", "bool": "wp.bool"})
-
-
-def _hashed(cxx: str) -> tuple[str, str]:
-    name = "dpk_" + hashlib.sha256(cxx.encode()).hexdigest()[:16]
-    return name, cxx.replace(TOKEN, name)
-
-
-def _ctype(graph: Graph, p: str, partials: dict[str, tuple[str, Any]]) -> str:
-    if p in partials:
-        return next(c for c, w in WP_STATE.items() if w == partials[p][0])
-    return C_TYPES[graph.types[p].dtype]
-
-
-def _wp_type(graph: Graph, p: str, partials: dict[str, tuple[str, Any]]) -> str:
-    return partials[p][0] if p in partials else WP_TYPES[graph.types[p].dtype]
-
-
-class Unit:
-    """One C++ function set and its launch: parameters (values, partials), which are written."""
-
-    def __init__(
-        self,
-        graph: Graph,
-        params: list[str],
-        written: set[str],
-        partials: dict[str, tuple[str, int]],
-        constants: dict[str, tuple[str, Any]] | None = None,
-    ):
-        self.graph, self.params, self.written = graph, params, written
-        # Launch constants (sparse rows, scatter tables), typed as partials are (param -> (Warp type, ...)).
-        self.constants = constants or {}
-        self.typed: dict[str, tuple[str, Any]] = {**partials, **self.constants}
-
-    def _pointer(self, p: str) -> str:
-        """The C++ pointer type of parameter ``p`` (const unless the launch writes it)."""
-        const = "" if p in self.written else "const "
-        return f"{const}{_ctype(self.graph, p, self.typed)}*"
-
-    def sig(self) -> str:
-        return ", ".join(f"{self._pointer(p)} a{k}" for k, p in enumerate(self.params))
-
-    def args(self) -> str:
-        return ", ".join(f"a{k}" for k in range(len(self.params)))
-
-    def casts(self) -> str:
-        return ", ".join(f"({self._pointer(p)})a{k}.data" for k, p in enumerate(self.params))
-
-    def stub(self, fn: str, cpu: str, cuda: str, checks: bool) -> str:
-        status = "(int*)st.data, sb" if checks else "(int*)0, 0"
-        args = ", ".join(f"{a}: wp.array(dtype={_wp_type(self.graph, p, self.typed)})" for a, p in self._named())
-        extra = ", st: wp.array(dtype=wp.int32), sb: int" if checks else ""
-        call = f"({self.casts()}, {status}, t);"
-        return "\n".join(
-            [
-                "@wp.func_native('''",
-                "#if defined(DP_CUDA)",
-                f"    {cuda}{call}",
-                "#else",
-                f"    {cpu}{call}",
-                "#endif",
-                "''')",
-                f"def n_{fn}({args}{extra}, t: int): ...",
-            ]
-        )
-
-    def kernel(self, name: str, fn: str, checks: bool) -> str:
-        arrays = [f"{a}: wp.array(dtype={_wp_type(self.graph, p, self.typed)})" for a, p in self._named()]
-        call = [a for a, _ in self._named()]
-        if checks:
-            arrays += ["a__status: wp.array(dtype=wp.int32)", "a__status_base: wp.int32"]
-            call += ["a__status", "a__status_base"]
-        sig = ", ".join([*arrays, "a__task0: wp.int32"])
-        return f"@wp.kernel\ndef {name}({sig}):\n    n_{fn}({', '.join([*call, 'wp.tid() + a__task0'])})\n"
-
-    def launch_params(self, checks: bool) -> list[str]:
-        from dpt_ir.backends.launches import STATUS, STATUS_BASE
-
-        return [*self.params, *([STATUS, STATUS_BASE] if checks else []), TASK0]
-
-    def _named(self) -> list[tuple[str, str]]:
-        return [(f"a{k}", p) for k, p in enumerate(self.params)]
 
 
 def _finalize(nest: Nest, w: ElementWriter, q: int, index: str, subst: dict[str, str]) -> list[str]:
@@ -137,7 +53,7 @@ def group_kernels(
     if nest is None or (stage is not None and nest.columns):
         return None
     sort = group.kind == "scatter" and group.scatter.form == "sort"  # its CSR is built per run
-    pre, natives = scatter.sort_launches(graph, group, name, slots, checks) if sort else ([], {})
+    pre, natives = sort_stages.sort_launches(graph, group, name, slots, checks) if sort else ([], {})
     if stage is not None:
         lay = stage
     elif nest.columns:
@@ -184,9 +100,9 @@ def group_kernels(
         )
     else:
         drv = drivers.pointwise_drivers(nest, lay, target, unit.args(), sig, w.uses_big, nflags, checks)
-    fn, cxx = _hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
+    fn, cxx = hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
     natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
-    main = _launch(name, unit, fn, checks, lay.dim, group.id, dict(partials), w.slot_base)
+    main = launch(name, unit, fn, checks, lay.dim, group.id, dict(partials), w.slot_base)
     if lay.parts == 1:
         return [*pre, main], natives
     combine: list[Any] = []
@@ -200,24 +116,6 @@ def group_kernels(
     final, more = _final_kernel(graph, nest, name + "_final", slots, checks, groups, partials, suffix)
     natives.update(more)
     return [main, *combine, final], natives
-
-
-def _launch(
-    name: str,
-    unit: Unit,
-    fn: str,
-    checks: bool,
-    dim: int,
-    group: str,
-    partials: dict[str, tuple[str, int]],
-    slot_base: int,
-) -> Any:
-    """The `KernelSource` of a C++ launch: its kernel calls the stub ``n_<fn>``."""
-    from dpt_ir.backends.launches import KernelSource, constant_array
-
-    text, params = unit.kernel(name, fn, checks), unit.launch_params(checks)
-    constants = {p: (t, constant_array(t, v)) for p, (t, v) in unit.constants.items()}
-    return KernelSource(name, text, params, dim, group, partials, constants, name, slot_base)
 
 
 def _final_kernel(
@@ -250,9 +148,9 @@ def _final_kernel(
     unit = Unit(graph, params, {*nest.roots, *nest.after}, partials, w.constants)
     lines = [*w.table_definitions(), f"DP_FN void {TOKEN}_final({unit.sig()}, int* st, int sb, int t) {{"]
     lines += [*("    " + s for s in body), "}"]
-    fn, cxx = _hashed("\n".join(lines) + "\n")
+    fn, cxx = hashed("\n".join(lines) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_final", f"{fn}_final", checks))}
-    kernel = _launch(name, unit, fn, checks, nest.rows, nest.group.id,
+    kernel = launch(name, unit, fn, checks, nest.rows, nest.group.id,
                      {p: v for p, v in partials.items() if p in params}, w.slot_base)  # fmt: skip
     return kernel, natives
 
@@ -288,7 +186,7 @@ def _combine_kernel(
     w = ElementWriter(graph, nest, params, slots, name, False)
     out = dict(partials)
     body = [f"const int o = t / {groups}, g = t - o * {groups}, p0 = g * {size};"]
-    body.append(f"const int p1 = {drivers._min(f'p0 + {size}', lay.parts)};")
+    body.append(f"const int p1 = {drivers.c_min(f'p0 + {size}', lay.parts)};")
     for q, root in enumerate(nest.roots):
         t = nest.templates[root]
         src = {state: w.param(f"$partial:{root}:{state}") for state, _ in t.state}
@@ -301,8 +199,8 @@ def _combine_kernel(
     unit = Unit(graph, params, written, out, w.constants)
     lines = [f"DP_FN void {TOKEN}_combine({unit.sig()}, int* st, int sb, int t) {{", "    (void)st; (void)sb;"]
     lines += [*("    " + s for s in body), "}"]
-    fn, cxx = _hashed("\n".join(lines) + "\n")
+    fn, cxx = hashed("\n".join(lines) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_combine", f"{fn}_combine", False))}
     used = {p: v for p, v in out.items() if p in params}
-    kernel = _launch(name, unit, fn, False, nest.rows * groups, nest.group.id, used, w.slot_base)
+    kernel = launch(name, unit, fn, False, nest.rows * groups, nest.group.id, used, w.slot_base)
     return kernel, natives, out, groups

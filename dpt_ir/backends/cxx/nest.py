@@ -30,14 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
+from dpt_ir.backends.cxx.common import C_TYPES, flat_index
 from dpt_ir.backends.cxx.rowmap import RowMap
-from dpt_ir.backends.cxx.sites import Guard, Site, flat_index
+from dpt_ir.backends.cxx.sites import Guard, Site
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
 from dpt_ir.ir.registry import CxxReduce
-
-C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
-WP_TYPES = {d: f"wp.{d}" for d in C_TYPES}
+from dpt_ir.ir.types import FLOAT_DTYPES
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,7 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
     """The loop nest of ``group`` on the C++ path, or None for a group the
     C++ path cannot lower (see the module docstring for what is covered)."""
     kind, space = group.kind, tuple(group.space)
-    if kind == "scatter" and scatter.covers(graph, group):
+    if kind == "scatter" and scatter_covers(graph, group):
         kind = "pointwise"  # the root sums its output element's CSR row (`scatter`)
     if kind not in ("pointwise", "reduction") or not 0 < math.prod(space) < 2**31:
         return None
@@ -162,7 +161,7 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
         node = graph.node_map[name]
         op = node.opdef
         if scatter.is_scatter(op) and group.kind == "scatter":
-            continue  # checked by `scatter.covers`
+            continue  # checked by `scatter_covers`
         if op.kind == "reduction" and kind == "reduction" and op.cxx_reduce is not None:
             src = graph.types[node.inputs[0]]
             if src.dtype not in C_TYPES or node.type.dtype not in C_TYPES or src.shape != space:
@@ -351,6 +350,45 @@ def _inner_axes(walked: list[Site], space: tuple[int, ...], most: int) -> int:
         else:
             break
     return best
+
+
+def scatter_covers(graph: Graph, group: KernelGroup) -> bool:
+    """Whether the C++ path lowers scatter group ``group`` (see `scatter`'s docstring)."""
+    (root,) = group.roots
+    node = graph.node_map[root]
+    layout = scatter.scatter_layout(graph, node)
+    if layout.key_form is None or layout.row_form is None or list(group.outputs) != [root]:
+        return False
+    values, base = graph.types[node.inputs[layout.values]], graph.types[node.inputs[layout.base]]
+    if node.type.dtype not in FLOAT_DTYPES or values.dtype != node.type.dtype or base.dtype != node.type.dtype:
+        return False
+    positions = node.inputs[layout.indices]
+    if group.scatter.form == "sort":
+        if graph.types[positions].dtype != "int32":
+            return False
+        return positions_nest(graph, group) is not None
+    return True
+
+
+def positions_nest(graph: Graph, group: KernelGroup) -> Any:
+    """The nest over the positions' shape that reads a ``sort`` scatter's positions, or
+    evaluates them when they are made inside the group (casts, arithmetic, views of data);
+    None when `cover` refuses their producers."""
+    (root,) = group.roots
+    node = graph.node_map[root]
+    positions = node.inputs[scatter.scatter_layout(graph, node).indices]
+    members, needed, stack = set(group.nodes), set(), [positions]
+    while stack:
+        v = stack.pop()
+        if v in members and v not in needed:
+            needed.add(v)
+            stack.extend(graph.node_map[v].inputs)
+    nodes = [n for n in group.nodes if n in needed]
+    inputs = sorted({i for n in nodes for i in graph.node_map[n].inputs if i not in needed})
+    space = list(graph.types[positions].shape)
+    sub = {**group.model_dump(), "kind": "pointwise", "space": space, "nodes": nodes, "roots": [], "scatter": None}
+    sub.update(outputs=[positions], inputs=inputs, axes=[], epilogue=[])
+    return cover(graph, KernelGroup.model_validate(sub))
 
 
 def missing_lowering(graph: Graph, group: KernelGroup) -> str:

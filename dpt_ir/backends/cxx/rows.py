@@ -25,9 +25,10 @@ import math
 from typing import Any
 
 from dpt_ir.backends.base import Target
-from dpt_ir.backends.cxx import drivers, kernels
+from dpt_ir.backends.cxx import drivers, kernels, units
+from dpt_ir.backends.cxx.common import C_TYPES
 from dpt_ir.backends.cxx.drivers import Layout
-from dpt_ir.backends.cxx.nest import C_TYPES, cover
+from dpt_ir.backends.cxx.nest import cover
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup, RowSet, plan_of
 from dpt_ir.passes import fusion_rows
@@ -134,7 +135,7 @@ def _row_source(
     buffers of the task); sets ``main``'s kernel text and params."""
     outputs = {v for g in members for v in g.outputs}
     written = {p for _, k in stages for p in k.params if p in k.partials or p in outputs}
-    unit = kernels.Unit(graph, main.params, written, main.partials)
+    unit = units.Unit(graph, main.params, written, main.partials)
     rows, per_task = _tasks(rset, target)
     sig = f"{unit.sig()}, int* st, int sb, int t"
     row = rset.row
@@ -156,14 +157,14 @@ def _row_source(
             args = ", ".join(names[p] for p in _values(k, checks))
             calls.append(f"    {fn}_{device}({args}, st, sb + {k.status_base - main.status_base}, o);")
         body[device] = [
-            f"const int o1 = {drivers._min(f'(t + 1) * {per_task}', rows)};",
+            f"const int o1 = {drivers.c_min(f'(t + 1) * {per_task}', rows)};",
             *buffers,
             f"for (int o = t * {per_task}; o < o1; ++o) {{",
             *views,
             *calls,
             "}",
         ]
-    text = drivers._pair(sig, body["cpu"], body["cuda"])
+    text = drivers.driver_pair(sig, body["cpu"], body["cuda"])
     fn = "dpk_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     cxx = text.replace("F_cpu", f"{fn}_cpu").replace("F_cuda", f"{fn}_cuda") + "\n"
     main.text = unit.kernel(main.name, fn, checks)

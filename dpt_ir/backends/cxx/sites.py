@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from dpt_ir.backends.cxx import gathers, scatter, sparse
+from dpt_ir.backends.cxx.common import flat_index, offset
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.indexing import Affine, Coords, ImageMap
@@ -76,16 +77,6 @@ def _prefix_products(shape: Sequence[int]) -> list[int]:
         if d != 1:
             out.append(p)
     return out
-
-
-def offset(coords: Coords, shape: Sequence[int], space: Sequence[int]) -> Affine:
-    """The flat row-major offset of ``coords`` in a value of ``shape``, canonical."""
-    return idx.canonical(idx.flat(coords, shape, len(space)), space)
-
-
-def flat_index(space: Sequence[int]) -> Affine:
-    """The offset of the space's own element (``i`` in a loop, ``o`` in an epilogue)."""
-    return idx.canonical(Affine(0, tuple(idx.strides(space))), space)
 
 
 def taps(graph: Graph, node: Node) -> list[tuple[tuple[int, ...], float]]:

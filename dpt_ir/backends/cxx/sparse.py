@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from dpt_ir.backends.cxx.common import C_TYPES, flat_index, offset
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.indexing import Coords
@@ -93,8 +94,6 @@ def _flat_coords(at: Coords, in_shape: tuple[int, ...]) -> Coords:
 def row_sum(w: Any, node: Node, coords: Coords) -> str:
     """Emit the row loop of sparse member ``node`` at ``coords`` into `ElementWriter` ``w``;
     the C++ variable holding its value."""
-    from dpt_ir.backends.cxx.nest import C_TYPES
-
     graph = w.graph
     rows = rows_of(node)
     out_t = C_TYPES[node.type.dtype]
@@ -119,7 +118,7 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
 
     def new(part: tuple[int, int] | None, extent: int) -> Any:
         col = f"{p['cols']}[{k}]"
-        return w._variable(col if part is None else f"(({col} / {part[0]}) % {part[1]})", extent)
+        return w.variable(col if part is None else f"(({col} / {part[0]}) % {part[1]})", extent)
 
     at = _source_coords(coords, in_shape, rows, flat, new)
     if flat and len(in_shape) != 1:
@@ -131,17 +130,15 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
     w.vars = outside
     if rows.bias is not None:
         w.lines.append(f"{s} = {s} + {p['bias']}[{o}];")
-    return w._define(out_t, f"({out_t}){s}")
+    return w.define(out_t, f"({out_t}){s}")
 
 
 def _row_index(w: Any, node: Node, coords: Coords, rows: SparseRows) -> str:
     """The CSR row of the output element at ``coords``: its flat offset, or its index along
     the map's axis."""
-    from dpt_ir.backends.cxx import sites
-
     if rows.axis is not None:
         return w.render(coords[rows.axis])
-    form = sites.offset(coords, tuple(node.type.shape), w.ext())
-    if not w.at_output and not w.edge and form == sites.flat_index(w.space()):
+    form = offset(coords, tuple(node.type.shape), w.ext())
+    if not w.at_output and not w.edge and form == flat_index(w.space()):
         return "i"
     return w.render(form)

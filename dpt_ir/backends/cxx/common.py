@@ -1,0 +1,33 @@
+"""What every C++ emitting module shares: the dtype spellings, the kernel-name token, the
+precise-trig preamble and the flat offset forms.
+
+Assumes: nothing from the other ``backends/cxx`` modules (this is their leaf: each may
+import it, it imports none of them).
+Guarantees: constants and pure functions only; the text they give is the text the emitters
+wrote before they were shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dpt_ir.ir import indexing as idx
+from dpt_ir.ir.indexing import Affine, Coords
+
+C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
+WP_TYPES = {d: f"wp.{d}" for d in C_TYPES}
+
+TOKEN = "@F@"  # replaced by the kernel's hashed name (`units.hashed`)
+# Code outside any element loop (an epilogue, a sort stage): trig takes its precise path (P),
+# so no huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
+PRECISE_TRIG = "constexpr bool P = true; bool big = false; (void)P; (void)big;"
+
+
+def offset(coords: Coords, shape: Sequence[int], space: Sequence[int]) -> Affine:
+    """The flat row-major offset of ``coords`` in a value of ``shape``, canonical."""
+    return idx.canonical(idx.flat(coords, shape, len(space)), space)
+
+
+def flat_index(space: Sequence[int]) -> Affine:
+    """The offset of the space's own element (``i`` in a loop, ``o`` in an epilogue)."""
+    return idx.canonical(Affine(0, tuple(idx.strides(space))), space)
