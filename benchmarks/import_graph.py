@@ -83,13 +83,14 @@ def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
             here = module.split(".") if is_package else module.split(".")[:-1]
             here = here[: len(here) - (node.level - 1)]
             base = ".".join(here + ([base] if base else []))
-        return [f"{base}.{a.name}" for a in node.names] + [base]
+        return [f"{base}.{a.name}" for a in node.names]  # a name that is no module resolves to ``base``
     return []
 
 
 def import_graph(root: Path = PACKAGE) -> nx.DiGraph:
-    """Module -> the dpt_ir modules it imports (each ``from X import a`` resolved to the
-    module ``X.a`` when that is a module, else to ``X``)."""
+    """Module -> the dpt_ir modules it imports: every name of ``from X import a, b`` resolved
+    to the module ``X.a`` when that is a module, else to ``X`` (so ``from X import f`` of a
+    function is an arrow to ``X``)."""
     mods = modules(root)
     graph = nx.DiGraph()
     for name, path in mods.items():
@@ -106,7 +107,6 @@ def import_graph(root: Path = PACKAGE) -> nx.DiGraph:
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     graph.add_edge(name, target)
-                    break
     return graph
 
 

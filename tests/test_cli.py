@@ -260,7 +260,7 @@ def test_compile_options_change_the_program(user_files: dict[str, Path], capsys:
     assert int(_plan_rows(unfused)["run"][1]) > int(_plan_rows(default)["run"][1])
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not on PATH (apt-get install graphviz to run this test)")
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not on PATH (apt-get install graphviz)")
 def test_compile_render_writes_svg_pictures(
     user_files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
