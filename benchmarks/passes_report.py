@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import dpt_ir as dp
 from benchmarks.graphs import BENCHMARK_GRAPHS
 from dpt_ir.ir.kernel_ir import plan_of
+from dpt_ir.ir.records import phase_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
-from dpt_ir.passes.util import phase_of
 
 
 @dataclass(frozen=True)

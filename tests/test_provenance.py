@@ -9,7 +9,8 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.api.autodiff import joint_graph
-from dpt_ir.ir.graph import ORIGIN, origin_of
+from dpt_ir.ir.graph import ORIGIN
+from dpt_ir.ir.records import origin_of
 
 
 def _poisson() -> dp.Graph:

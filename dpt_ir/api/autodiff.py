@@ -3,7 +3,7 @@
 `joint_graph` extends a forward graph with the backward nodes for ``wrt``: one cotangent
 *input* per seeded output (``ct.<output>``) and one gradient *output* per wrt input
 (``grad.<input>``). Backward nodes are ordinary IR built by the ops' formulas, tagged
-``meta={"phase": "backward", "grad_of": <forward node>}``. Only floating values carry
+as backward and with the forward node they differentiate (`dpt_ir.ir.records.backward_tags`). Only floating values carry
 gradients. Contributions to one value are summed in a fixed order, so the result is
 deterministic. With ``expand`` (`CompileOptions.expand`, the default), an op that declares an
 expansion gets the formula that builds the pieces its expansion rebuilds (`GradContext.expanded`).
@@ -19,6 +19,7 @@ from dpt_ir.api import core as F
 from dpt_ir.ir.builder import GraphBuilder, Tensor
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Output
+from dpt_ir.ir.records import Autodiff, backward_tags, with_autodiff
 from dpt_ir.ir.registry import GradContext
 from dpt_ir.ir.types import is_float
 
@@ -101,7 +102,7 @@ def joint_graph(graph: Graph, wrt: Sequence[str], seed_outputs: Sequence[str], e
         start = len(b.nodes)
         gy = _accumulate(cotangents.pop(node.name))
         _backprop_node(graph, node.name, gy, handles, active, cotangents, expand)
-        b.tag_since(start, {"phase": "backward", "grad_of": node.name})
+        b.tag_since(start, backward_tags(node.name))
 
     outputs = list(graph.outputs)
     grad_names: dict[str, str] = {}
@@ -109,13 +110,13 @@ def joint_graph(graph: Graph, wrt: Sequence[str], seed_outputs: Sequence[str], e
         start = len(b.nodes)
         parts = cotangents.get(w)
         g = _accumulate(parts) if parts else F.zeros_like(handles[w])
-        b.tag_since(start, {"phase": "backward", "grad_of": w})
+        b.tag_since(start, backward_tags(w))
         grad_names[w] = GRADIENT_PREFIX + w
         outputs.append(Output(name=GRADIENT_PREFIX + w, value=g.name))
     b.set_outputs(outputs)
     joint = b.build()
-    meta = {**graph.meta, "wrt": list(wrt), "cotangents": ct_names, "gradients": grad_names}
-    return joint.replace(meta=meta)
+    record = Autodiff(wrt=tuple(wrt), cotangents=ct_names, gradients=grad_names)
+    return joint.replace(meta=with_autodiff(graph.meta, record))
 
 
 def _accumulate(parts: list[Tensor]) -> Tensor:

@@ -30,7 +30,7 @@ class StatusSlot:
     op: str
     kind: str  # "domain" or "nonfinite"
     detail: str = ""  # the op's own explanation (e.g. a guard's message)
-    origin: str = ""  # the user-level function the node comes from (`dpt_ir.ir.graph.origin_of`)
+    origin: str = ""  # the user-level function the node comes from (`dpt_ir.ir.records.origin_of`)
 
 
 @dataclass

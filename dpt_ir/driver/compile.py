@@ -41,6 +41,7 @@ from dpt_ir.backends.base import Target, target_for
 from dpt_ir.backends.launches import KernelSource, StatusSlot
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.quiet import init_quietly
+from dpt_ir.ir import records
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import plan_of
@@ -422,7 +423,7 @@ def _report(
                 "distinct_kernels": len({k.function for k in p.kernels}),
                 "forward_launches": len(p.launches_of("forward")),
                 "backward_launches": len(p.launches_of("backward")),
-                "saved_bytes": p.graph.meta.get("saved_bytes", 0),
+                "saved_bytes": records.saved_bytes(p.graph),
                 "workspace_bytes": plan_of(p.graph).scheduled().workspace_bytes,
             }
             for name, p in plans.items()

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.export.bundle import InputSpec
+from dpt_ir.ir import records
 from dpt_ir.ir.errors import ContractError, NumericalError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.types import is_float
@@ -69,7 +70,7 @@ def cotangents(graph: Graph, plan_graph: Graph, seed: int) -> dict[str, np.ndarr
     an indexing slip in the backward shows)."""
     rng = np.random.default_rng(seed)
     out = {}
-    for name in plan_graph.meta.get("cotangents", {}):
+    for name in records.cotangents(plan_graph):
         t = graph.types[graph.output_value(name)]
         out[name] = (rng.random(t.shape) * 2.0 - 1.0).astype(t.dtype)
     return out

@@ -26,6 +26,7 @@ import numpy as np
 from dpt_ir.export.bundle import Action, BufferSpec, Copy, Launches, LoopStage, PlanSpec, Result, SegmentStage
 from dpt_ir.export.cuda import CudaBuild
 from dpt_ir.export.tables import Table, bytes_moved, constants, piece_table
+from dpt_ir.ir import records
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.types import is_float
 from dpt_ir.runtime.loop_pieces import ACC_PREFIX, piece_names
@@ -67,13 +68,13 @@ def loop_plan(
     name; ``outputs``: the program's output names; ``flags``: the program raised on the inputs."""
     joint: Graph = segments.graph
     plan = _Plan(name, build, status)
-    cotangents: dict[str, str] = joint.meta.get("cotangents", {}) if name == "tape" else {}
+    cotangents: dict[str, str] = records.cotangents(joint) if name == "tape" else {}
     for i in joint.inputs:
         t = i.type
         spec = BufferSpec(name=i.name, role="input", dtype=t.dtype, shape=list(t.shape), size=max(t.size, 1))  # type: ignore[arg-type]
         if i.name in cotangents.values():
             spec = spec.with_(role="cotangent")
-        elif i.name in joint.meta.get("cotangents", {}).values():  # value_and_grad's seed of the loss: ones
+        elif i.name in records.cotangents(joint).values():  # value_and_grad's seed of the loss: ones
             spec = spec.with_(role="constant")
         plan.add(spec, np.ones(t.shape, t.dtype).reshape(-1) if spec.role == "constant" else None)
         plan.env[i.name] = i.name
@@ -87,7 +88,7 @@ def loop_plan(
             stages.append(SegmentStage(kind="segment", name=f"s{k}", run=run))
         else:
             stages.append(_loop_stage(plan, f"s{k}", runner, what))
-    gradients = joint.meta.get("gradients", {}) if name != "run" else {}
+    gradients = records.gradients(joint) if name != "run" else {}
     keyed = [(f"output/{o}", o) for o in outputs] + [(f"gradient/{w}", gradients[w]) for w in wrt if w in gradients]
     results = [
         Result(key=key, buffer=plan.env[joint.output_value(o)], shape=list(joint.types[joint.output_value(o)].shape))

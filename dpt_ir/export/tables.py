@@ -1,7 +1,7 @@
 """A plan's buffer table and launch list, as `dpt_ir.runtime.plan.ExecutionPlan` binds them.
 
 Assumes: a scheduled graph (its kernel plan, `dpt_ir.ir.kernel_ir.plan_of`, with a
-schedule; ``meta["gradients"]``, ``meta["cotangents"]``) and its C++ launches
+schedule; the `Autodiff` record) and its C++ launches
 (`dpt_ir.export.cuda.cuda_plans`). Guarantees:
 the table mirrors a `Workspace`: one buffer per schedule buffer (values with disjoint live
 ranges share it), graph inputs and cotangent inputs bound by name, reduction partials by
@@ -22,6 +22,7 @@ from dpt_ir.backends.base import target_for
 from dpt_ir.backends.launches import STATUS, KernelSource
 from dpt_ir.export.bundle import BufferSpec, Copy, Launches, LaunchSpec, PlanSpec, Result, SegmentStage
 from dpt_ir.export.cuda import CudaBuild, pointer_params
+from dpt_ir.ir import records
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import plan_of
 
@@ -103,7 +104,7 @@ def piece_table(graph: Graph, build: CudaBuild, piece: str, status: int, results
     kernels = build.kernels[piece]
     buffers, where = _value_buffers(graph, results)
     specs: list[BufferSpec] = []
-    cotangents: dict[str, str] = graph.meta.get("cotangents", {})
+    cotangents: dict[str, str] = records.cotangents(graph)
     for i in graph.inputs:
         role = "cotangent" if i.name in cotangents.values() else "input"
         specs.append(_spec(i.name, role, i.type.dtype, i.type.shape))
@@ -160,7 +161,7 @@ def plan_spec(name: str, build: CudaBuild, status: int, expect_flags: bool) -> P
     bundle's inputs. Its stages are its checkpoints: ``run`` and ``value_and_grad`` one,
     ``tape`` two (the forward phase's launches, then the backward's)."""
     graph = build.graphs[name]
-    gradients = {graph.output_value(g): w for w, g in graph.meta.get("gradients", {}).items()}
+    gradients = {graph.output_value(g): w for w, g in records.gradients(graph).items()}
     results = {o.value: ("gradient" if o.value in gradients else "output") for o in graph.outputs}
     table = piece_table(graph, build, name, status, results)
     stages = []
@@ -180,7 +181,7 @@ def plan_spec(name: str, build: CudaBuild, status: int, expect_flags: bool) -> P
         buffers=table.buffers,
         stages=stages,
         results=out,
-        cotangents=dict(graph.meta.get("cotangents", {})),
+        cotangents=dict(records.cotangents(graph)),
         bytes_moved=bytes_moved(table.buffers),
         expect_flags=expect_flags,
     )

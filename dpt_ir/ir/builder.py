@@ -8,7 +8,7 @@ Provenance: a ``dp.*`` function decorated with `records_origin` marks every node
 while it runs with ``meta["origin"] = "dp.<name>"`` (the outermost such function wins, so
 the nodes of ``dp.poisson_deviance`` say ``dp.poisson_deviance``, not the ``dp.log`` it
 calls). Node meta round-trips through JSON and the textual IR, survives the passes, and
-lets a `NumericalError` name the user-level function (`dpt_ir.ir.graph.origin_of`).
+lets a `NumericalError` name the user-level function (`dpt_ir.ir.records.origin_of`).
 """
 
 from __future__ import annotations

@@ -207,23 +207,6 @@ class Graph(FrozenModel):
 ORIGIN = "origin"  # node meta key: the user-level dp.* function that emitted the node
 
 
-def origin_of(graph: Graph, name: str) -> str:
-    """The user-level function a node of ``graph`` comes from, for messages: its
-    ``meta["origin"]`` (``"dp.poisson_deviance"``, recorded by the builder), or for a
-    backward node the origin of the forward node it was made for (``"the gradient of
-    dp.poisson_deviance"``); "" when none is known."""
-    node = graph.node_map.get(name)
-    if node is None:
-        return ""
-    if "grad_of" not in node.meta:  # a forward node, or a recomputed clone (it copies the meta)
-        return str(node.meta.get(ORIGIN, ""))
-    # A backward node: any origin of its own came from a derivative formula, not the user.
-    forward = graph.node_map.get(node.meta["grad_of"])
-    if forward is None or not forward.meta.get(ORIGIN):
-        return ""
-    return f"the gradient of {forward.meta[ORIGIN]}"
-
-
 def verify_graph(graph: Graph) -> None:
     """Check every structural and typing invariant of ``graph``; ContractError naming the
     first offending node, input or output."""

@@ -29,6 +29,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from dpt_ir.api import core as F
+from dpt_ir.ir import records
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.registry import ALL_INPUTS, Derivative, GradContext, OpDef, register_op
 from dpt_ir.ir.types import TensorType, is_float
@@ -208,10 +209,10 @@ class _Stepper:
     def vjp(self, carry: list[np.ndarray], i: int, cts: list[np.ndarray]) -> dict[str, np.ndarray]:
         joint = body_vjp(self.body)
         feed = self.feed(carry, i)
-        ct_names = joint.meta["cotangents"]
+        ct_names = records.joint_record(joint).cotangents
         feed.update({ct_names[o.name]: ct for o, ct in zip(self.body.outputs, cts, strict=True)})
         env = self.evaluate(joint, feed)
-        grads = joint.meta["gradients"]
+        grads = records.joint_record(joint).gradients
         return {w: env[joint.output_value(g)] for w, g in grads.items()}
 
 

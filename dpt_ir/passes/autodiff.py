@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dpt_ir.api.autodiff import joint_graph
 from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.records import Autodiff, backward_tags, joint_record, phase_of, with_autodiff
 from dpt_ir.ir.registry import CONSTANT_OP
 from dpt_ir.passes.options import CompileOptions
-from dpt_ir.passes.util import phase_of, substitute, unique_name
+from dpt_ir.passes.util import substitute, unique_name
 
 NAME = "autodiff"
 
@@ -31,7 +32,8 @@ def run(graph: Graph, options: CompileOptions) -> Graph:
 
 def _fix_seeds(joint: Graph, values: dict[str, float]) -> Graph:
     """Replace cotangent inputs whose value is known at compile time by constants."""
-    cts: dict[str, str] = joint.meta["cotangents"]
+    record = joint_record(joint)
+    cts = record.cotangents
     taken = set(joint.types)
     seed_nodes: list[Node] = []
     subst: dict[str, str] = {}
@@ -41,15 +43,12 @@ def _fix_seeds(joint: Graph, values: dict[str, float]) -> Graph:
         t = joint.types[ct]
         name = unique_name(f"seed_{out}", taken)
         attrs = {"value": float(values[out]), "dtype": t.dtype, "shape": list(t.shape)}
-        meta = {"phase": "backward", "grad_of": "seed"}
-        seed_nodes.append(Node(name=name, op=CONSTANT_OP, attrs=attrs, type=t, meta=meta))
+        seed_nodes.append(Node(name=name, op=CONSTANT_OP, attrs=attrs, type=t, meta=backward_tags("seed")))
         subst[ct] = name
     inputs = tuple(i for i in joint.inputs if i.name not in subst)
-    meta = {
-        **joint.meta,
-        "cotangents": {o: c for o, c in cts.items() if o not in values},
-        "fixed_seeds": {o: float(v) for o, v in values.items()},
-    }
+    unknown = {o: c for o, c in cts.items() if o not in values}
+    fixed = Autodiff(wrt=record.wrt, cotangents=unknown, gradients=record.gradients, fixed_seeds=dict(values))
+    meta = with_autodiff(joint.meta, fixed)
     # The input list shrinks before the uses are rewritten: validate only the final graph.
     unvalidated = joint.model_copy(update={"inputs": inputs})
     # Seeds go after the forward nodes: cse keeps the first of two equal nodes, and a

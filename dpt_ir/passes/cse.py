@@ -3,7 +3,7 @@
 Assumes: a valid graph. Guarantees: no two nodes apply the same op with the same
 attributes to the same inputs; the later duplicate is redirected to the earlier node
 (which keeps its meta) and left for `dce`. Values are unchanged. Once the graph is
-partitioned (``meta["saved"]`` exists), nodes of different phases are never merged, so a
+partitioned (it has a `SavedPlan`), nodes of different phases are never merged, so a
 recomputation chosen by `saved_attributes` stays a recomputation.
 """
 
@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 
 from dpt_ir.ir.graph import Graph
-from dpt_ir.passes.util import phase_of, resolve, substitute
+from dpt_ir.ir.records import is_partitioned, phase_of
+from dpt_ir.passes.util import resolve, substitute
 
 NAME = "cse"
 
 
 def run(graph: Graph, options: object = None) -> Graph:
-    partitioned = "saved" in graph.meta
+    partitioned = is_partitioned(graph)
     first: dict[tuple, str] = {}
     subst: dict[str, str] = {}
     for node in graph.nodes:

@@ -1,7 +1,8 @@
 """Dump writers: textual IR and Graphviz per pass, the saved-set and fusion tables, and
-the JSON report. All of them read only the graph and its ``meta``, and, for the kernel
-sharing part of ``fusion.txt``, plain `SharedKernel` rows the compiler passes in (passes
-never import the backend)."""
+the JSON report. All of them read only the graph and its typed records
+(`dpt_ir.ir.records`, `dpt_ir.ir.kernel_ir`), and, for the kernel sharing part of
+``fusion.txt``, plain `SharedKernel` rows the compiler passes in (passes never import the
+backend)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pydantic
 
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import has_plan, plan_of
-from dpt_ir.passes.util import phase_of
+from dpt_ir.ir.records import group_of, phase_of, saved_bytes, saved_plan_of, saved_values, wrt_of
 
 if TYPE_CHECKING:
     from dpt_ir.passes.manager import PipelineResult
@@ -59,14 +60,14 @@ def _quote(s: str) -> str:
 def to_dot(graph: Graph) -> str:
     """Graphviz source: values as boxes, fusion groups as coloured clusters, saved values
     highlighted in red, program inputs as ellipses."""
-    saved = {r["value"] for r in graph.meta.get("saved", [])}
+    saved = saved_values(graph)
     lines = [f"digraph {_quote(graph.name)} {{", "  rankdir=TB;", '  node [shape=box, fontname="monospace"];']
     for i in graph.inputs:
         label = _quote(f"{i.name}{NL}{i.type}")
         lines.append(f"  {_quote(i.name)} [shape=ellipse, label={label}];")
     members: dict[str, list[str]] = {}
     for n in graph.nodes:
-        members.setdefault(n.meta.get("group", ""), []).append(n.name)
+        members.setdefault(group_of(n), []).append(n.name)
     groups = {g.id: g for g in plan_of(graph).groups} if has_plan(graph) else {}
     for gid, names in members.items():
         indent = "  "
@@ -113,14 +114,12 @@ def saved_table(graph: Graph) -> str:
     """``saved.txt``: each saved value with bytes, provenance, readers and reason; then each
     value the backward recomputes, with the work per element it costs, the bytes saving it
     would have cost, the recompute budget and the reason."""
-    records = graph.meta.get("saved")
-    if records is None or not graph.meta.get("wrt"):
+    plan = saved_plan_of(graph)
+    if plan is None or not wrt_of(graph):
         return "no partition: the graph was compiled without wrt (forward only)\n"
-    rows = [
-        [r["value"], r["type"], str(r["bytes"]), r["provenance"], ",".join(r["readers"]), r["reason"]] for r in records
-    ]
+    rows = [[r.value, r.type, str(r.bytes), r.provenance, ",".join(r.readers), r.reason] for r in plan.saved]
     text = [
-        f"saved set of {graph.name!r}: {len(records)} value(s), {graph.meta.get('saved_bytes', 0)} bytes",
+        f"saved set of {graph.name!r}: {len(plan.saved)} value(s), {plan.saved_bytes} bytes",
         "program inputs are read in place by the backward and cost nothing",
         "",
     ]
@@ -129,28 +128,27 @@ def saved_table(graph: Graph) -> str:
         if rows
         else "(nothing saved: the backward recomputes what it needs from program inputs)"
     )
-    derived = graph.meta.get("derived_attributes", [])
-    if derived:
+    if plan.derived_attributes:
         text += ["", "derived attributes (saved instead of a tensor):"]
         text.append(
             _table(
                 ["node", "op", "attribute", "value"],
-                [[d["node"], d["op"], d["attribute"], json.dumps(d["value"])] for d in derived],
+                [[d.node, d.op, d.attribute, json.dumps(d.value)] for d in plan.derived_attributes],
             )
         )
     # A pass run after the partition (a custom pipeline's dce) may have dropped a clone.
-    recomputed = [r for r in graph.meta.get("recomputed", []) if r["value"] in graph.node_map]
+    recomputed = [r for r in plan.recomputed if r.value in graph.node_map]
     if recomputed:
         text += ["", "recomputed in the backward (not saved):"]
         rows = [
             [
-                r["value"],
-                f"{r['op']}(...)",
-                r["recomputes"],
-                str(r["work"]),
-                str(r["save_bytes"]),
-                "none" if r["budget"] is None else str(r["budget"]),
-                r["reason"],
+                r.value,
+                f"{r.op}(...)",
+                r.recomputes,
+                str(r.work),
+                str(r.save_bytes),
+                "none" if r.budget is None else str(r.budget),
+                r.reason,
             ]
             for r in recomputed
         ]
@@ -232,7 +230,7 @@ def report(result: PipelineResult, extra: dict[str, Any] | None = None) -> dict[
             }
             for k in groups
         ],
-        "saved_bytes": g.meta.get("saved_bytes", 0),
+        "saved_bytes": saved_bytes(g),
         "workspace_bytes": plan.schedule.workspace_bytes if plan is not None and plan.schedule is not None else 0,
     }
     out.update(extra or {})

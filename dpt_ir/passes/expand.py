@@ -25,19 +25,25 @@ reduction, `dpt_ir.ops.reduction`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from dpt_ir.ir.builder import GraphBuilder
 from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.records import grad_of
+from dpt_ir.passes.options import CompileOptions, PassOptions
 from dpt_ir.passes.util import substitute
 
 NAME = "expand"
 
 
-def run(graph: Graph, options: Any = None) -> Graph:
-    if not getattr(options, "expand", True):
+class ExpandOptions(PassOptions):
+    """``expand``: rebuild differentiated ops from their expansion (off: leave the graph)."""
+
+    expand: bool = True
+
+
+def run(graph: Graph, options: ExpandOptions | CompileOptions | None = None) -> Graph:
+    if not ExpandOptions.of(options).expand:
         return graph
-    differentiated = {n.meta.get("grad_of") for n in graph.nodes}
+    differentiated = {grad_of(n) for n in graph.nodes}
     targets = [n for n in graph.nodes if n.opdef.expansion is not None and n.name in differentiated]
     if not targets:
         return graph

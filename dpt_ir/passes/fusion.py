@@ -29,17 +29,17 @@ nodes) is added.
 
 from __future__ import annotations
 
-from typing import Any
-
 import networkx as nx
+from pydantic import Field
 
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.kernel_ir import Boundary, Halo, KernelGroup, KernelPlan, ScatterForm, with_plan
+from dpt_ir.ir.records import group_tag, phase_of, saved_values
 from dpt_ir.passes import fusion_rows
 from dpt_ir.passes import fusion_traits as traits
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
 from dpt_ir.passes.fusion_steps import bound_kernel_nodes, past_views, step_cuts
-from dpt_ir.passes.util import phase_of
+from dpt_ir.passes.options import CompileOptions, PassOptions
 
 NAME = "fusion"
 HALO_BUDGET = 48  # default work per element a multi-read node may spend recomputing what it reads
@@ -49,11 +49,22 @@ HALO_BUDGET = 48  # default work per element a multi-read node may spend recompu
 MAX_CODE_COPIES = 64
 
 
-def run(graph: Graph, options: Any = None) -> Graph:
-    fuse = getattr(options, "fuse", True)
-    limit = getattr(options, "max_inline_consumers", 4)
-    budget = getattr(options, "halo_budget", None) or HALO_BUDGET
-    roots, reasons, halo, steps = _materialised(graph, fuse, limit, budget)
+class FusionOptions(PassOptions):
+    """``fuse``: group nodes (off: one kernel per node); ``max_inline_consumers``: groups a cheap
+    value may be recomputed in before it is materialised; ``halo_budget``: the work per element
+    a multi-read node may spend recomputing what it reads; ``row_budget``: the bytes of one row
+    a row set may read or write (0 is a budget too: no set fits)."""
+
+    fuse: bool = True
+    max_inline_consumers: int = Field(default=4, ge=0)
+    halo_budget: int = Field(default=HALO_BUDGET, ge=0)
+    row_budget: int = Field(default=fusion_rows.ROW_BUDGET, ge=0)
+
+
+def run(graph: Graph, options: FusionOptions | CompileOptions | None = None) -> Graph:
+    opts = FusionOptions.of(options)
+    fuse = opts.fuse
+    roots, reasons, halo, steps = _materialised(graph, fuse, opts.max_inline_consumers, opts.halo_budget)
     groups = _closures(graph, roots, steps)
     if fuse:
         groups = merge_chains(graph, groups)
@@ -62,8 +73,7 @@ def run(graph: Graph, options: Any = None) -> Graph:
     graph = _annotate(graph, groups, reasons, halo)
     if not fuse:
         return graph
-    rows = getattr(options, "row_budget", None)  # None: annotate's default; 0 is a budget too (no set fits)
-    return fusion_rows.annotate(graph) if rows is None else fusion_rows.annotate(graph, rows)  # row sets
+    return fusion_rows.annotate(graph, opts.row_budget)  # row sets
 
 
 def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str, int]) -> int:
@@ -157,7 +167,7 @@ def _materialised(
     """Nodes whose value is written to memory, why each one is, the halo notes, and the
     step values (`fusion_steps.step_cuts`) whose groups are merged with no other."""
     outputs = {o.value for o in graph.outputs}
-    saved = {r["value"] for r in graph.meta.get("saved", [])}
+    saved = saved_values(graph)
     reasons: dict[str, str] = {}
     for node in graph.nodes:
         if node.name in outputs:
@@ -360,6 +370,6 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
         if v in owner
     ]
     # Only the meta's group tag changes: an unchecked copy, as in `util.substitute` (same reason).
-    nodes = tuple(n.model_copy(update={"meta": {**n.meta, "group": first_group[n.name]}}) for n in graph.nodes)
+    nodes = tuple(n.model_copy(update={"meta": {**n.meta, **group_tag(first_group[n.name])}}) for n in graph.nodes)
     plan = KernelPlan(groups=tuple(records), boundaries=tuple(boundaries), halo=tuple(halo))
     return with_plan(graph, plan, nodes=nodes)

@@ -1,9 +1,11 @@
-"""`CompileOptions`: what the user asked `dp.compile` for, as one validated model that
-every pass reads (and that keys the compile caches)."""
+"""`CompileOptions`: what the user asked `dp.compile` for, as one validated model (that keys
+the compile caches); `PassOptions`: the base of each pass's own options model, the fields of
+`CompileOptions` that pass reads with the pass's defaults (`PassOptions.of`)."""
 
 from __future__ import annotations
 
 import os
+from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -90,3 +92,26 @@ class CompileOptions(BaseModel):
 
     def loss_output(self, graph: Graph) -> str:
         return self.loss if self.loss is not None else default_loss(graph)
+
+
+class PassOptions(BaseModel):
+    """The options one pass reads: a subclass declares them as fields, with the pass's own
+    defaults, named as the `CompileOptions` fields they come from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @classmethod
+    def of(cls, options: CompileOptions | PassOptions | None) -> Self:
+        """The pass's options: ``options`` itself when it is one, else the fields of the
+        `CompileOptions` this model declares, validated; a field left None there (no choice
+        made, e.g. ``halo_budget`` without a target) takes the pass's default."""
+        if isinstance(options, cls):
+            return options
+        if options is None:
+            return cls()
+        if not isinstance(options, CompileOptions):
+            raise ContractError(
+                f"{cls.__name__}: expected CompileOptions or {cls.__name__}, found {type(options).__name__}"
+            )
+        chosen = {k: getattr(options, k) for k in cls.model_fields if getattr(options, k) is not None}
+        return cls.model_validate(chosen)

@@ -30,15 +30,21 @@ from typing import Any
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.registry import get_op
 from dpt_ir.ir.types import TensorType
-from dpt_ir.passes.options import CompileOptions
+from dpt_ir.passes.options import CompileOptions, PassOptions
 from dpt_ir.passes.util import substitute, unique_name
 
 NAME = "reciprocal"
 MIN_RATIO = 2  # the result has at least this many elements per divisor element
 
 
-def run(graph: Graph, options: CompileOptions | None = None) -> Graph:
-    if options is not None and not options.reciprocal:
+class ReciprocalOptions(PassOptions):
+    """``reciprocal``: rewrite divisions by a broadcast value (off: leave the graph)."""
+
+    reciprocal: bool = True
+
+
+def run(graph: Graph, options: ReciprocalOptions | CompileOptions | None = None) -> Graph:
+    if not ReciprocalOptions.of(options).reciprocal:
         return graph
     producers = {n.name: n for n in graph.nodes}
     types = dict(graph.types)  # gains the new nodes' types

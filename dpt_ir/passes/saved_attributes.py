@@ -1,7 +1,7 @@
 """saved_attributes: partition the joint graph into forward and backward phases.
 
-Assumes: the joint graph from `autodiff` (``meta["cotangents"]`` names the cotangent
-inputs still unknown at compile time; ``meta["gradients"]`` the gradient outputs).
+Assumes: the joint graph from `autodiff` (its `Autodiff` record names the cotangent
+inputs still unknown at compile time and the gradient outputs).
 
 Guarantees:
 - every node is tagged ``phase=forward`` or ``phase=backward``; forward nodes read only
@@ -14,12 +14,12 @@ Guarantees:
   marked expensive, or (with ``options.recompute_budget``) recomputing them would cost
   more than that budget of op ``work`` per element, counted from the nearest values the
   backward can read (program inputs, and values kept in the forward);
-- ``meta["recomputed"]`` lists each clone with the value it recomputes, the op work per
-  element the backward spends on it (its own op and the recomputed values it reads), the
-  bytes saving the value would have cost, the recompute budget and the reason;
-- ``meta["saved"]`` lists each saved value with its bytes, provenance (the forward node),
+- the `SavedPlan` record (`dpt_ir.ir.records`): ``recomputed`` lists each clone with the
+  value it recomputes, the op work per element the backward spends on it (its own op and
+  the recomputed values it reads), the bytes saving the value would have cost, the recompute budget and the reason;
+- ``saved`` lists each saved value with its bytes, provenance (the forward node),
   readers (backward nodes) and the reason it is saved rather than recomputed;
-  ``meta["derived_attributes"]`` lists the static attributes (counts, shapes) the
+  ``derived_attributes`` lists the static attributes (counts, shapes) the
   backward reads instead of a tensor;
 - values are unchanged: every clone computes exactly what its original computes.
 
@@ -29,29 +29,54 @@ are forward and nothing is saved: forward and backward can then share kernels.
 
 from __future__ import annotations
 
-from typing import Any
-
 import networkx as nx
 
 from dpt_ir.ir.graph import Graph, Node
-from dpt_ir.passes.util import phase_of, unique_name
+from dpt_ir.ir.records import (
+    DerivedAttribute,
+    Phase,
+    Recomputed,
+    SavedPlan,
+    SavedValue,
+    cotangents,
+    grad_of,
+    gradients,
+    has_phase,
+    phase_of,
+    phase_tag,
+    recompute_of,
+    recompute_tags,
+    with_saved_plan,
+)
+from dpt_ir.passes.options import CompileOptions, PassOptions
+from dpt_ir.passes.util import unique_name
 
 NAME = "saved_attributes"
 NOT_RECOMPUTED = ("reduction", "stencil")
 RECOMPUTE_SUFFIX = ".re"
 
 
-def run(graph: Graph, options: Any = None) -> Graph:
-    cts = set(graph.meta.get("cotangents", {}).values())
+class SavedOptions(PassOptions):
+    """``recompute``: let the backward recompute cheap forward values; ``recompute_budget``: the
+    op work per element one recomputed value may cost (None: no limit)."""
+
+    recompute: bool = True
+    recompute_budget: int | None = None
+
+
+def run(graph: Graph, options: SavedOptions | CompileOptions | None = None) -> Graph:
+    opts = SavedOptions.of(options)
+    cts = set(cotangents(graph).values())
     needs_ct = _descendants(graph, cts)
     if not needs_ct:
         nodes = tuple(_tag(n, "forward") for n in graph.nodes)
         return graph.replace(
             nodes=nodes,
-            meta={**graph.meta, "saved": [], "saved_bytes": 0, "derived_attributes": _derived(graph)},
+            meta=with_saved_plan(
+                graph.meta, SavedPlan(saved=(), saved_bytes=0, derived_attributes=_derived(graph)), recomputed=False
+            ),
         )
-    recompute = getattr(options, "recompute", True)
-    budget = getattr(options, "recompute_budget", None)
+    recompute, budget = opts.recompute, opts.recompute_budget
     over_budget = _over_budget(graph, needs_ct, budget) if recompute and budget is not None else {}
     source_side = _min_cut(graph, needs_ct, recompute, set(over_budget))
     return _rewrite(graph, needs_ct, source_side, over_budget, budget)
@@ -67,12 +92,12 @@ def _descendants(graph: Graph, roots: set[str]) -> set[str]:
 
 
 def forward_outputs(graph: Graph) -> set[str]:
-    grads = set(graph.meta.get("gradients", {}).values())
+    grads = set(gradients(graph).values())
     return {o.value for o in graph.outputs if o.name not in grads}
 
 
 def backward_outputs(graph: Graph) -> set[str]:
-    grads = set(graph.meta.get("gradients", {}).values())
+    grads = set(gradients(graph).values())
     return {o.value for o in graph.outputs if o.name in grads}
 
 
@@ -116,7 +141,7 @@ def _min_cut(graph: Graph, needs_ct: set[str], recompute: bool, kept: set[str]) 
     cannot be saved (infinite).
     """
     fwd_out = forward_outputs(graph)
-    cts = set(graph.meta.get("cotangents", {}).values())
+    cts = set(cotangents(graph).values())
     flow = nx.DiGraph()
     inputs = {i.name for i in graph.inputs}
     for name in graph.types:
@@ -177,31 +202,30 @@ def _rewrite(
             if node.name in in_backward:
                 clone = unique_name(node.name + RECOMPUTE_SUFFIX, taken)
                 clones[node.name] = clone
-                meta = {**node.meta, "phase": "backward", "recompute_of": node.name}
+                meta = {**node.meta, **recompute_tags(node.name)}
                 nodes.append(node.with_(name=clone, inputs=backward_inputs, meta=meta))
         elif node.name in in_backward:
             nodes.append(_tag(node.with_(inputs=backward_inputs), "backward"))
     outputs = tuple(o.with_(value=clones.get(o.value, o.value)) if o.value in bwd_out else o for o in graph.outputs)
     records = _saved_records(graph, saved, nodes, over_budget, budget)
-    meta = {
-        **graph.meta,
-        "saved": records,
-        "saved_bytes": sum(r["bytes"] for r in records),
-        "recomputed": _recomputed_records(graph, nodes, budget),
-        "derived_attributes": _derived(graph),
-    }
-    return graph.replace(nodes=tuple(nodes), outputs=outputs, meta=meta)
+    plan = SavedPlan(
+        saved=records,
+        saved_bytes=sum(r.bytes for r in records),
+        recomputed=_recomputed_records(graph, nodes, budget),
+        derived_attributes=_derived(graph),
+    )
+    return graph.replace(nodes=tuple(nodes), outputs=outputs, meta=with_saved_plan(graph.meta, plan))
 
 
-def _tag(node: Node, phase: str) -> Node:
-    if phase_of(node) == phase and "phase" in node.meta:
+def _tag(node: Node, phase: Phase) -> Node:
+    if phase_of(node) == phase and has_phase(node):
         return node
-    return node.with_(meta={**node.meta, "phase": phase})
+    return node.with_(meta={**node.meta, **phase_tag(phase)})
 
 
 def _saved_records(
     graph: Graph, saved: set[str], nodes: list[Node], over_budget: dict[str, int], budget: int | None
-) -> list[dict[str, Any]]:
+) -> tuple[SavedValue, ...]:
     fwd_out = forward_outputs(graph)
     readers_of: dict[str, list[str]] = {}
     for n in nodes:
@@ -215,17 +239,17 @@ def _saved_records(
             continue
         readers = readers_of.get(node.name, [])
         records.append(
-            {
-                "value": node.name,
-                "bytes": node.type.nbytes,
-                "type": node.type.short(),
-                "provenance": node.name,
-                "op": node.op,
-                "readers": readers,
-                "reason": _reason(node, fwd_out, over_budget, budget, pinned_above),
-            }
+            SavedValue(
+                value=node.name,
+                bytes=node.type.nbytes,
+                type=node.type.short(),
+                provenance=node.name,
+                op=node.op,
+                readers=tuple(readers),
+                reason=_reason(node, fwd_out, over_budget, budget, pinned_above),
+            )
         )
-    return records
+    return tuple(records)
 
 
 class _PinnedAncestors:
@@ -284,7 +308,7 @@ def _reason(
     return f"saving {node.type.nbytes} B is cheaper than what recomputing it would have to save"
 
 
-def _recomputed_records(graph: Graph, nodes: list[Node], budget: int | None) -> list[dict[str, Any]]:
+def _recomputed_records(graph: Graph, nodes: list[Node], budget: int | None) -> tuple[Recomputed, ...]:
     """Why each clone is recomputed: its work per element against the bytes saving it would cost.
 
     The work counts the clone's op and, along its inputs, every other clone it reads (a
@@ -295,7 +319,7 @@ def _recomputed_records(graph: Graph, nodes: list[Node], budget: int | None) -> 
     reads: dict[str, frozenset[str]] = {}
     records = []
     for node in nodes:
-        original = node.meta.get("recompute_of")
+        original = recompute_of(node)
         if original is None:
             continue
         own, inputs = node.opdef.work, sum(work.get(i, 0) for i in node.inputs)
@@ -303,22 +327,23 @@ def _recomputed_records(graph: Graph, nodes: list[Node], budget: int | None) -> 
         reads[node.name] = frozenset().union(*(reads.get(i, {i}) for i in node.inputs))
         nbytes = graph.types[original].nbytes
         limit = f"within the recompute budget {budget}" if budget is not None else "with no recompute budget"
-        records.append(
-            {
-                "value": node.name,
-                "recomputes": original,
-                "op": node.op,
-                "work": own + inputs,
-                "own_work": own,
-                "save_bytes": nbytes,
-                "budget": budget,
-                "reason": (
-                    f"{own + inputs} work per element ({node.op} {own}, its recomputed inputs {inputs}) {limit}: "
-                    f"recomputed from {_names(reads[node.name])} instead of saving {nbytes} B"
-                ),
-            }
+        reason = (
+            f"{own + inputs} work per element ({node.op} {own}, its recomputed inputs {inputs}) {limit}: "
+            f"recomputed from {_names(reads[node.name])} instead of saving {nbytes} B"
         )
-    return records
+        records.append(
+            Recomputed(
+                value=node.name,
+                recomputes=original,
+                op=node.op,
+                work=own + inputs,
+                own_work=own,
+                save_bytes=nbytes,
+                budget=budget,
+                reason=reason,
+            )
+        )
+    return tuple(records)
 
 
 def _names(values: frozenset[str], shown: int = 3) -> str:
@@ -329,9 +354,9 @@ def _names(values: frozenset[str], shown: int = 3) -> str:
     return ", ".join(ordered[:shown]) + more
 
 
-def _derived(graph: Graph) -> list[dict[str, Any]]:
+def _derived(graph: Graph) -> tuple[DerivedAttribute, ...]:
     """Static attributes read by backward formulas instead of tensors (e.g. mean's count)."""
-    has_grad = {n.meta.get("grad_of") for n in graph.nodes if n.meta.get("phase") == "backward"}
+    has_grad = {grad_of(n) for n in graph.nodes if phase_of(n) == "backward"}
     out = []
     for node in graph.nodes:
         d = node.opdef.derivative
@@ -339,5 +364,5 @@ def _derived(graph: Graph) -> list[dict[str, Any]]:
             continue
         sig = graph.signature(node)
         for attr, fn in d.derived.items():
-            out.append({"node": node.name, "op": node.op, "attribute": attr, "value": fn(sig)})
-    return out
+            out.append(DerivedAttribute(node=node.name, op=node.op, attribute=attr, value=fn(sig)))
+    return tuple(out)

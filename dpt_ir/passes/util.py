@@ -38,11 +38,6 @@ def substitute(graph: Graph, subst: Mapping[str, str], nodes: Iterable[Node] | N
     return graph.replace(nodes=tuple(new_nodes), outputs=outputs)
 
 
-def phase_of(node: Node) -> str:
-    """``forward`` unless autodiff or the partitioner tagged the node ``backward``."""
-    return node.meta.get("phase", "forward")
-
-
 def unique_name(base: str, taken: set[str]) -> str:
     """``base``, or ``base_<k>`` with the smallest k making it new; the name is added to ``taken``."""
     candidate, k = base, 0
@@ -53,9 +48,7 @@ def unique_name(base: str, taken: set[str]) -> str:
     return candidate
 
 
-def live_ranges(
-    groups: Sequence[KernelGroup], sets: Sequence[RowSet] = ()
-) -> tuple[dict[str, int], dict[str, int]]:
+def live_ranges(groups: Sequence[KernelGroup], sets: Sequence[RowSet] = ()) -> tuple[dict[str, int], dict[str, int]]:
     """For kernels in order: the index of the kernel that writes each value, and of the
     last kernel that reads it (values never read have no entry). Each row set (`sets`,
     `fusion_rows`) counts as one kernel: a value a member writes lives from the set's first
@@ -83,9 +76,7 @@ def live_ranges(
     return written, last_read
 
 
-def same_index_members(
-    graph: Graph, nodes: Sequence[str], seeds: Iterable[str], space: tuple[int, ...]
-) -> set[str]:
+def same_index_members(graph: Graph, nodes: Sequence[str], seeds: Iterable[str], space: tuple[int, ...]) -> set[str]:
     """The members of a kernel (``nodes``, in topological order) that its ``seeds`` read at
     the kernel's own iteration index: the seeds of shape ``space`` and, through
     elementwise nodes, their same-shape inputs (a broadcast, a view or a stencil reads

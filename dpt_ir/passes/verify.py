@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, verify_graph
 from dpt_ir.ir.kernel_ir import KernelGroup, KernelPlan, has_plan, plan_of
-from dpt_ir.passes.util import live_ranges, phase_of
+from dpt_ir.ir.records import phase_of
+from dpt_ir.passes.util import live_ranges
 
 NAME = "verify"
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.api.autodiff import check_wrt, joint_graph, seed_arrays
+from dpt_ir.ir import records
 from dpt_ir.ir.contracts import check_inputs
 from dpt_ir.ir.errors import NumericalError
 from dpt_ir.ir.graph import Graph
@@ -61,7 +62,7 @@ def interpret_grad(
     seeds = seed_arrays(graph, seed)
     checked = check_inputs(graph, inputs)
     joint = joint_graph(graph, wrt, list(seeds))
-    cts = joint.meta["cotangents"]
+    cts = records.joint_record(joint).cotangents
     env = evaluate(joint, {**checked, **{cts[k]: v for k, v in seeds.items()}})
-    grads = joint.meta["gradients"]
+    grads = records.joint_record(joint).gradients
     return {w: env[joint.output_value(grads[w])] for w in wrt}

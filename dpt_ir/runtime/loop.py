@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from dpt_ir.ir import records
 from dpt_ir.ir.graph import Node
 from dpt_ir.ir.types import TensorType, is_float
 from dpt_ir.ops.loop import ScanAttrs, body_vjp, checkpoint_plan, grad_layout, result_types
@@ -64,13 +65,13 @@ class Loop:
         body_name, vjp_name = piece_names(a)
         self.body = programs[body_name]
         joint = body_vjp(a.body)
-        self.grad_outputs = dict(joint.meta["gradients"])
+        self.grad_outputs = dict(records.joint_record(joint).gradients)
         # Only the reverse sweep (a scan_vjp node) runs the body's vjp.
         self.vjp = programs[vjp_name] if node.op == "scan_vjp" else None
         self.names = [i.name for i in a.body.inputs]
         self.results = result_types(a.body, a)
         self.result_offsets = _offsets(self.results)
-        self.ct_names = joint.meta["cotangents"]
+        self.ct_names = records.joint_record(joint).cotangents
         self.body_outputs = [o.name for o in a.body.outputs]
         self.packed = wp.zeros(sum(t.size for t in self.results), dtype=WP_DTYPES[dtype], device=self.device)
         layout = grad_layout(self.in_types)

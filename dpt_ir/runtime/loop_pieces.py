@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
+from dpt_ir.ir import records
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Node, Output
 from dpt_ir.ir.types import TensorType, is_float
@@ -34,14 +35,14 @@ def vjp_piece(a: ScanAttrs) -> Graph:
     from dpt_ir.ir.builder import GraphBuilder
 
     joint = body_vjp(a.body)
-    grads = joint.meta["gradients"]
+    grads = records.joint_record(joint).gradients
     b, handles = GraphBuilder.from_graph(joint)
     closures = a.body.inputs[a.carries + a.xs + (1 if a.index else 0) :]
     outputs = {o.name: o.value for o in joint.outputs if o.name in set(grads.values())}
     for inp in closures:
         if is_float(inp.type.dtype):
             acc = b.add_input(ACC_PREFIX + inp.name, inp.type)
-            total = b.emit("add", [acc, handles[outputs[grads[inp.name]]]], meta={"phase": "backward"})
+            total = b.emit("add", [acc, handles[outputs[grads[inp.name]]]], meta=records.phase_tag("backward"))
             outputs[grads[inp.name]] = total.name
     b.set_outputs([Output(name=k, value=v) for k, v in outputs.items()])
     return b.build().replace(name=f"{a.body.name}.vjp", meta={})

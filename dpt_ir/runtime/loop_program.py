@@ -30,6 +30,7 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.api.autodiff import joint_graph
+from dpt_ir.ir import records
 from dpt_ir.ir.contracts import check_inputs
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Input, Node, Output
@@ -288,11 +289,11 @@ class LoopProgram:
             )
         checked = check_inputs(self.graph, inputs)
         joint = self.joint.graph
-        ct = joint.meta["cotangents"][self.loss]
+        ct = records.joint_record(joint).cotangents[self.loss]
         seed = np.ones(joint.types[ct].shape, dtype=joint.types[ct].dtype)
         with self._lock:
             results = self._evaluate(self.joint, {**checked, ct: seed})
-        grads = joint.meta["gradients"]
+        grads = records.joint_record(joint).gradients
         outs = {o.name: results[o.name] for o in self.graph.outputs}
         return outs, {w: results[grads[w]] for w in self.wrt}
 

@@ -29,6 +29,7 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.api.autodiff import joint_graph, seed_arrays
+from dpt_ir.ir import records
 from dpt_ir.ir.contracts import check_inputs
 from dpt_ir.ir.errors import ContractError, LifecycleError
 from dpt_ir.ir.graph import Graph
@@ -43,7 +44,7 @@ def tape_graph(graph: Graph, wrt: tuple[str, ...]) -> tuple[Graph, int]:
     backward one."""
     outputs = [o.name for o in graph.outputs if is_float(graph.types[o.value].dtype)]
     joint = joint_graph(graph, wrt, outputs)
-    backward = set(joint.meta["cotangents"].values())
+    backward = set(records.joint_record(joint).cotangents.values())
     for node in joint.nodes:
         if any(i in backward for i in node.inputs):
             backward.add(node.name)
@@ -139,10 +140,10 @@ class LoopTapePass:
         joint = self.segments.graph
         arrays = seed_arrays(self.program.graph, dict(seed))
         for name in arrays:
-            if name not in joint.meta["cotangents"]:
+            if name not in records.joint_record(joint).cotangents:
                 raise ContractError(f"seed: output {name!r} is not a float output, so it takes no cotangent")
         seeds = {}
-        for out, ct in joint.meta["cotangents"].items():
+        for out, ct in records.joint_record(joint).cotangents.items():
             t = joint.types[ct]
             seeds[ct] = arrays.get(out, np.zeros(t.shape, dtype=t.dtype))
         try:
@@ -152,7 +153,7 @@ class LoopTapePass:
             self.close()
             raise
         self.state = "complete"
-        values = {w: joint.output_value(joint.meta["gradients"][w]) for w in self.program.wrt}
+        values = {w: joint.output_value(records.joint_record(joint).gradients[w]) for w in self.program.wrt}
         return {w: _shaped(env[v], joint.types[v].shape) for w, v in values.items()}
 
     def close(self) -> None:

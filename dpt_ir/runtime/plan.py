@@ -24,6 +24,7 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.backends.launches import KernelSource, StatusSlot
+from dpt_ir.ir import records
 from dpt_ir.ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
@@ -166,8 +167,8 @@ class ExecutionPlan:
         }
         self._ready = False
         self.outputs = {o.name: o.value for o in graph.outputs}
-        self.cotangents: dict[str, str] = graph.meta.get("cotangents", {})
-        self.gradients: dict[str, str] = graph.meta.get("gradients", {})
+        self.cotangents: dict[str, str] = records.cotangents(graph)
+        self.gradients: dict[str, str] = records.gradients(graph)
         # The gradients a CPU call gives fresh arrays of their own (`runtime._direct_results`).
         gradient_values = dict.fromkeys(self.outputs[g] for g in self.gradients.values())
         self.direct_gradients = tuple(v for v in gradient_values if v in self.direct_values and device == "cpu")

@@ -42,8 +42,9 @@ from typing import Any
 from dpt_ir.backends.cxx.common import C_TYPES, TOKEN
 from dpt_ir.backends.cxx.units import Unit, hashed, launch
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ir.graph import Graph, origin_of
+from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
+from dpt_ir.ir.records import origin_of
 from dpt_ir.ir.registry import Contraction
 
 TM, TN = 32, 32  # CPU: a task's output block

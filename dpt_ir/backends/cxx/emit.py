@@ -25,8 +25,9 @@ from dpt_ir.backends.cxx.common import C_TYPES, PRECISE_TRIG, TOKEN, flat_index,
 from dpt_ir.backends.cxx.nest import Nest
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ir.graph import Graph, origin_of
+from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.indexing import Affine, Coords
+from dpt_ir.ir.records import origin_of
 from dpt_ir.ir.registry import CXX_FLOATS, CxxSite
 from dpt_ir.ops.elementwise import cxx_literal
 
