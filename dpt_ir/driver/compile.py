@@ -23,7 +23,6 @@ Compiles are serialised per process (one lock). Messages go to the ``dpt_ir`` lo
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -36,30 +35,18 @@ import pydantic
 import warp as wp
 
 from dpt_ir.api.autodiff import check_wrt, default_loss
-from dpt_ir.backends import launches
 from dpt_ir.backends.base import Target, target_for
-from dpt_ir.backends.launches import KernelSource, StatusSlot
+from dpt_ir.backends.launches import KernelSource
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.quiet import init_quietly
+from dpt_ir.driver.cache import Built, load_or_build
 from dpt_ir.ir import records
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes import dumps
 from dpt_ir.passes.dumps import resolve_dump_dir
-from dpt_ir.runtime.modules import (
-    BUILD_LOCK,
-    CacheRecord,
-    GeneratedModule,
-    cache_root,
-    content_key,
-    new_record,
-    purge_warp,
-    read_entry,
-    source_fingerprint,
-    warn_once,
-    write_entry,
-)
+from dpt_ir.runtime.modules import BUILD_LOCK, content_key, source_fingerprint
 from dpt_ir.runtime.plan import ExecutionPlan
 from dpt_ir.runtime.program import Program
 
@@ -246,26 +233,17 @@ def _build(
     """The passes and code generation of every pipeline (or their disk-cache record), run
     now, for ``target`` (whose budgets ``base`` holds); each pipeline's Warp module is built
     on its plan's first use (`GeneratedModule`)."""
-    entry, stem = cache_root() / key, f"dpt_ir_gen_{key}"
-    results: dict[str, PipelineResult] = {}
-    record, texts, problem = read_entry(entry, key)
-    if problem is not None:
-        warn_once(key, f"cache entry {entry}: {problem}; recompiling and replacing it")
-        purge_warp(stem)  # every module's binary: Warp's files of a damaged entry are not trusted either
-    if record is not None and texts is not None and out_dir is None:
-        cache = "disk"
-        built = _unpack(record, texts)
-    else:
-        cache = "miss"
+    stem = f"dpt_ir_gen_{key}"
+
+    def build() -> tuple[dict[str, PipelineResult], Built]:
         from dpt_ir.passes.manager import run_pipeline
 
         options = pipelines(graph, wrt, loss, base)
         results = {name: run_pipeline(graph, opts) for name, opts in options.items()}
         log.debug("compile %r: passes done in %.2f s", graph.name, time.perf_counter() - start)
-        header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
         sources = {  # one module per pipeline, so that a call builds only the module it launches
             f"{stem}_{PLAN_PREFIX[n]}": codegen.generate(
-                {PLAN_PREFIX[n]: r.graph}, graph.name, header, base["checks"], target
+                {PLAN_PREFIX[n]: r.graph}, graph.name, _header(base), base["checks"], target
             )
             for n, r in results.items()
         }
@@ -275,58 +253,27 @@ def _build(
             {name: source.slots for name, source in sources.items()},
             {name: source.text for name, source in sources.items()},
         )
-        _store(entry, key, built)
+        return results, built
+
+    cached = load_or_build(key, stem, out_dir is not None, build)
+    built = cached.built
     plans = {}
     for name, g in built.graphs.items():
-        module = _module(built, f"{stem}_{PLAN_PREFIX[name]}", entry, key, dev, record if cache == "disk" else None)
+        module = cached.module(f"{stem}_{PLAN_PREFIX[name]}", dev)
         mine = [k for k in built.kernels if k.name.startswith(PLAN_PREFIX[name] + "_")]
         slots, checks, tape = built.slots[module.name], base["checks"], name == "tape"
         plans[name] = ExecutionPlan(g, mine, module, dev, slots, checks, grad_outputs=tape, threads=target.threads)
-    report = _report(graph, plans, built.kernels, cache, time.perf_counter() - start, dev, stem, base)
+    report = _report(graph, plans, built.kernels, cached.cache, time.perf_counter() - start, dev, stem, base)
     program = Program(graph, wrt, loss, dev, plans, base["checks"], report, stem)
-    log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report["compile_seconds"], cache)
+    log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report["compile_seconds"], cached.cache)
     if out_dir is not None:
-        _dump(out_dir, results, plans, built.texts, report)
+        _dump(out_dir, cached.results, plans, built.texts, report)
     return program
 
 
-@dataclasses.dataclass(frozen=True)
-class Built:
-    """What the passes and code generation made: the scheduled plans, their launches, and
-    per generated module its status slots and source (by module name)."""
-
-    graphs: dict[str, Graph]
-    kernels: list[KernelSource]
-    slots: dict[str, list[StatusSlot]]
-    texts: dict[str, str]
-
-
-def _unpack(record: CacheRecord, texts: dict[str, str]) -> Built:
-    """The plans, launches and status slots a cache record holds, with its modules' sources."""
-    saved = json.loads(record.payload)
-    graphs = {k: Graph.model_validate_json(v) for k, v in saved["graphs"].items()}
-    slots = {m: [StatusSlot(**s) for s in module_slots] for m, module_slots in saved["slots"].items()}
-    return Built(graphs, launches.kernels_from_record(saved["kernels"]), slots, texts)
-
-
-def _store(entry: Path, key: str, built: Built) -> None:
-    """Write the cache entry of a fresh build: the modules' sources, then the record (Warp's
-    checksums are added as each module is built)."""
-    payload = json.dumps(
-        {
-            "graphs": {k: g.model_dump_json() for k, g in built.graphs.items()},
-            "kernels": launches.kernels_record(built.kernels),
-            "slots": {m: [dataclasses.asdict(s) for s in module_slots] for m, module_slots in built.slots.items()},
-        }
-    )
-    write_entry(entry, new_record(key, payload, built.texts), built.texts)
-
-
-def _module(built: Built, name: str, entry: Path, key: str, dev: str, record: CacheRecord | None) -> GeneratedModule:
-    """The generated module ``name`` of the entry, not built yet; ``record``: the disk-cache
-    record it was read from (its Warp checksums are checked on the build), None after a miss."""
-    expected = record.warp_files.get(name) if record is not None else None
-    return GeneratedModule(name, built.texts[name], entry, key, dev, expected)
+def _header(base: dict[str, Any]) -> str:
+    """The generated modules' version line: what made them, with which options."""
+    return f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
 
 
 _PIECES: dict[str, dict[str, Program]] = {}
@@ -347,33 +294,26 @@ def compile_pieces(
         target,
     )
     with _COMPILE_LOCK:
-        cached = _PIECES.get(f"{key}:{dev}")
-        if cached is not None and out_dir is None:
-            return cached
+        hit = _PIECES.get(f"{key}:{dev}")
+        if hit is not None and out_dir is None:
+            return hit
         start = time.perf_counter()
-        entry, module_name = cache_root() / key, f"dpt_ir_gen_{key}"
+        module_name = f"dpt_ir_gen_{key}"
         prefixes = {name: f"p{k}" for k, name in enumerate(pieces)}
-        record, texts, problem = read_entry(entry, key)
-        if problem is not None:
-            warn_once(key, f"cache entry {entry}: {problem}; recompiling and replacing it")
-            purge_warp(module_name)
-        results: dict[str, PipelineResult] = {}
-        if record is not None and texts is not None and out_dir is None:
-            cache = "disk"
-            built = _unpack(record, texts)
-        else:
+
+        def build() -> tuple[dict[str, PipelineResult], Built]:
             from dpt_ir.passes.manager import run_pipeline
 
-            cache = "miss"
             results = {name: run_pipeline(g, pipelines(g, (), None, base)["run"]) for name, g in pieces.items()}
             graphs = {name: r.graph for name, r in results.items()}
-            header = f"dpt_ir {__version__}, warp {wp.config.version}, options {json.dumps(base, sort_keys=True)}"
             source = codegen.generate(
-                {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target
+                {prefixes[n]: g for n, g in graphs.items()}, title, _header(base), base["checks"], target
             )
-            built = Built(graphs, source.kernels, {module_name: source.slots}, {module_name: source.text})
-            _store(entry, key, built)
-        module = _module(built, module_name, entry, key, dev, record if cache == "disk" else None)
+            return results, Built(graphs, source.kernels, {module_name: source.slots}, {module_name: source.text})
+
+        cached = load_or_build(key, module_name, out_dir is not None, build)
+        built = cached.built
+        module = cached.module(module_name, dev)
         module.built()  # loop programs stay one module, built now
         programs = {}
         for name, g in built.graphs.items():
@@ -381,18 +321,18 @@ def compile_pieces(
             plan = ExecutionPlan(g, mine, module, dev, built.slots[module_name], base["checks"])
             plan.ready()  # binds the kernels: loop replays record the launches' commands directly
             report = _report(
-                pieces[name], {"run": plan}, mine, cache, time.perf_counter() - start, dev, module_name, base
+                pieces[name], {"run": plan}, mine, cached.cache, time.perf_counter() - start, dev, module_name, base
             )
             programs[name] = Program(pieces[name], (), None, dev, {"run": plan}, base["checks"], report, module_name)
             if out_dir is not None:
                 shared = [dumps.SharedKernel(function=k.function, launch=k.name) for k in mine]
-                dumps.write_all(results[name], out_dir / name, shared)
+                dumps.write_all(cached.results[name], out_dir / name, shared)
         if out_dir is not None:
             (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
             (out_dir / "kernels" / f"{module_name}.py").write_text(built.texts[module_name])
         _PIECES[f"{key}:{dev}"] = programs
         log.info("compiled %d loop-program pieces of %r as one module in %.2f s (cache %s)", len(pieces), title,
-                 time.perf_counter() - start, cache)  # fmt: skip
+                 time.perf_counter() - start, cached.cache)  # fmt: skip
         return programs
 
 
