@@ -345,6 +345,34 @@ def test_run_grad_matches_interpreter(user_files: dict[str, Path], tmp_path: Pat
     assert lines[1] == "grad.x  shape (4, 4)  float32"
 
 
+def test_run_without_out_prints_the_values(user_files: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """`dpt-ir run` without --out prints every result (name, shape, dtype, values) and
+    writes nothing: --out is only for keeping them."""
+    argv = ["run", str(user_files["graph"]), "--inputs", str(user_files["inputs"]), "--grad", "x"]
+    before = sorted(user_files["root"].iterdir())
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    inputs = _inputs(user_files)
+    expected = dp.interpret(_graph(), **inputs)
+    grad = dp.interpret_grad(_graph(), ["x"], **inputs)
+    lines = out.splitlines()
+    assert lines[0].startswith("loss  shape ()  float32  = ")
+    assert float(lines[0].split("= ")[1]) == pytest.approx(float(expected["loss"]), rel=1e-5)
+    assert lines[1] == "grad.x  shape (4, 4)  float32"
+    shown = np.array([float(v) for line in lines[2:6] for v in line.strip(" []").split()])
+    np.testing.assert_allclose(shown.reshape(4, 4), grad["x"], rtol=1e-4, atol=1e-6)
+    assert lines[6].split()[::2] == ["min", "max", "mean"], out
+    assert sorted(user_files["root"].iterdir()) == before
+
+
+def test_export_cuda_help_shows_inputs_or_seed_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["export-cuda", "--help"])
+    assert exc.value.code == 0
+    usage = " ".join(capsys.readouterr().out.split())
+    assert "(--inputs IN.npz | --seed N)" in usage, usage
+
+
 def test_show_after_fusion(user_files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", str(user_files["graph"]), "--after", "fusion", "--wrt", "x"]) == 0
     out = capsys.readouterr().out
