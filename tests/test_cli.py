@@ -506,3 +506,23 @@ def test_compile_summarises_a_loop_program(tmp_path: Path, capsys: pytest.Captur
     assert all(cells[2] == "3" and int(cells[3]) >= 1 for cells in rows), out
     assert any(int(cells[4]) >= 1 for cells in rows), out  # the reverse loop runs the body's vjp
     assert "distinct kernels; compile" in out
+
+
+def test_a_loop_program_prints_and_lists_under_its_graph_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`print(program)` of a loop program says what it is, like `Program`'s repr, and
+    `dpt-ir cache info` names its entry after the graph, not a piece (`run.seg0`)."""
+    monkeypatch.setenv("DPT_IR_CACHE", str(tmp_path / "cache"))
+    g = dp.GraphBuilder("wave")
+    x = g.input("x", (8,), dtype="float32")
+    g.output("loss", dp.sum(dp.fori_loop(3, lambda i, c: dp.sin(c) * 0.4375 + x, x)))  # a constant no other test uses
+    program = dp.compile(g.build(), wrt=["x"], device="cpu")
+    assert repr(program) == (
+        f"LoopProgram('wave', wrt=['x'], device='cpu', loops={{'run': 1, 'value_and_grad': 2}}, "
+        f"kernels={program.kernel_count})"
+    )
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("\nkey ") + 1 :].splitlines()[2:]
+    assert len(table) == 1 and table[0].split("  ")[1].strip() == "wave (5 loop-program pieces)", out

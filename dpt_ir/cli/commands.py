@@ -318,15 +318,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cache_entries(root: Path) -> list[tuple[str, str, int, int]]:
     """``(key, graph name or state, bytes, bytes of Warp's files)`` of every entry under
-    ``root``, by key."""
+    ``root``, by key (a loop program's entry: its graph's name and piece count)."""
     from dpt_ir.runtime.modules import read_entry, warp_cache_dir
 
     rows = []
     for entry in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
         record, _, problem = read_entry(entry, entry.name)
         if record is not None:
-            graphs = json.loads(record.payload)["graphs"]
-            state = json.loads(next(iter(graphs.values())))["name"] if graphs else "-"
+            payload = json.loads(record.payload)
+            graphs = payload["graphs"]  # a program's plans, named after its graph; or a loop program's pieces
+            state = payload.get("title") or (json.loads(next(iter(graphs.values())))["name"] if graphs else "-")
         else:
             state = f"damaged ({problem})" if problem else "incomplete"
         size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())

@@ -308,11 +308,13 @@ def _unpack(record: CacheRecord, texts: dict[str, str]) -> Built:
     return Built(graphs, launches.kernels_from_record(saved["kernels"]), slots, texts)
 
 
-def _store(entry: Path, key: str, built: Built) -> None:
+def _store(entry: Path, key: str, built: Built, title: str | None = None) -> None:
     """Write the cache entry of a fresh build: the modules' sources, then the record (Warp's
-    checksums are added as each module is built)."""
+    checksums are added as each module is built). ``title``: what the entry is of, when its
+    graphs are pieces named otherwise (a loop program's; `dpt-ir cache info` shows it)."""
     payload = json.dumps(
         {
+            **({} if title is None else {"title": title}),
             "graphs": {k: g.model_dump_json() for k, g in built.graphs.items()},
             "kernels": launches.kernels_record(built.kernels),
             "slots": {m: [dataclasses.asdict(s) for s in module_slots] for m, module_slots in built.slots.items()},
@@ -371,7 +373,7 @@ def compile_pieces(
                 {prefixes[n]: g for n, g in graphs.items()}, title, header, base["checks"], target
             )
             built = Built(graphs, source.kernels, {module_name: source.slots}, {module_name: source.text})
-            _store(entry, key, built)
+            _store(entry, key, built, title=f"{title} ({len(pieces)} loop-program pieces)")
         module = _module(built, module_name, entry, key, dev, record if cache == "disk" else None)
         module.built()  # loop programs stay one module, built now
         programs = {}
