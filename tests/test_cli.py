@@ -16,6 +16,7 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.cli.commands import main
+from tests.hiding import env_without
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -477,23 +478,11 @@ def test_bench_smoke(tmp_path: Path) -> None:
         assert "matplotlib" in proc.stderr
 
 
-_HIDE_SCIPY = """
-import sys
-class HideScipy:  # as if SciPy were not installed: `import scipy` raises ModuleNotFoundError
-    def find_spec(self, name, path=None, target=None):
-        if name == "scipy" or name.startswith("scipy."):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-sys.meta_path.insert(0, HideScipy())
-"""
-
-
 def test_bench_without_scipy(tmp_path: Path) -> None:
     """SciPy is not a dependency: without it `dpt-ir bench` still runs every case (the imaging
     case's data needs no SciPy) and leaves out only the NumPy peers that use it, each with
     one line naming what to install."""
-    (tmp_path / "sitecustomize.py").write_text(_HIDE_SCIPY)  # every process, the suite's too
-    paths = [str(tmp_path), str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    env = env_without(tmp_path, "scipy")  # in every process: the suite's too
     argv = ["bench", "--quick", "--cases", "chain16,imaging", "--peers", "dpt_ir,numpy", "--size", "16", "--reps", "1"]
     proc = subprocess.run(
         [sys.executable, "-m", "dpt_ir", *argv], capture_output=True, text=True, env=env, timeout=600, check=False
