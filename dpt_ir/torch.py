@@ -12,7 +12,9 @@ Guarantees:
   ``TorchFunction.forward_op`` / ``vjp_op``. Eager calls run the same two
   implementations through a ``torch.autograd.Function`` instead: the custom op's Python
   dispatch costs ~0.1 ms a call on this machine, several times the per-call goal.
-  Double backward is not supported (the backward is ``once_differentiable``).
+  Double backward is not supported yet: a gradient taken with ``create_graph=True``
+  carries a node whose backward raises a `ContractError` saying so (instead of torch's
+  silent constant or its "does not require grad" error).
 - Gradients reach every input in ``program.wrt`` for cotangents on any subset of the
   outputs; a tensor that requires grad on an input outside ``wrt`` is a `ContractError`
   (a silent zero gradient would be wrong).
@@ -49,7 +51,6 @@ from typing import Any
 
 import numpy as np
 import warp as wp
-from torch.autograd.function import once_differentiable
 
 from dpt_ir.interop import (
     CompiledProgram,
@@ -240,11 +241,34 @@ class _Eager(torch.autograd.Function):
         return tuple(outs)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
         fn: TorchFunction = ctx.fn
-        wrt_grads = fn.vjp_impl(list(ctx.saved_tensors), fn.cotangents(grads), ctx.loss_grads)
-        return (None, None, *fn.input_grads(wrt_grads))
+        with torch.no_grad():
+            wrt_grads = fn.vjp_impl(list(ctx.saved_tensors), fn.cotangents(grads), ctx.loss_grads)
+        input_grads = fn.input_grads(wrt_grads)
+        if torch.is_grad_enabled():  # create_graph=True: the caller may differentiate these gradients
+            # They depend on the inputs (and the cotangents), so they must not look constant to torch.
+            depends = [t for t in (*ctx.saved_tensors, *grads) if t is not None and t.requires_grad]
+            input_grads = [g if g is None else _NoSecondOrder.apply(fn, g, *depends) for g in input_grads]
+        return (None, None, *input_grads)
+
+
+class _NoSecondOrder(torch.autograd.Function):
+    """A first-order gradient, passed through, whose own backward refuses: dpt_ir derives
+    no second derivatives yet, and without this node torch would treat the gradient as a
+    constant (a wrong zero second derivative) or fail with a message that hides why."""
+
+    @staticmethod
+    def forward(ctx: Any, fn: TorchFunction, grad: torch.Tensor, *depends: torch.Tensor) -> torch.Tensor:
+        ctx.fn = fn
+        return grad.clone()  # a new tensor: an autograd.Function must not return its input as is
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[None, ...]:
+        raise ContractError(
+            f"dpt_ir.torch.function({ctx.fn.program.graph.name!r}): double backward (differentiating a gradient "
+            "taken with create_graph=True) is not supported yet; dpt_ir derives first-order gradients only"
+        )
 
 
 def _save_inputs(ctx: Any, inputs: tuple[list[torch.Tensor]], output: Any) -> None:

@@ -21,13 +21,17 @@ import os
 import socket
 
 import numpy as np
+
+import dpt_ir as dp
+
+try:
+    import dpt_ir.torch as dpt  # first: without PyTorch its ImportError names the extra to install
+except ImportError as exc:
+    raise SystemExit(f"error: {exc}") from None
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
-
-import dpt_ir as dp
-import dpt_ir.torch as dpt
 
 SHAPE = (8, 8)
 BATCH = 8

@@ -6,12 +6,14 @@ The model is Beer–Lambert transmission with a weighted squared-error objective
 
     loss = sum(w * square(1.3 * exp(-0.7 * x) - obs))
 
-Run: ``python examples/quickstart.py`` (the first Warp compile of a machine takes ~10 s;
-later runs reuse the on-disk cache).
+Run: ``python examples/quickstart.py [--save GRAPH.json]`` (the first Warp compile of a
+machine takes ~10 s; later runs reuse the on-disk cache). ``--save`` keeps the graph's JSON
+document, for ``dpt-ir show GRAPH.json`` and the other ``dpt-ir`` commands.
 """
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
 
@@ -59,7 +61,31 @@ def check_one_gradient(data: dict[str, np.ndarray], x: np.ndarray, grad: np.ndar
     assert np.isclose(grad[i, j], fd, rtol=1e-4, atol=1e-6), "gradient check failed"
 
 
+def save_and_reload(graph: dp.Graph, path: Path | None) -> str:
+    """Write the graph's JSON document to ``path`` (None: a temporary folder, removed
+    after), check that it reads back equal, and say where it is."""
+    if path is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            size = _round_trip(graph, Path(tmp) / "transmission_loss.json")
+        return (
+            f"wrote and reloaded transmission_loss.json ({size} bytes, in a temporary folder); to keep it, run "
+            "`python examples/quickstart.py --save transmission_loss.json`, then `dpt-ir show transmission_loss.json`"
+        )
+    size = _round_trip(graph, path)
+    return f"wrote and reloaded {path} ({size} bytes); try `dpt-ir show {path}`"
+
+
+def _round_trip(graph: dp.Graph, path: Path) -> int:
+    path.write_text(graph.model_dump_json())
+    reloaded = dp.Graph.model_validate_json(path.read_text())
+    assert reloaded == graph, "JSON round trip changed the graph"
+    return path.stat().st_size
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--save", type=Path, metavar="GRAPH.json", help="keep the graph's JSON document here")
+    args = parser.parse_args()
     graph = transmission_loss(SHAPE)
     print(graph.to_text())
 
@@ -86,12 +112,7 @@ def main() -> None:
         x = x - lr * grads["x"]
         print(f"step {step + 1}: loss = {float(out['loss']):.4f}")
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "transmission_loss.json"
-        path.write_text(graph.model_dump_json())
-        reloaded = dp.Graph.model_validate_json(path.read_text())
-        assert reloaded == graph, "JSON round trip changed the graph"
-        print(f"wrote and reloaded {path.name} ({path.stat().st_size} bytes); try `dpt-ir show` on it")
+    print(save_and_reload(graph, args.save))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ register their own ops."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -399,3 +400,43 @@ def test_incomplete_derivative_entry_is_refused_at_registration(
         dp.register_op(cube_op(derivative))
     with pytest.raises(dp.ContractError, match="unknown op 'test_cube'"):
         dp.get_op("test_cube")
+
+
+# -- requires_grad needs a float dtype (issue 27) ----------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "bool"])
+def test_requires_grad_on_a_non_float_input_is_refused(dtype: str) -> None:
+    g = dp.GraphBuilder("mask_grad")
+    with pytest.raises(dp.ContractError) as exc:
+        g.input("m", (4,), dtype, requires_grad=True)
+    message = str(exc.value)
+    assert message.startswith("input 'm': requires_grad=True needs a float dtype") and f"found {dtype}" in message
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "bool"])
+def test_a_non_float_input_is_data_by_default(dtype: str) -> None:
+    g = dp.GraphBuilder("mask_default")
+    x = g.input("x", (4,))
+    m = g.input("m", (4,), dtype)
+    g.output("y", x * m)
+    graph = g.build()
+    assert [i.requires_grad for i in graph.inputs] == [True, False]
+    assert "input %m : " in graph.to_text() and graph.to_text().count("nograd") == 1
+    assert dp.Graph.from_text(graph.to_text()) == graph
+
+
+def test_a_document_with_a_differentiable_integer_input_is_refused() -> None:
+    g = dp.GraphBuilder("doc")
+    x = g.input("x", (4,))
+    g.input("k", (4,), "int32")
+    g.output("y", 2.0 * x)
+    doc = json.loads(g.build().model_dump_json())
+    doc["inputs"][1]["requires_grad"] = True
+    with pytest.raises(dp.ContractError, match=r"input 'k': requires_grad=True needs a float dtype .* found int32"):
+        dp.Graph.model_validate_json(json.dumps(doc))
+    del doc["inputs"][1]["requires_grad"]  # omitted: an integer input is data
+    assert not dp.Graph.model_validate_json(json.dumps(doc)).input_map["k"].requires_grad
+    # Text without 'nograd' on an integer input (as printed before the rule) reads as data too.
+    text = g.build().to_text().replace("i32[4] nograd", "i32[4]")
+    assert not dp.Graph.from_text(text).input_map["k"].requires_grad

@@ -16,6 +16,7 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.cli.commands import main
+from tests.hiding import env_without
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -345,6 +346,34 @@ def test_run_grad_matches_interpreter(user_files: dict[str, Path], tmp_path: Pat
     assert lines[1] == "grad.x  shape (4, 4)  float32"
 
 
+def test_run_without_out_prints_the_values(user_files: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """`dpt-ir run` without --out prints every result (name, shape, dtype, values) and
+    writes nothing: --out is only for keeping them."""
+    argv = ["run", str(user_files["graph"]), "--inputs", str(user_files["inputs"]), "--grad", "x"]
+    before = sorted(user_files["root"].iterdir())
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    inputs = _inputs(user_files)
+    expected = dp.interpret(_graph(), **inputs)
+    grad = dp.interpret_grad(_graph(), ["x"], **inputs)
+    lines = out.splitlines()
+    assert lines[0].startswith("loss  shape ()  float32  = ")
+    assert float(lines[0].split("= ")[1]) == pytest.approx(float(expected["loss"]), rel=1e-5)
+    assert lines[1] == "grad.x  shape (4, 4)  float32"
+    shown = np.array([float(v) for line in lines[2:6] for v in line.strip(" []").split()])
+    np.testing.assert_allclose(shown.reshape(4, 4), grad["x"], rtol=1e-4, atol=1e-6)
+    assert lines[6].split()[::2] == ["min", "max", "mean"], out
+    assert sorted(user_files["root"].iterdir()) == before
+
+
+def test_export_cuda_help_shows_inputs_or_seed_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["export-cuda", "--help"])
+    assert exc.value.code == 0
+    usage = " ".join(capsys.readouterr().out.split())
+    assert "(--inputs IN.npz | --seed N)" in usage, usage
+
+
 def test_show_after_fusion(user_files: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", str(user_files["graph"]), "--after", "fusion", "--wrt", "x"]) == 0
     out = capsys.readouterr().out
@@ -449,6 +478,21 @@ def test_bench_smoke(tmp_path: Path) -> None:
         assert "matplotlib" in proc.stderr
 
 
+def test_bench_without_scipy(tmp_path: Path) -> None:
+    """SciPy is not a dependency: without it `dpt-ir bench` still runs every case (the imaging
+    case's data needs no SciPy) and leaves out only the NumPy peers that use it, each with
+    one line naming what to install."""
+    env = env_without(tmp_path, "scipy")  # in every process: the suite's too
+    argv = ["bench", "--quick", "--cases", "chain16,imaging", "--peers", "dpt_ir,numpy", "--size", "16", "--reps", "1"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "dpt_ir", *argv], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for case, what in (("chain16", "scipy.special.erf"), ("imaging", "scipy.ndimage.gaussian_filter")):
+        assert f"{case}/numpy: ImportError: the NumPy peer of this case needs SciPy ({what})" in proc.stderr
+    assert "pip install scipy" in proc.stderr and "Step times" in proc.stdout
+
+
 def test_bench_rejects_an_unknown_case() -> None:
     proc = _run_module("bench", "--quick", "--cases", "beer,nope")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -478,3 +522,23 @@ def test_compile_summarises_a_loop_program(tmp_path: Path, capsys: pytest.Captur
     assert all(cells[2] == "3" and int(cells[3]) >= 1 for cells in rows), out
     assert any(int(cells[4]) >= 1 for cells in rows), out  # the reverse loop runs the body's vjp
     assert "distinct kernels; compile" in out
+
+
+def test_a_loop_program_prints_and_lists_under_its_graph_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`print(program)` of a loop program says what it is, like `Program`'s repr, and
+    `dpt-ir cache info` names its entry after the graph, not a piece (`run.seg0`)."""
+    monkeypatch.setenv("DPT_IR_CACHE", str(tmp_path / "cache"))
+    g = dp.GraphBuilder("wave")
+    x = g.input("x", (8,), dtype="float32")
+    g.output("loss", dp.sum(dp.fori_loop(3, lambda i, c: dp.sin(c) * 0.4375 + x, x)))  # a constant no other test uses
+    program = dp.compile(g.build(), wrt=["x"], device="cpu")
+    assert repr(program) == (
+        f"LoopProgram('wave', wrt=['x'], device='cpu', loops={{'run': 1, 'value_and_grad': 2}}, "
+        f"kernels={program.kernel_count})"
+    )
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("\nkey ") + 1 :].splitlines()[2:]
+    assert len(table) == 1 and table[0].split("  ")[1].strip() == "wave (5 loop-program pieces)", out

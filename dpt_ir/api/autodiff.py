@@ -40,12 +40,13 @@ def check_wrt(graph: Graph, wrt: Sequence[str]) -> tuple[str, ...]:
             raise ContractError(
                 f"wrt: {name!r} is not an input of graph {graph.name!r}; inputs are {[i.name for i in graph.inputs]}"
             )
+        # The dtype first: an integer or bool input is never differentiable, whatever its flag says.
+        if not is_float(inp.type.dtype):
+            raise ContractError(f"wrt: input {name!r} has dtype {inp.type.dtype}; expected a float dtype")
         if not inp.requires_grad:
             raise ContractError(
                 f"wrt: input {name!r} was declared with requires_grad=False; expected a differentiable input"
             )
-        if not is_float(inp.type.dtype):
-            raise ContractError(f"wrt: input {name!r} has dtype {inp.type.dtype}; expected a float dtype")
     if len(set(names)) != len(names):
         raise ContractError(f"wrt: duplicate names in {list(names)}")
     return names

@@ -262,8 +262,21 @@ def describe(name: str, arr: np.ndarray) -> str:
     return line
 
 
+def show_values(arr: np.ndarray) -> str:
+    """The values of a non-scalar result for the terminal, indented under its `describe`
+    line: NumPy's printout, elided past 1000 elements, plus min, max and mean when it
+    has numbers (what a user checks first)."""
+    text = np.array2string(arr, threshold=1000, edgeitems=3, max_line_width=100)
+    lines = ["  " + line for line in text.splitlines()]
+    if arr.size and arr.dtype.kind in "fiu":
+        lines.append(f"  min {arr.min()!r}  max {arr.max()!r}  mean {arr.mean(dtype=np.float64)!r}")
+    return "\n".join(lines)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """Evaluate the graph on the inputs of an ``.npz``; write outputs (and ``grad.<name>``)."""
+    """Evaluate the graph on the inputs of an ``.npz``. With ``--out`` write outputs (and
+    ``grad.<name>``) there and print one `describe` line per array; without it print
+    each array's values too (`show_values`) and write nothing."""
     from dpt_ir.reference.interpreter import check_inputs
 
     graph = load_graph(args.graph)
@@ -272,8 +285,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         check_inputs(graph, inputs)  # before the (slow) compile: wrong names, shapes, dtypes
     except ContractError as exc:
         raise ContractError(f"{args.inputs}: {exc}") from None
-    out_path = Path(args.out)
-    if not out_path.parent.is_dir():
+    out_path = None if args.out is None else Path(args.out)
+    if out_path is not None and not out_path.parent.is_dir():
         raise ContractError(f"--out {args.out}: folder {str(out_path.parent)!r} does not exist")
     grad = names_of(args.grad)
     program = compile_graph(graph, args.graph, grad, args.loss, device=args.device, checks=not args.no_checks)
@@ -282,6 +295,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         results = {**outs, **{f"grad.{name}": g for name, g in grads.items()}}
     else:
         results = program.run(**inputs)
+    if out_path is None:
+        for name, arr in results.items():
+            arr = np.asarray(arr)
+            print(describe(name, arr))
+            if arr.size > 1:
+                print(show_values(arr))
+        return 0
     try:
         with out_path.open("wb") as fh:
             np.savez(fh, **results)
@@ -298,15 +318,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cache_entries(root: Path) -> list[tuple[str, str, int, int]]:
     """``(key, graph name or state, bytes, bytes of Warp's files)`` of every entry under
-    ``root``, by key."""
+    ``root``, by key (a loop program's entry: its graph's name and piece count)."""
     from dpt_ir.runtime.modules import read_entry, warp_cache_dir
 
     rows = []
     for entry in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
         record, _, problem = read_entry(entry, entry.name)
         if record is not None:
-            graphs = json.loads(record.payload)["graphs"]
-            state = json.loads(next(iter(graphs.values())))["name"] if graphs else "-"
+            payload = json.loads(record.payload)
+            graphs = payload["graphs"]  # a program's plans, named after its graph; or a loop program's pieces
+            state = payload.get("title") or (json.loads(next(iter(graphs.values())))["name"] if graphs else "-")
         else:
             state = f"damaged ({problem})" if problem else "incomplete"
         size = sum(f.stat().st_size for f in entry.rglob("*") if f.is_file())
@@ -405,19 +426,27 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--no-fuse", action="store_true", help="one kernel per op (to compare with the fused program)")
     comp.add_argument("--no-recompute", action="store_true", help="save every value the backward reads")
     comp.add_argument(
-        "--recompute-budget", type=int, metavar="N", help="op work per element the backward may spend recomputing a "
-        "value before saving it (default by device: 16 on the CPU, no limit on CUDA)"
+        "--recompute-budget",
+        type=int,
+        metavar="N",
+        help="op work per element the backward may spend recomputing a "
+        "value before saving it (default by device: 16 on the CPU, no limit on CUDA)",
     )
     comp.add_argument(
-        "--halo-budget", type=int, metavar="N", help="work per element a stencil may spend recomputing its producers "
-        "(default by device: 48 on the CPU, 160 on CUDA)"
+        "--halo-budget",
+        type=int,
+        metavar="N",
+        help="work per element a stencil may spend recomputing its producers "
+        "(default by device: 48 on the CPU, 160 on CUDA)",
     )
     comp.set_defaults(func=cmd_compile)
 
     run = sub.add_parser("run", parents=[debug], help="evaluate a graph on inputs from an .npz file")
     run.add_argument("graph", metavar="GRAPH.json", help="graph document (Graph.model_dump_json())")
     run.add_argument("--inputs", required=True, metavar="IN.npz", help="one array per graph input (np.savez)")
-    run.add_argument("--out", required=True, metavar="OUT.npz", help="write outputs (and grad.<name>) here")
+    run.add_argument(
+        "--out", metavar="OUT.npz", help="write outputs (and grad.<name>) here (default: print their values)"
+    )
     run.add_argument(
         "--grad", action="append", metavar="NAME", help="also write the gradient wrt this input " + _REPEAT
     )

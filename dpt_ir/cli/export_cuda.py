@@ -24,8 +24,12 @@ def add_parser(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--wrt", action="append", metavar="NAME", help="differentiate with respect to this input")
     p.add_argument("--loss", metavar="NAME", help="the output value_and_grad differentiates")
     p.add_argument("--out", required=True, metavar="DIR", help="the bundle folder (created)")
-    p.add_argument("--inputs", metavar="IN.npz", help="inputs shipped in ref.npz (one array per graph input)")
-    p.add_argument("--seed", type=int, help="draw the inputs from this seed on the device instead (uniform, cast)")
+    # Exactly one of the two: a required group, so --help shows `(--inputs IN.npz | --seed N)`.
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--inputs", metavar="IN.npz", help="inputs shipped in ref.npz (one array per graph input)")
+    source.add_argument(
+        "--seed", type=int, metavar="N", help="draw the inputs from this seed on the device instead (uniform, cast)"
+    )
     p.add_argument(
         "--range",
         action="append",
@@ -60,8 +64,6 @@ def cmd_export_cuda(args: argparse.Namespace) -> int:
     from dpt_ir.export import export_cuda
 
     graph = load_graph(args.graph)
-    if (args.inputs is None) == (args.seed is None):
-        raise ContractError("export-cuda: expected exactly one of --inputs IN.npz and --seed N")
     inputs = load_inputs(args.inputs) if args.inputs else None
     ranges = _ranges(args.range)
     plans = names_of([args.plans]) if args.plans else None

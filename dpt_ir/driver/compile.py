@@ -311,7 +311,8 @@ def compile_pieces(
             )
             return results, Built(graphs, source.kernels, {module_name: source.slots}, {module_name: source.text})
 
-        cached = load_or_build(key, module_name, out_dir is not None, build)
+        label = f"{title} ({len(pieces)} loop-program pieces)"
+        cached = load_or_build(key, module_name, out_dir is not None, build, title=label)
         built = cached.built
         module = cached.module(module_name, dev)
         module.built()  # loop programs stay one module, built now

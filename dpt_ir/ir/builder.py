@@ -22,7 +22,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import ORIGIN, Graph, Input, Node, Output, check_name
 from dpt_ir.ir.registry import get_op
-from dpt_ir.ir.types import Scalar, TensorType, make_type
+from dpt_ir.ir.types import Scalar, TensorType, is_float, make_type
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -168,17 +168,20 @@ class GraphBuilder:
         name: str,
         shape: Sequence[int],
         dtype: object = "float32",
-        requires_grad: bool = True,
+        requires_grad: bool | None = None,
     ) -> Tensor:
         """Declare an input ``name`` of static ``shape`` and ``dtype`` (float32, float64,
         int32, uint8 or bool; a NumPy dtype works too). ``requires_grad=False`` marks it as
-        data that is never differentiated (observations, weights, masks); only float
-        inputs with ``requires_grad=True`` may be named in ``wrt``."""
+        data that is never differentiated (observations, weights, masks); only inputs
+        with ``requires_grad=True`` may be named in ``wrt``. The default (None) is True
+        for a float dtype and False otherwise; ``requires_grad=True`` on an integer or
+        bool dtype is a ContractError (only a float can be differentiated)."""
         check_name(name, "input")
         where = f"input {name!r}"
         self._claim(name, where)
         ttype = make_type(shape, dtype, where)
-        self._inputs.append(Input(name=name, type=ttype, requires_grad=bool(requires_grad)))
+        grad = is_float(ttype.dtype) if requires_grad is None else bool(requires_grad)
+        self._inputs.append(Input(name=name, type=ttype, requires_grad=grad))
         return Tensor(self, name, ttype)
 
     def output(self, name: str, value: Tensor) -> None:

@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.registry import OpDef, Signature, get_op, has_op
-from dpt_ir.ir.types import FrozenModel, TensorType, describe_validation_error
+from dpt_ir.ir.types import FrozenModel, TensorType, check_dtype, describe_validation_error, is_float
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -49,12 +49,46 @@ def exact(value: Any) -> Any:
 
 
 class Input(FrozenModel):
-    """A program input: a name, a static type and whether it may be differentiated."""
+    """A program input: a name, a static type and whether it may be differentiated.
+
+    Only a float input can be differentiated: ``requires_grad`` defaults to whether the
+    dtype is a float one (an integer or bool input is data), and ``requires_grad=True``
+    on another dtype is a ContractError naming the input, from the builder, JSON and the
+    textual IR alike.
+    """
 
     model_config = _CONFIG
     name: str
     type: TensorType
     requires_grad: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _data_by_default(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "requires_grad" not in data:
+            dtype = _declared_dtype(data.get("type"))
+            if dtype is not None and not is_float(dtype):
+                data = {**data, "requires_grad": False}
+        return data
+
+    @model_validator(mode="after")
+    def _differentiable_is_float(self) -> Input:
+        if self.requires_grad and not is_float(self.type.dtype):
+            raise ContractError(
+                f"input {self.name!r}: requires_grad=True needs a float dtype (float32 or float64), found "
+                f"{self.type.dtype}; declare it with requires_grad=False (integer and bool inputs are data)"
+            )
+        return self
+
+
+def _declared_dtype(ttype: Any) -> str | None:
+    """The canonical dtype of an input's ``type`` as given (a TensorType or its JSON
+    object), or None when it is not one (the type's own validation then says why)."""
+    dtype = ttype.dtype if isinstance(ttype, TensorType) else ttype.get("dtype") if isinstance(ttype, dict) else None
+    try:
+        return None if dtype is None else check_dtype(dtype, "input")
+    except ContractError:
+        return None
 
 
 class Output(FrozenModel):

@@ -344,9 +344,10 @@ class _Parser:
         name = self.value_ref("the input's name, '%name'")
         self.expect(":", f"':' after input %{name}")
         ttype = self.tensor_type(f"input %{name}")
-        requires_grad = not self.keyword_ahead("nograd")
+        # Without 'nograd', Input's default: differentiable if float (an integer or bool input is data).
+        flags = {"requires_grad": False} if self.keyword_ahead("nograd") else {}
         self.end_of_line(f"'nograd' or end of line after the type of input %{name}")
-        self.inputs.append(Input(name=name, type=ttype, requires_grad=requires_grad))
+        self.inputs.append(Input(name=name, type=ttype, **flags))
         self.lines[("input", name)] = line
 
     def output_statement(self, line: int) -> None:

@@ -239,6 +239,17 @@ class LoopProgram:
             (dump_dir / "saved.txt").write_text(saved_text(self.report["loops"]))
             (dump_dir / "report.json").write_text(json.dumps(self.report, indent=2, sort_keys=True))
 
+    def __repr__(self) -> str:
+        loops = {
+            plan: sum(kind == "loop" for kind, _ in seg.layout)
+            for plan, seg in (("run", self.forward), ("value_and_grad", self.joint))
+            if seg is not None
+        }
+        return (
+            f"LoopProgram({self.graph.name!r}, wrt={list(self.wrt)}, device={self.device!r}, loops={loops}, "
+            f"kernels={self.kernel_count})"
+        )
+
     def _loops_report(self) -> list[dict[str, Any]]:
         out = []
         for seg in [self.forward] + ([self.joint] if self.joint else []):

@@ -231,7 +231,10 @@ def test_cli_export_cuda(tmp_path: Path) -> None:
     doc_out = Bundle.model_validate_json((out / "plan.json").read_text())
     assert [p.name for p in doc_out.plans] == ["run", "value_and_grad"]
     assert (doc_out.inputs[0].low, doc_out.inputs[0].high) == (0.5, 1.5)
-    assert main(["export-cuda", str(doc), "--out", str(out)]) == 2  # neither --inputs nor --seed
+    for source in ([], ["--seed", "3", "--inputs", str(tmp_path / "in.npz")]):  # neither, both
+        with pytest.raises(SystemExit) as exc:  # argparse's usage error: exit status 2
+            main(["export-cuda", str(doc), "--out", str(out), *source])
+        assert exc.value.code == 2
 
 
 def test_the_sampler_holds_one_case_of_every_lowered_op(bundles: dict[str, Path]) -> None:

@@ -143,13 +143,21 @@ def test_registered_op_gradcheck_in_eager(pair_program: dp.Program) -> None:
     assert torch.autograd.gradcheck(lambda a, b: tuple(f.forward_op([a, b, t["w"]])[:2]), (t["a"], t["b"]))
 
 
-def test_double_backward_is_refused(pair_program: dp.Program) -> None:
-    """The gradient has no graph of its own: a second backward is an error, not a zero."""
+@pytest.mark.parametrize("output", ["loss", "c"])  # the kept loss gradients; a tape pass
+def test_double_backward_is_refused(pair_program: dp.Program, output: str) -> None:
+    """A gradient taken with create_graph=True is the right first-order value, and
+    differentiating it again is a ContractError saying double backward is not supported
+    yet (not torch's "does not require grad", nor a silent zero)."""
     f = dpt.function(pair_program)
     t = tensors(pair_inputs(15), grad=("a",))
-    (ga,) = torch.autograd.grad(f(**t)[0], t["a"], create_graph=True)
-    with pytest.raises(RuntimeError, match="does not require grad"):
+    (first,) = torch.autograd.grad(f(**t)[{"loss": 0, "c": 1}[output]].sum(), t["a"])
+    (ga,) = torch.autograd.grad(f(**t)[{"loss": 0, "c": 1}[output]].sum(), t["a"], create_graph=True)
+    torch.testing.assert_close(ga, first, rtol=0, atol=0)
+    assert ga.requires_grad
+    with pytest.raises(dp.ContractError, match=r"function\('interop_pair'\): double backward .* is not supported yet"):
         ga.sum().backward()
+    with pytest.raises(dp.ContractError, match="double backward"):
+        torch.autograd.grad(ga.sum(), t["a"])
 
 
 def test_backward_twice_with_retained_graph_accumulates_fresh_gradients(pair_program: dp.Program) -> None:
