@@ -64,7 +64,7 @@ def child(name: str, n: int, mode: str) -> dict[str, Any]:
     elif hasattr(program, "build_all"):
         program.build_all()
         out["build_all_s"], out["build_all_cpu_s"] = time.perf_counter() - wall, time.process_time() - cpu
-    out["cache"] = program.report["cache"]
+    out["cache"] = program.report.cache
     return out
 
 

@@ -132,9 +132,9 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
         res["compile_s"] = time.perf_counter() - t
         res["compile_cpu_s"] = time.process_time() - cpu  # Warp runs the C++ compiler in this process
         res["build_s"] = res["compile_s"] - res["passes_s"]
-        res["cache"] = program.report["cache"]
-        res["kernels"] = program.report["plans"]["tape"]["kernels"]
-        res["distinct"] = program.report["distinct_kernels"]
+        res["cache"] = program.report.cache
+        res["kernels"] = program.report.plans["tape"].kernels
+        res["distinct"] = program.report.distinct_kernels
         res["stencil_kernels"] = stencil_kernels(program)
         rng = np.random.default_rng(0)
         inputs = {v.name: rng.random(v.type.shape, dtype=np.float32) for v in graph.inputs}

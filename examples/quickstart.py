@@ -99,8 +99,8 @@ def main() -> None:
     program = dp.compile(graph, wrt=["x"])
     report = program.report
     print(
-        f"compiled: {report['plans']['value_and_grad']['kernels']} kernel(s) for value_and_grad, "
-        f"cache {report['cache']}, {report['compile_seconds']:.2f} s"
+        f"compiled: {report.plans['value_and_grad'].kernels} kernel(s) for value_and_grad, "
+        f"cache {report.cache}, {report.compile_seconds:.2f} s"
     )
     out, grads = program.value_and_grad(x=x, **data)
     assert np.allclose(out["loss"], loss, rtol=1e-5) and np.allclose(grads["x"], grad, rtol=1e-4, atol=1e-6)

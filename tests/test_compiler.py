@@ -86,7 +86,7 @@ def test_reciprocal_false_keeps_the_divisions() -> None:
     a = rng.normal(size=(16, 33)).astype(np.float32)
     b = rng.uniform(0.5, 3.0, size=(16, 1)).astype(np.float32)
     on, off = dp.compile(_scaled(), device="cpu"), dp.compile(_scaled(), device="cpu", reciprocal=False)
-    assert off is not on and off.report["options"]["reciprocal"] is False and on.report["options"]["reciprocal"]
+    assert off is not on and off.report.options["reciprocal"] is False and on.report.options["reciprocal"]
     assert "reciprocal" in _ops(on) and "div" not in _ops(on)
     assert "div" in _ops(off) and "reciprocal" not in _ops(off)
     np.testing.assert_array_equal(off.run(a=a, b=b)["y"], a / b)

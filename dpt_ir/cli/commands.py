@@ -32,6 +32,7 @@ import numpy as np
 from dpt_ir.cli.common import EXIT_NUMERICAL, EXIT_USAGE, compile_graph, load_graph, load_inputs, names_of, progress
 from dpt_ir.ir.errors import ContractError, NumericalError
 from dpt_ir.ir.registry import ALL_INPUTS, OpDef, all_ops
+from dpt_ir.runtime.report import LoopProgramReport
 from dpt_ir.version import __version__
 
 Command = Callable[[argparse.Namespace], int]
@@ -168,32 +169,32 @@ def cmd_compile(args: argparse.Namespace) -> int:
         halo_budget=args.halo_budget,
         recompute_budget=args.recompute_budget,
     )
-    if "loops" in program.report:  # a loop program (dp.scan): its pieces are built by dp.compile
+    if isinstance(program.report, LoopProgramReport):  # a loop program (dp.scan): its pieces are built by dp.compile
         print_loop_summary(program.report)
         return 0
     build = time.perf_counter()
     program.build_all()  # the summary claims a full build: every plan's module, not only on first use
     report = program.report
-    cache = {"miss": "miss (compiled)", "disk": "hit (disk)", "memory": "hit (memory)"}.get(report["cache"])
-    modules = ", ".join(b["module"] for b in report["builds"].values())
-    print(f"graph {report['graph']!r} on {report['device']}: modules {modules}")
-    print(f"wrt {list(program.wrt) or '-'}; loss {program.loss or '-'}; options {describe_options(report['options'])}")
+    cache = {"miss": "miss (compiled)", "disk": "hit (disk)", "memory": "hit (memory)"}.get(report.cache)
+    modules = ", ".join(b.module for b in report.builds.values())
+    print(f"graph {report.graph!r} on {report.device}: modules {modules}")
+    print(f"wrt {list(program.wrt) or '-'}; loss {program.loss or '-'}; options {describe_options(report.options)}")
     rows = [
         (
             name,
-            str(p["kernels"]),
-            str(p["forward_launches"]),
-            str(p["backward_launches"]),
-            format_bytes(p["saved_bytes"]),
-            format_bytes(p["workspace_bytes"]),
-            f"{report['builds'][name]['build_seconds']:.2f}",
+            str(p.kernels),
+            str(p.forward_launches),
+            str(p.backward_launches),
+            format_bytes(p.saved_bytes),
+            format_bytes(p.workspace_bytes),
+            f"{report.builds[name].build_seconds or 0.0:.2f}",
         )
-        for name, p in report["plans"].items()
+        for name, p in report.plans.items()
     ]
     header = ("plan", "kernels", "fwd launches", "bwd launches", "saved", "workspace", "build s")
     print(format_table(header, rows))
     build_s = time.perf_counter() - build
-    print(f"cache {cache or report['cache']}; compile {report['compile_seconds']:.2f} s, module builds {build_s:.2f} s")
+    print(f"cache {cache or report.cache}; compile {report.compile_seconds:.2f} s, module builds {build_s:.2f} s")
     if args.dump_dir is not None:
         print(f"dumps (per-pass IR, fusion, saved values, kernels, report.json) in {Path(args.dump_dir).resolve()}")
         if args.render:
@@ -201,21 +202,21 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_loop_summary(report: dict[str, Any]) -> None:
+def print_loop_summary(report: LoopProgramReport) -> None:
     """The `dpt-ir compile` summary of a loop program: its module(s), kernels and loops."""
-    print(f"graph {report['graph']!r} on {report['device']}: modules {', '.join(report['modules'])}")
+    print(f"graph {report.graph!r} on {report.device}: modules {', '.join(report.modules)}")
     rows = [
         (
-            loop["node"],
-            loop["op"],
-            str(loop["length"]),
-            str(loop["body_kernels"]),
-            str(loop["vjp_kernels"]),
+            loop.node,
+            loop.op,
+            str(loop.length),
+            str(loop.body_kernels),
+            str(loop.vjp_kernels),
         )
-        for loop in report["loops"]
+        for loop in report.loops
     ]
     print(format_table(("loop", "op", "length", "body kernels", "vjp kernels"), rows))
-    print(f"{report['distinct_kernels']} distinct kernels; compile {report['compile_seconds']:.2f} s")
+    print(f"{report.distinct_kernels} distinct kernels; compile {report.compile_seconds:.2f} s")
 
 
 def describe_options(options: dict[str, Any]) -> str:

@@ -49,6 +49,7 @@ from dpt_ir.passes.dumps import resolve_dump_dir
 from dpt_ir.runtime.modules import BUILD_LOCK, content_key, source_fingerprint
 from dpt_ir.runtime.plan import ExecutionPlan
 from dpt_ir.runtime.program import Program
+from dpt_ir.runtime.report import BuildRow, CacheState, PlanRow, ProgramReport
 
 if TYPE_CHECKING:
     from dpt_ir.passes.manager import PipelineResult
@@ -211,7 +212,7 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     with _COMPILE_LOCK:
         cached = _PROGRAMS.get(f"{key}:{dev}:{n_threads}")
         if cached is not None and out_dir is None:
-            cached.report = {**cached.report, "cache": "memory", "compile_seconds": time.perf_counter() - start}
+            cached.served_from_memory(time.perf_counter() - start)
             return cached
         log.info("compiling %r for %s (cache entry %s)", graph.name, dev, key)
         program = _build(graph, wrt_names, loss, dev, base, key, out_dir, start, target)
@@ -265,7 +266,7 @@ def _build(
         plans[name] = ExecutionPlan(g, mine, module, dev, slots, checks, grad_outputs=tape, threads=target.threads)
     report = _report(graph, plans, built.kernels, cached.cache, time.perf_counter() - start, dev, stem, base)
     program = Program(graph, wrt, loss, dev, plans, base["checks"], report, stem)
-    log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report["compile_seconds"], cached.cache)
+    log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report.compile_seconds, cached.cache)
     if out_dir is not None:
         _dump(out_dir, cached.results, plans, built.texts, report)
     return program
@@ -341,35 +342,35 @@ def _report(
     graph: Graph,
     plans: dict[str, ExecutionPlan],
     kernels: list[KernelSource],
-    cache: str,
+    cache: CacheState,
     seconds: float,
     dev: str,
     module: str,
     options: dict[str, Any],
-) -> dict[str, Any]:
-    return {
-        "graph": graph.name,
-        "device": dev,
-        "options": dict(options),
-        "module": module,
-        "cache": cache,
-        "compile_seconds": seconds,
-        "launches": len(kernels),
-        "distinct_kernels": len({k.function for k in kernels}),  # @wp.kernel definitions in the modules
-        # per plan, its module's name, whether it is built and its build seconds: filled in on the build
-        "builds": {name: p.module.info for name, p in plans.items()},
-        "plans": {
-            name: {
-                "kernels": len(p.launches),
-                "distinct_kernels": len({k.function for k in p.kernels}),
-                "forward_launches": len(p.launches_of("forward")),
-                "backward_launches": len(p.launches_of("backward")),
-                "saved_bytes": records.saved_bytes(p.graph),
-                "workspace_bytes": plan_of(p.graph).scheduled().workspace_bytes,
-            }
+) -> ProgramReport:
+    return ProgramReport(
+        graph=graph.name,
+        device=dev,
+        options=dict(options),
+        module=module,
+        cache=cache,
+        compile_seconds=seconds,
+        launches=len(kernels),
+        distinct_kernels=len({k.function for k in kernels}),  # @wp.kernel definitions in the modules
+        # per plan, its module's name, whether it is built and its build seconds: `Program.report` reads them live
+        builds={name: BuildRow.model_validate(p.module.info) for name, p in plans.items()},
+        plans={
+            name: PlanRow(
+                kernels=len(p.launches),
+                distinct_kernels=len({k.function for k in p.kernels}),
+                forward_launches=len(p.launches_of("forward")),
+                backward_launches=len(p.launches_of("backward")),
+                saved_bytes=records.saved_bytes(p.graph),
+                workspace_bytes=plan_of(p.graph).scheduled().workspace_bytes,
+            )
             for name, p in plans.items()
         },
-    }
+    )
 
 
 def _dump(
@@ -377,7 +378,7 @@ def _dump(
     results: dict[str, PipelineResult],
     plans: dict[str, ExecutionPlan],
     texts: dict[str, str],
-    report: dict[str, Any],
+    report: ProgramReport,
 ) -> None:
     """The main pipeline (tape when differentiating, else run) at the top level, the
     others in sub-folders, the generated modules (one per pipeline) under ``kernels/``.
@@ -391,5 +392,5 @@ def _dump(
     (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
     for name, text in texts.items():
         (out_dir / "kernels" / f"{name}.py").write_text(text)
-    full = {**dumps.report(results[main]), "program": report}
+    full = {**dumps.report(results[main]), "program": report.model_dump(mode="json")}
     (out_dir / "report.json").write_text(json.dumps(full, indent=2, sort_keys=True))

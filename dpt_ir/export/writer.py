@@ -35,7 +35,7 @@ def _cuda_options(program: Any) -> dict[str, Any]:
     from dpt_ir.backends.base import target_for
     from dpt_ir.driver.compile import options_of
 
-    opts = program.report["options"]
+    opts = program.report.options
     return options_of(target_for("cuda"), **{k: opts[k] for k in ("checks", "fuse", "recompute", "reciprocal")})
 
 
@@ -96,7 +96,7 @@ def export_cuda(
     if reference not in ("interpreter", "program"):
         raise ContractError(f"export of {graph.name!r}: reference {reference!r}; expected 'interpreter' or 'program'")
     names = _chosen(program, plans)
-    checks = bool(program.report["options"]["checks"])
+    checks = bool(program.report.options["checks"])
     loops = isinstance(program, LoopProgram)
     cuts = {name: program.segments(name) for name in names} if loops else {}
     if loops:

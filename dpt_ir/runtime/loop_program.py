@@ -39,6 +39,7 @@ from dpt_ir.runtime.loop import Loop
 from dpt_ir.runtime.loop_pieces import check_loop_dtypes, piece_names, vjp_piece
 from dpt_ir.runtime.loop_tape import LoopTapePass, PassLock, tape_graph
 from dpt_ir.runtime.plan import WP_DTYPES
+from dpt_ir.runtime.report import LoopProgramReport, LoopRow
 
 
 class PieceCompiler(Protocol):
@@ -154,22 +155,22 @@ class Segments:
                 env[what.name] = runner.forward(arrays) if what.op == "scan" else runner.reverse(arrays)
 
 
-def saved_text(loops: list[dict[str, Any]]) -> str:
+def saved_text(loops: tuple[LoopRow, ...]) -> str:
     """``saved.txt`` of a loop program: what each reverse sweep holds and recomputes (the
     pieces' own ``saved.txt`` are in their dump folders)."""
     lines = ["# loops: what each reverse sweep (scan_vjp) holds and recomputes"]
     for r in loops:
-        if r["op"] != "scan_vjp":
+        if r.op != "scan_vjp":
             continue
         lines += [
-            f"{r['node']}: {r['length']} steps, policy: {r['policy']}",
-            f"  holds {r['slots']} stored carries = {r['bytes_held']} bytes "
+            f"{r.node}: {r.length} steps, policy: {r.policy}",
+            f"  holds {r.slots} stored carries = {r.bytes_held} bytes "
             f"(the first is the initial carry itself); with the step buffers (the current carry, the next "
-            f"one and the cotangent, sharing three) it owns {r['carry_bytes_held']} bytes of carries "
-            f"and cotangents, plus {r['workspace_bytes']} bytes of the body's own workspaces"
-            + (f"; it reads the {r['kept_bytes']} bytes of carries the forward kept" if "kept_bytes" in r else ""),
-            f"  recomputes {r['advances']} forward steps to rebuild carries: "
-            f"recompute factor {r['recompute_factor']:.3f} "
+            f"one and the cotangent, sharing three) it owns {r.carry_bytes_held} bytes of carries "
+            f"and cotangents, plus {r.workspace_bytes} bytes of the body's own workspaces"
+            + (f"; it reads the {r.kept_bytes} bytes of carries the forward kept" if r.kept_bytes is not None else ""),
+            f"  recomputes {r.advances} forward steps to rebuild carries: "
+            f"recompute factor {r.recompute_factor:.3f} "
             "(forward steps rerun / length; each step's vjp also runs its step's forward once)",
         ]
     return "\n".join(lines) + "\n"
@@ -225,19 +226,20 @@ class LoopProgram:
         self.module_name = "+".join(modules)
         # Generated kernels (Warp kernel definitions) in the program's module.
         self.kernel_count = len({k.function for p in programs.values() for k in p.plans["run"].kernels})
-        self.report = {
-            "graph": graph.name,
-            "device": self.device,
-            "options": dict(base),  # as `Program.report`'s: the switches and budgets every piece compiled with
-            "compile_seconds": time.perf_counter() - start,
-            "modules": modules,
-            "distinct_kernels": self.kernel_count,
-            "loops": self._loops_report(),
-        }
+        self.report = LoopProgramReport(
+            graph=graph.name,
+            device=self.device,
+            options=dict(base),  # as `Program.report`'s: the switches and budgets every piece compiled with
+            compile_seconds=time.perf_counter() - start,
+            modules=tuple(modules),
+            distinct_kernels=self.kernel_count,
+            loops=self._loops_report(),
+        )
         if dump_dir is not None:
             dump_dir.mkdir(parents=True, exist_ok=True)
-            (dump_dir / "saved.txt").write_text(saved_text(self.report["loops"]))
-            (dump_dir / "report.json").write_text(json.dumps(self.report, indent=2, sort_keys=True))
+            (dump_dir / "saved.txt").write_text(saved_text(self.report.loops))
+            doc = self.report.model_dump(mode="json", exclude_none=True)
+            (dump_dir / "report.json").write_text(json.dumps(doc, indent=2, sort_keys=True))
 
     def __repr__(self) -> str:
         loops = {
@@ -250,22 +252,22 @@ class LoopProgram:
             f"kernels={self.kernel_count})"
         )
 
-    def _loops_report(self) -> list[dict[str, Any]]:
+    def _loops_report(self) -> tuple[LoopRow, ...]:
         out = []
         for seg in [self.forward] + ([self.joint] if self.joint else []):
             for kind, runner, node in seg.stages:
                 if kind == "loop":
                     out.append(
-                        {
-                            "node": node.name,
-                            "op": node.op,
-                            "length": runner.schedule.length,
+                        LoopRow(
+                            node=node.name,
+                            op=node.op,
+                            length=runner.schedule.length,
                             **runner.held(),
-                            "body_kernels": len(runner.fwd_plan.launches),
-                            "vjp_kernels": len(runner.vjp_plan.launches) if runner.vjp_plan else 0,
-                        }
+                            body_kernels=len(runner.fwd_plan.launches),
+                            vjp_kernels=len(runner.vjp_plan.launches) if runner.vjp_plan else 0,
+                        )
                     )
-        return out
+        return tuple(out)
 
     def device_arrays(self, values: dict[str, Any]) -> dict[str, wp.array]:
         """Flat Warp arrays on the program's device of checked inputs (host arrays)."""

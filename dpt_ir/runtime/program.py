@@ -29,6 +29,7 @@ from dpt_ir.ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.runtime.modules import BUILD_LOCK, GeneratedModule, load
 from dpt_ir.runtime.plan import ExecutionPlan, Workspace
+from dpt_ir.runtime.report import BuildRow, ProgramReport
 
 
 class Program:
@@ -42,7 +43,7 @@ class Program:
         device: str,
         plans: dict[str, ExecutionPlan],
         checks: bool,
-        report: dict[str, Any],
+        report: ProgramReport,
         module_name: str,
     ) -> None:
         self.graph = graph
@@ -51,10 +52,22 @@ class Program:
         self.device = device
         self.plans = plans
         self.checks = checks  # the status word is compiled in
-        self.report = report
+        self._report = report  # the compile's figures; `report` adds the modules' builds as they happen
         self.module_name = module_name  # the stem of the program's module names (and of its cache entry)
         self.launch_count = 0  # launches of the last evaluation (of any thread)
         self._input_types = {i.name: i.type for i in graph.inputs}  # the graph is immutable
+
+    @property
+    def report(self) -> ProgramReport:
+        """What the compile made and how (`ProgramReport`), with each plan's module build as it
+        stands now."""
+        builds = {name: BuildRow.model_validate(plan.module.info) for name, plan in self.plans.items()}
+        return ProgramReport.model_validate({**self._report.model_dump(), "builds": builds})
+
+    def served_from_memory(self, seconds: float) -> None:
+        """Record that a compile returned this program from the process's cache in ``seconds``."""
+        update = {"cache": "memory", "compile_seconds": seconds}
+        self._report = ProgramReport.model_validate({**self._report.model_dump(), **update})
 
     @property
     def modules(self) -> dict[str, GeneratedModule]:
@@ -64,7 +77,7 @@ class Program:
     def build_all(self) -> None:
         """Build every plan's module now (each is otherwise built on its plan's first call):
         for a caller that wants the whole build paid up front, such as ``dpt-ir compile``
-        or a compile-time benchmark. Their build seconds go to ``report["builds"]``."""
+        or a compile-time benchmark. Their build seconds go to ``report.builds``."""
         for plan in self.plans.values():
             plan.ready()
         if "tape" in self.plans:

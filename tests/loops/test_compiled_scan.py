@@ -100,9 +100,9 @@ def test_replayed_launches_take_each_call_s_own_inputs(compiled: dict[str, Any])
 
 def test_checkpoint_plan_is_reported() -> None:
     program = dp.compile(heat(checkpoint=2), wrt=WRT, loss="loss")
-    (vjp,) = [r for r in program.report["loops"] if r["op"] == "scan_vjp"]
-    assert vjp["slots"] == 2 and vjp["bytes_held"] == 2 * 8 * 6 * 4
-    assert vjp["recompute_factor"] == pytest.approx(vjp["advances"] / STEPS) and vjp["advances"] > STEPS - 1
+    (vjp,) = [r for r in program.report.loops if r.op == "scan_vjp"]
+    assert vjp.slots == 2 and vjp.bytes_held == 2 * 8 * 6 * 4
+    assert vjp.recompute_factor == pytest.approx(vjp.advances / STEPS) and vjp.advances > STEPS - 1
 
 
 @pytest.mark.parametrize("slots", [1, 2, 3])
@@ -110,11 +110,11 @@ def test_checkpointed_reverse_holds_at_most_k_plus_2_carries(compiled: dict[str,
     program = dp.compile(heat(checkpoint=slots), wrt=WRT, loss="loss")
     grads = program.value_and_grad(**inputs())[1]
     assert all(np.array_equal(grads[n], compiled["grads"][n]) for n in WRT), slots
-    (vjp,) = [r for r in program.report["loops"] if r["op"] == "scan_vjp"]
+    (vjp,) = [r for r in program.report.loops if r.op == "scan_vjp"]
     carry = 8 * 6 * 4
     # The carry and cotangent arrays the loop allocates (slot 0 is the caller's initial carry).
-    assert vjp["carry_bytes"] == carry and vjp["carry_bytes_held"] == (slots + 2) * carry, vjp
-    assert vjp["workspace_bytes"] > 0
+    assert vjp.carry_bytes == carry and vjp.carry_bytes_held == (slots + 2) * carry, vjp
+    assert vjp.workspace_bytes > 0
 
 
 def test_compile_does_not_depend_on_length(compiled: dict[str, Any]) -> None:
@@ -122,8 +122,8 @@ def test_compile_does_not_depend_on_length(compiled: dict[str, Any]) -> None:
     long = dp.compile(heat(steps=1000), wrt=WRT, loss="loss")
     seconds = time.perf_counter() - start
     short = compiled["program"]
-    keys = ("body_kernels", "vjp_kernels")
-    assert [[r[k] for k in keys] for r in long.report["loops"]] == [[r[k] for k in keys] for r in short.report["loops"]]
+    rows = [[(r.body_kernels, r.vjp_kernels) for r in p.report.loops] for p in (long, short)]
+    assert rows[0] == rows[1]
     assert long.kernel_count == short.kernel_count
     assert seconds < 60, seconds  # the new module is the segments around the loop; the body is cached
 

@@ -151,9 +151,9 @@ for case in json.loads(open(sys.argv[1]).read()):
     error = max(float(np.max(np.abs(np.asarray(got[k], np.float64) - want[k]))) for k in want)
     entry = cache.cache_root() / case["key"]
     record, _, problem = cache.read_entry(entry, case["key"])
-    built = sorted(b["module"] for b in program.report["builds"].values() if b["built"])
+    built = sorted(b.module for b in program.report.builds.values() if b.built)
     report.append({
-        "key": case["key"], "cache": program.report["cache"], "error": error, "problem_after": problem,
+        "key": case["key"], "cache": program.report.cache, "error": error, "problem_after": problem,
         "built": built, "run_module": program.modules["run"].name,
         "recorded": sorted(record.warp_files) if record is not None else None,
         "warp_sound_after": record is not None and all(cache._warp_problem(f) is None

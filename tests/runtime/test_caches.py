@@ -35,8 +35,8 @@ t_compiled = time.perf_counter()
 out = program.run(**inputs)
 t1 = time.perf_counter()
 print("RESULT " + json.dumps({
-    "cache": program.report["cache"],
-    "builds": program.report["builds"],
+    "cache": program.report.cache,
+    "builds": program.report.model_dump()["builds"],
     "imported": sorted(m for m in sys.modules if m.startswith(program.module_name)),
     "import_seconds": t_imported - t_import,
     "compile_seconds": t_compiled - t0,
@@ -63,7 +63,7 @@ def test_memory_cache_returns_same_program(program: dp.Program) -> None:
         again = dp.compile(again_graph, wrt=WRT)
         timings.append(time.perf_counter() - start)
         assert again is program
-        assert again.report["cache"] == "memory"
+        assert again.report.cache == "memory"
     assert min(timings) < 0.010, f"in-process cache hit took {[f'{t * 1e3:.2f} ms' for t in timings]}"
     assert dp.compile(again_graph, wrt="x") is program  # the same options spelled differently
 

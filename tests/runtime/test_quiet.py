@@ -67,7 +67,7 @@ for name, call in calls.items():
     for _ in range(int(sys.argv[4])):
         call()
     peaks[name] = [*before, peak_kib(), current_kib()]
-json.dump({"level_before": level, "level_after": wp.config.log_level, "cache": program.report["cache"],
+json.dump({"level_before": level, "level_after": wp.config.log_level, "cache": program.report.cache,
            "peaks_kib": peaks}, open(sys.argv[2], "w"))
 """
 
