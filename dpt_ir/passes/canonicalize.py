@@ -8,10 +8,10 @@ folded constants are computed once by the NumPy reference in the node's dtype), 
   ops and reductions fold when their inputs and result are small, after checking the
   result is uniform: ``embed_slice`` pads with zeros), so no data-sized array is made at
   compile time;
-- a node of an op with an `OpDef.empty_value` (a reduction or contraction) whose output
-  has elements but whose input has none (every slice it folds is empty) becomes a
-  constant of that value (sum 0, mean NaN, logsumexp -inf, matmul 0): a zero-size axis
-  needs no kernel;
+- a node whose output has elements but whose input has none becomes a constant: a
+  reduction or contraction (`OpDef.empty_value`: every slice it folds is empty) of its
+  identity (sum 0, mean NaN, logsumexp -inf, matmul 0), a per-axis view (a constant pad,
+  embed_slice: `OpDef.axis_images`) of its fill: a zero-size axis needs no kernel;
 - ``x op e`` with ``e`` the op's identity element (``e op x`` too when commutative)
   becomes ``x`` when that changes neither shape nor dtype;
 - ``f(f(x))`` becomes ``x`` for an involution ``f``;
@@ -69,8 +69,9 @@ def _with_inputs(node: Node, subst: dict[str, str]) -> Node:
 
 def _fold(graph: Graph, node: Node, consts: dict[str, Any]) -> Node | None:
     op = node.opdef
-    if op.empty_value is not None and node.type.size and any(not graph.types[i].size for i in node.inputs):
-        return _constant(node, np.asarray(op.empty_value).astype(node.type.dtype))
+    fill = _empty_fill(graph, node)
+    if fill is not None:
+        return _constant(node, np.asarray(fill).astype(node.type.dtype))
     if not node.inputs or any(i not in consts for i in node.inputs):
         return None
     attrs = op.parse_attrs(node.attrs, node.name)
@@ -95,6 +96,22 @@ def _fold(graph: Graph, node: Node, consts: dict[str, Any]) -> Node | None:
     else:
         return None
     return _constant(node, value)
+
+
+def _empty_fill(graph: Graph, node: Node) -> float | None:
+    """The value of every element of ``node`` when it has elements but an input has none:
+    a reduction's or contraction's over empty slices (`OpDef.empty_value`), a per-axis view's
+    fill (`OpDef.axis_images`: every element reads no image, a constant pad's ``cval``);
+    None otherwise (a join of an empty input reads the others)."""
+    op = node.opdef
+    if not node.type.size or all(graph.types[i].size for i in node.inputs):
+        return None
+    if op.empty_value is not None:
+        return op.empty_value
+    if op.axis_images is not None:
+        attrs = op.parse_attrs(node.attrs, node.name)
+        return op.axis_images(attrs, tuple(graph.types[node.inputs[0]].shape), tuple(node.type.shape)).fill
+    return None
 
 
 def _constant(node: Node, value: np.ndarray) -> Node:
