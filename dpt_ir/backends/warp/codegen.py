@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import kernels as cxx_kernels
 from dpt_ir.backends.cxx import rows as cxx_rows
-from dpt_ir.backends.cxx.nest import missing_lowering
+from dpt_ir.backends.cxx.nest import missing_lowering, user_functions
 from dpt_ir.backends.launches import KernelSource, StatusSlot
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
@@ -69,9 +69,13 @@ def _share(kernels: list[KernelSource]) -> dict[str, KernelSource]:
 
 
 def _refused(graph: Graph, group: KernelGroup, plan: str) -> ContractError:
+    """The compile error of a group the C++ path does not lower: the user's ``dp.*``
+    functions first, then the group, then what is unsupported (`missing_lowering`)."""
     ops = sorted({graph.node_map[n].opdef.name for n in group.nodes})
+    functions = user_functions(graph, list(group.nodes))
+    head = f"{', '.join(functions)}: " if functions else ""
     return ContractError(
-        f"kernel group {group.id!r} of plan {plan!r} ({group.kind} over {list(group.space)}, ops {ops}): "
+        f"{head}kernel group {group.id!r} of plan {plan!r} ({group.kind} over {list(group.space)}, ops {ops}): "
         f"expected a group the C++ backend lowers, found {missing_lowering(graph, group)}"
     )
 
