@@ -65,6 +65,8 @@ def _filter(x: Tensor, w: np.ndarray, mode: str, cval: float, origins: list[int]
     """correlate_valid(pad(x)): the correlation of scipy.ndimage with centre len//2 + origin."""
     mode = _mode(mode, where)
     (x,) = F.lift([x], where)
+    if x.size == 0:  # nothing to filter: scipy.ndimage returns the empty image (a pad cannot extend it)
+        return x
     before = [n // 2 + o for n, o in zip(w.shape, origins, strict=True)]
     after = [n - 1 - b for n, b in zip(w.shape, before, strict=True)]
     padded = x.builder.emit("pad", [x], {"before": before, "after": after, "mode": mode, "cval": float(cval)})

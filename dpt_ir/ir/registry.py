@@ -363,6 +363,11 @@ class OpDef:
     # Algebraic traits read by canonicalize (never the op's name):
     preserves_layout: bool = False  # a view whose flat row-major order is its input's (reshape, squeeze)
     identity: float | None = None  # x op identity == x (right identity; both sides if commutative)
+    # Ops whose output elements each fold a slice of their input (reductions, contractions):
+    # the value of an element whose slice is empty (sum 0, mean NaN, logsumexp -inf, matmul
+    # 0). None where there is none (max, min, the arg-reductions: their type rules refuse an
+    # empty slice, as NumPy raises). Canonicalize folds such a node over an empty input.
+    empty_value: float | None = None
     commutative: bool = False
     involution: bool = False  # op(op(x)) == x
     constant_value: Callable[[Any], Any] | None = None  # the fill value of a constant op

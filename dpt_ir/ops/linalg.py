@@ -156,6 +156,7 @@ register_op(
         infer=_infer,
         reference=_reference,
         contraction=contraction,
+        empty_value=0.0,  # a product over an empty k: zeros, as np.matmul
         derivative=Derivative(formulas={0: _grad_a, 1: _grad_b}, saved_inputs=(0, 1)),
         cost="expensive",
         doc="matrix product (np.matmul: batched, broadcast, 1-D vectors); transpose_a/b swap an operand's last axes",

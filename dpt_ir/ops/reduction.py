@@ -31,10 +31,20 @@ class ReduceAttrs(Attrs):
     keepdims: bool = False
 
 
-def _rule(dtypes: str, out_dtype: str | None = None) -> Any:
+def _rule(name: str, dtypes: str, out_dtype: str | None = None, identity: bool = True) -> Any:
+    """The type rule of reduction ``name``; without an ``identity`` (max, min, the
+    arg-reductions) a reduction over an empty axis is a ContractError, as NumPy raises."""
+
     def infer(inputs: tuple[TensorType, ...], attrs: ReduceAttrs, where: str) -> TensorType:
         (x,) = inputs
         check_axes(attrs.axes, x.ndim, where)
+        empty = [a for a in attrs.axes if x.shape[a] == 0]
+        if empty and not identity:
+            raise ContractError(
+                f"{where}: dp.{name} reduces axis {empty[0]} of shape {list(x.shape)}, which is empty, and has no "
+                "identity (expected non-empty reduced axes; NumPy raises here too: use dp.sum, dp.mean or "
+                "dp.logsumexp, which have one, or reduce a non-empty axis)"
+            )
         if dtypes == "float" and x.dtype not in ("float32", "float64"):
             raise ContractError(f"{where}: expected a float32 or float64 input, found {x.dtype}")
         if dtypes == "numeric" and x.dtype == "bool":
@@ -43,8 +53,6 @@ def _rule(dtypes: str, out_dtype: str | None = None) -> Any:
             dtype = "int32" if dtypes == "sum" else x.dtype
         else:
             dtype = out_dtype or x.dtype
-        if out_dtype == "int32" and any(x.shape[a] == 0 for a in attrs.axes):
-            raise ContractError(f"{where}: arg-reduction over an empty axis of shape {list(x.shape)}")
         return TensorType(shape=reduced_shape(x.shape, attrs.axes, attrs.keepdims), dtype=dtype)
 
     return infer
@@ -114,7 +122,7 @@ def _lse_grad(c: GradContext) -> Any:
 def _move_last(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     keep = [i for i in range(x.ndim) if i not in axes]
     moved = np.transpose(x, keep + list(axes))
-    return moved.reshape(moved.shape[: len(keep)] + (-1,))
+    return moved.reshape(moved.shape[: len(keep)] + (math.prod(x.shape[a] for a in axes),))  # (-1 fails when empty)
 
 
 def _arg_ref(fn: Any) -> Any:
@@ -224,27 +232,39 @@ def _logsumexp_cxx(in_t: str, out_t: str) -> CxxReduce | None:
 
 
 def _reduction(
-    name: str, infer: Any, ref: Any, derivative: Derivative | None, doc: str, cxx: Any, expansion: Any = None
+    name: str,
+    dtypes: str,
+    identity: float | None,
+    ref: Any,
+    derivative: Derivative | None,
+    doc: str,
+    cxx: Any,
+    expansion: Any = None,
+    out_dtype: str | None = None,
 ) -> None:
+    """Register reduction ``name``; ``identity``: its value over an empty slice
+    (`OpDef.empty_value`), None where NumPy raises (its type rule refuses an empty axis)."""
     register_op(
         OpDef(
             name=name,
             kind="reduction",
             arity=1,
             attrs=ReduceAttrs,
-            infer=infer,
+            infer=_rule(name, dtypes, out_dtype, identity is not None),
             reference=ref,
             derivative=derivative,
             cxx_reduce=cxx,
             doc=doc,
             expansion=expansion,
+            empty_value=identity,
         )
     )
 
 
 _reduction(
     "sum",
-    _rule("sum"),
+    "sum",
+    0.0,
     _sum_ref,
     Derivative({0: lambda c: _unreduce(c, c.gy)}),
     "sum over axes (integers accumulate in int32)",
@@ -252,7 +272,8 @@ _reduction(
 )
 _reduction(
     "mean",
-    _rule("float"),
+    "float",
+    math.nan,
     _mean_ref,
     Derivative({0: lambda c: _unreduce(c, c.gy / float(c.derived("count")))}, derived={"count": _count}),
     "mean over axes; the backward saves only the element count",
@@ -260,7 +281,8 @@ _reduction(
 )
 _reduction(
     "max",
-    _rule("numeric"),
+    "numeric",
+    None,
     lambda attrs, x: np.max(x, axis=attrs.axes, keepdims=attrs.keepdims),
     Derivative({0: _extremum_grad("argmax")}, saved_inputs=(0,), saved_output=True),
     "maximum over axes; the gradient goes to the first maximal element (NaN to a NaN slice)",
@@ -268,7 +290,8 @@ _reduction(
 )
 _reduction(
     "min",
-    _rule("numeric"),
+    "numeric",
+    None,
     lambda attrs, x: np.min(x, axis=attrs.axes, keepdims=attrs.keepdims),
     Derivative({0: _extremum_grad("argmin")}, saved_inputs=(0,), saved_output=True),
     "minimum over axes; the gradient goes to the first minimal element (NaN to a NaN slice)",
@@ -276,7 +299,8 @@ _reduction(
 )
 _reduction(
     "logsumexp",
-    _rule("float"),
+    "float",
+    -math.inf,
     _logsumexp_ref,
     Derivative({0: _lse_grad}, saved_inputs=(0,), saved_output=True),
     "log(sum(exp(x))) over axes, computed stably",
@@ -285,17 +309,21 @@ _reduction(
 )
 _reduction(
     "argmax",
-    _rule("numeric", "int32"),
+    "numeric",
+    None,
     _arg_ref(np.argmax),
     None,
     "flat index of the first maximum within the reduced axes (not differentiable)",
     _extremum_cxx("gt", with_index=True),
+    out_dtype="int32",
 )
 _reduction(
     "argmin",
-    _rule("numeric", "int32"),
+    "numeric",
+    None,
     _arg_ref(np.argmin),
     None,
     "flat index of the first minimum within the reduced axes (not differentiable)",
     _extremum_cxx("lt", with_index=True),
+    out_dtype="int32",
 )

@@ -105,6 +105,8 @@ def _preimages(k: str, n: int, b: int, e: int, mode: str) -> list[tuple[str, str
     with the condition under which it is one (None: always). Only the images that can
     land inside the padded axis for some ``k`` are listed."""
     length = n + b + e
+    if n == 0:  # an empty axis has no element to copy (and no period)
+        return []
     if mode == "constant":
         return [(idx.add(k, b), None)]
     if mode == "nearest":

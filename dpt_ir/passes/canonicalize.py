@@ -4,11 +4,18 @@ Assumes: a valid graph. Guarantees: values are unchanged (bit for bit, except th
 folded constants are computed once by the NumPy reference in the node's dtype), and
 
 - a node whose inputs are all constants and whose result is uniform becomes a constant
-  (elementwise ops fold symbolically; shape ops and reductions fold when their inputs
-  are small, after checking the result is uniform: ``embed_slice`` pads with zeros);
+  (elementwise ops and layout views, `OpDef.view_affine`, fold symbolically; other shape
+  ops and reductions fold when their inputs and result are small, after checking the
+  result is uniform: ``embed_slice`` pads with zeros), so no data-sized array is made at
+  compile time;
+- a node whose output has elements but whose input has none becomes a constant: a
+  reduction or contraction (`OpDef.empty_value`: every slice it folds is empty) of its
+  identity (sum 0, mean NaN, logsumexp -inf, matmul 0), a per-axis view (a constant pad,
+  embed_slice: `OpDef.axis_images`) of its fill: a zero-size axis needs no kernel;
 - ``x op e`` with ``e`` the op's identity element (``e op x`` too when commutative)
   becomes ``x`` when that changes neither shape nor dtype;
-- ``f(f(x))`` becomes ``x`` for an involution ``f``.
+- ``f(f(x))`` becomes ``x`` for an involution ``f``;
+- a scatter (`OpDef.scatter`) of an empty values input becomes its base.
 
 Rewritten nodes are redirected, and left for `dce`.
 """
@@ -41,7 +48,11 @@ def run(graph: Graph, options: object = None) -> Graph:
         if op.constant_value is not None:
             consts[node.name] = op.constant_value(op.parse_attrs(node.attrs, node.name))
         else:
-            target = _identity_target(graph, node, consts) or _involution_target(graph, node, producers)
+            target = (
+                _identity_target(graph, node, consts)
+                or _involution_target(graph, node, producers)
+                or _empty_scatter_target(graph, node)
+            )
             if target is not None:
                 subst[node.name] = target
         nodes.append(node)
@@ -58,6 +69,9 @@ def _with_inputs(node: Node, subst: dict[str, str]) -> Node:
 
 def _fold(graph: Graph, node: Node, consts: dict[str, Any]) -> Node | None:
     op = node.opdef
+    fill = _empty_fill(graph, node)
+    if fill is not None:
+        return _constant(node, np.asarray(fill).astype(node.type.dtype))
     if not node.inputs or any(i not in consts for i in node.inputs):
         return None
     attrs = op.parse_attrs(node.attrs, node.name)
@@ -67,7 +81,11 @@ def _fold(graph: Graph, node: Node, consts: dict[str, Any]) -> Node | None:
         args = [np.asarray(consts[i], dtype=t.dtype) for i, t in zip(node.inputs, in_types, strict=True)]
         with np.errstate(all="ignore"):
             value = np.asarray(op.reference(attrs, *args)).astype(node.type.dtype)
-    elif op.kind in ("shape", "reduction") and all(t.size <= FOLD_LIMIT for t in in_types):
+    elif op.view_affine is not None and node.type.size:
+        # A layout view reads one input element per output element: a uniform input gives
+        # its value everywhere, with no array made (a broadcast may be data-sized).
+        value = np.asarray(consts[node.inputs[0]]).astype(node.type.dtype)
+    elif op.kind in ("shape", "reduction") and all(t.size <= FOLD_LIMIT for t in (*in_types, node.type)):
         args = [np.full(t.shape, consts[i], dtype=t.dtype) for i, t in zip(node.inputs, in_types, strict=True)]
         with np.errstate(all="ignore"):
             result = np.asarray(op.reference(attrs, *args)).astype(node.type.dtype)
@@ -77,6 +95,27 @@ def _fold(graph: Graph, node: Node, consts: dict[str, Any]) -> Node | None:
         value = flat[0]
     else:
         return None
+    return _constant(node, value)
+
+
+def _empty_fill(graph: Graph, node: Node) -> float | None:
+    """The value of every element of ``node`` when it has elements but an input has none:
+    a reduction's or contraction's over empty slices (`OpDef.empty_value`), a per-axis view's
+    fill (`OpDef.axis_images`: every element reads no image, a constant pad's ``cval``);
+    None otherwise (a join of an empty input reads the others)."""
+    op = node.opdef
+    if not node.type.size or all(graph.types[i].size for i in node.inputs):
+        return None
+    if op.empty_value is not None:
+        return op.empty_value
+    if op.axis_images is not None:
+        attrs = op.parse_attrs(node.attrs, node.name)
+        return op.axis_images(attrs, tuple(graph.types[node.inputs[0]].shape), tuple(node.type.shape)).fill
+    return None
+
+
+def _constant(node: Node, value: np.ndarray) -> Node:
+    """``node`` as a constant of its type, every element ``value`` (0-d, its dtype)."""
     return Node(
         name=node.name,
         op=CONSTANT_OP,
@@ -106,3 +145,15 @@ def _involution_target(graph: Graph, node: Node, producers: dict[str, Node]) -> 
         return None
     source = inner.inputs[0]
     return source if graph.types[source] == node.type else None
+
+
+def _empty_scatter_target(graph: Graph, node: Node) -> str | None:
+    """The base of a scatter that adds no values (its values input has no element)."""
+    op = node.opdef
+    if op.scatter is None:
+        return None
+    attrs = op.parse_attrs(node.attrs, node.name)
+    # Which inputs hold the base and the values does not depend on the positions' shape.
+    layout = op.scatter(attrs, node.type.shape, ())
+    base, values = node.inputs[layout.base], node.inputs[layout.values]
+    return base if graph.types[values].size == 0 and graph.types[base] == node.type else None

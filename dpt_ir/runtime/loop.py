@@ -42,6 +42,14 @@ from dpt_ir.runtime.loop_pieces import ACC_PREFIX, piece_names
 from dpt_ir.runtime.plan import WP_DTYPES
 
 
+def _view(arr: wp.array, start: int, stop: int) -> wp.array:
+    """The flat view ``arr[start:stop]``; an empty window (a zero-size carry, ``x`` or
+    ``y``) is an empty array of its own, since Warp refuses to slice a zero-size array."""
+    if stop <= start:
+        return wp.empty(0, dtype=arr.dtype, device=arr.device)
+    return arr[start:stop]
+
+
 def _offsets(types: list[TensorType]) -> list[int]:
     out, at = [], 0
     for t in types:
@@ -180,7 +188,7 @@ class Loop:
         bound = dict(zip(self.names[: a.carries], carry, strict=True))
         for j in range(a.xs):
             size = self.in_types[a.carries + j].size // a.length
-            bound[self.names[a.carries + j]] = arrays[a.carries + j][i * size : (i + 1) * size]
+            bound[self.names[a.carries + j]] = _view(arrays[a.carries + j], i * size, (i + 1) * size)
         at = a.carries + a.xs
         if a.index:
             bound[self.names[at]] = self.iota[i : i + 1]
@@ -222,7 +230,7 @@ class Loop:
         self._begin(self.fwd_ws)
         carry, at = list(arrays[: a.carries]), 1  # at: the pool buffer holding the carry
         final = [
-            self.packed[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size]
+            _view(self.packed, self.result_offsets[k], self.result_offsets[k] + self.results[k].size)
             for k in range(a.carries)
         ]
         for i in range(a.length):
@@ -238,7 +246,7 @@ class Loop:
                 if k >= a.carries:
                     row = self.results[k].size // a.length
                     start = self.result_offsets[k] + i * row
-                    ys[value] = self.packed[start : start + row]
+                    ys[value] = _view(self.packed, start, start + row)
             self._step(carry, arrays, i, into, ys)
             for k in range(a.carries, len(self.results)):
                 if k not in self.direct:
@@ -256,7 +264,9 @@ class Loop:
         forward = arrays[:-1]
         self._begin(self.fwd_ws, self.vjp_ws)
         self.sums = dict(self.zeros)  # read only: each step writes the new sum into `sum_pool`
-        g_carry = [gy[self.result_offsets[k] : self.result_offsets[k] + self.results[k].size] for k in range(a.carries)]
+        g_carry = [
+            _view(gy, self.result_offsets[k], self.result_offsets[k] + self.results[k].size) for k in range(a.carries)
+        ]
         g_at: int | None = None  # the pool buffer holding the carries' cotangent (None: a view of gy)
         if self.source is not None:  # the forward kept every carry: c_i for step i
             kept = [list(forward[: a.carries]), *self.source.trajectory]
@@ -315,7 +325,7 @@ class Loop:
             else:
                 row = self.results[k].size // a.length
                 start = self.result_offsets[k] + i * row
-                bound[self.ct_names[name]] = gy[start : start + row]
+                bound[self.ct_names[name]] = _view(gy, start, start + row)
         targets = {k: self.pool[out][k] for k in range(a.carries)}
         for k, pair in self.sum_pool.items():
             targets[k] = pair[1] if self.sums[k] is pair[0] else pair[0]
@@ -324,7 +334,7 @@ class Loop:
             if k in self.grad_offsets:
                 row = self.in_types[k].size // a.length
                 start = self.grad_offsets[k] + i * row
-                targets[k] = self.grads[start : start + row]
+                targets[k] = _view(self.grads, start, start + row)
         for k, value in self.vjp_direct.items():
             bound[value] = targets[k]
         plan, ws = self.vjp_plan, self.vjp_ws

@@ -5,8 +5,12 @@ arrays a call writes live in a `Workspace`: the schedule's buffers (reused acros
 with disjoint live ranges), reduction partials, output and gradient arrays, staging arrays
 for numpy inputs on CUDA, and the status word. A call checks a workspace out of the plan's
 pool and returns it after (`ExecutionPlan.workspace`), so concurrent calls never share
-arrays. The pool starts with one workspace, allocated with the plan, and grows only when
-calls overlap; a single-threaded steady state therefore allocates no device memory.
+arrays. The pool starts empty: `dp.compile` allocates no data-sized array. The first call
+allocates a workspace (and the constant tables), and the pool grows only when calls
+overlap; a single-threaded steady state therefore allocates no device memory after the
+first call. A workspace that cannot be allocated is a ContractError naming the program, the
+bytes asked for and the device (`ExecutionPlan.checkout`): the shapes the program was
+compiled for do not fit the device, which is what the user gave; nothing has run.
 
 A plan's Warp module is built on the plan's first launch (`ExecutionPlan.ready`), not when
 the plan is made: its launches, counts and workspaces exist before, their kernels after.
@@ -147,13 +151,8 @@ class ExecutionPlan:
         self.status_size = max(len(slots), 1) if checks else 0  # 0: compiled without checks
         self.grad_outputs = grad_outputs
         self.threads = threads if device == "cpu" else 1
-        self.constants: dict[str, wp.array] = {}
-        made: dict[int, wp.array] = {}  # launches binding one (shared) NumPy array share its wp.array
-        for k in kernels:
-            for p, (dtype, values) in k.constants.items():
-                if id(values) not in made:
-                    made[id(values)] = wp.array(values, dtype=getattr(wp, dtype.split(".")[1]), device=device)
-                self.constants[p] = made[id(values)]
+        self._constants: dict[str, wp.array] | None = None  # made with the first workspace
+        self._tables_lock = threading.Lock()
         kplan = plan_of(graph)
         phases = {g.id: g.phase for g in kplan.groups}
         self.launches = [Launch(k.name, k.function, k.dim, k.params, phases[k.group], k.status_base) for k in kernels]
@@ -174,11 +173,47 @@ class ExecutionPlan:
         self.direct_gradients = tuple(v for v in gradient_values if v in self.direct_values and device == "cpu")
         self._lock = threading.Lock()
         self._all: weakref.WeakSet[Workspace] = weakref.WeakSet()  # every live workspace (alias checks)
-        self._free: list[Workspace] = [self._new_workspace()]
+        self._free: list[Workspace] = []  # allocated at the first call, not at compile
 
     # -- workspaces --
+    @property
+    def constants(self) -> dict[str, wp.array]:
+        """The launches' constant tables (parameter -> array on the plan's device, shared by
+        every workspace: read-only), made at the first use."""
+        with self._tables_lock:  # concurrent first calls make them once
+            if self._constants is None:
+                made: dict[int, wp.array] = {}  # launches binding one (shared) NumPy array share its wp.array
+                out: dict[str, wp.array] = {}
+                for k in self.kernels:
+                    for p, (dtype, values) in k.constants.items():
+                        if id(values) not in made:
+                            made[id(values)] = wp.array(
+                                values, dtype=getattr(wp, dtype.split(".")[1]), device=self.device
+                            )
+                        out[p] = made[id(values)]
+                self._constants = out
+            return self._constants
+
+    def workspace_bytes(self) -> int:
+        """The bytes one workspace allocates: the schedule's buffers, the reduction partials,
+        the output copies of inputs and the status word (the constant tables come once)."""
+        graph = self.graph
+        total = sum(b.size * np.dtype(b.dtype).itemsize for b in plan_of(graph).scheduled().buffers)
+        partials = {p: v for k in self.kernels for p, v in k.partials.items()}
+        total += sum(size * np.dtype(dtype.split(".")[1]).itemsize for dtype, size in partials.values())
+        copies = {o.value for o in graph.outputs if o.value in graph.input_map}
+        total += sum(graph.types[v].size * np.dtype(graph.types[v].dtype).itemsize for v in copies)
+        return total + 4 * self.status_size
+
     def _new_workspace(self) -> Workspace:
-        ws = Workspace(self)
+        try:
+            ws = Workspace(self)
+        except (MemoryError, RuntimeError) as exc:  # Warp's allocators raise RuntimeError
+            raise ContractError(
+                f"program {self.graph.name!r}: could not allocate its workspace of {self.workspace_bytes()} bytes "
+                f"on device {self.device!r} ({type(exc).__name__}: {exc}); expected a device with that much free "
+                "memory: compile smaller shapes, or free memory"
+            ) from None
         with self._lock:
             self._all.add(ws)
         return ws

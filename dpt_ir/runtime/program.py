@@ -253,7 +253,9 @@ class TapePass:
             arrays = [a for a in outs.values()] + [
                 v for v in inputs.values() if isinstance(v, wp.array) and v.requires_grad
             ]
-            self.tape.record_func(backward=self._tape_backward, arrays=arrays)
+            # A zero-size array's gradient has nothing to zero, and Warp refuses it (an empty
+            # gradient array is falsy to `Tape.record_func`).
+            self.tape.record_func(backward=self._tape_backward, arrays=[a for a in arrays if a.size])
         return outs
 
     def backward(self, seed: Mapping[str, Any] | None = None) -> dict[str, wp.array]:

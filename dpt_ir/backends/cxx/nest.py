@@ -34,6 +34,7 @@ from dpt_ir.backends.cxx.common import C_TYPES, flat_index
 from dpt_ir.backends.cxx.rowmap import RowMap
 from dpt_ir.backends.cxx.sites import Guard, Site
 from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.records import origin_of
 from dpt_ir.ir.kernel_ir import KernelGroup
 from dpt_ir.ir.registry import CxxReduce
 from dpt_ir.ir.types import FLOAT_DTYPES
@@ -391,10 +392,29 @@ def positions_nest(graph: Graph, group: KernelGroup) -> Any:
     return cover(graph, KernelGroup.model_validate(sub))
 
 
+INDEX_LIMIT = 2**31 - 1  # elements a kernel indexes with the C++ path's 32-bit integers
+
+
+def user_functions(graph: Graph, names: list[str]) -> list[str]:
+    """The ``dp.*`` functions the nodes ``names`` come from (`origin_of`), in order, once each."""
+    return list(dict.fromkeys(o for o in (origin_of(graph, n) for n in names) if o))
+
+
+def _tensor(graph: Graph, value: str) -> str:
+    """How a message names ``value``: a program input by its name, a node by its ``dp.*``
+    function (its origin: a composite's, or the gradient's of one) and name and op."""
+    if value in graph.input_map:
+        return f"input {value!r}"
+    origin = origin_of(graph, value)
+    op = graph.node_map[value].opdef.name
+    return f"the result of {origin} (node {value!r}, op {op!r})" if origin else f"node {value!r} (op {op!r})"
+
+
 def missing_lowering(graph: Graph, group: KernelGroup) -> str:
-    """Why `cover` refuses ``group``, for the compile error: the members whose op has no C++
-    lowering at all (a user op registered without ``cxx``), or else that the combination
-    is one the C++ path does not lower."""
+    """Why `cover` refuses ``group``, for the compile error, in the user's terms (the ``dp.*``
+    functions, the tensors): the members whose op has no C++ lowering at all (a user op
+    registered without ``cxx``), values of a dtype it does not lower, a tensor past its 32-bit
+    indexing (`INDEX_LIMIT`), or else the combination of functions it does not lower."""
     bare = [(n, graph.node_map[n].opdef.name) for n in group.nodes if not graph.node_map[n].opdef.lowered]
     if bare:
         named = ", ".join(f"op {op!r} (node {n!r})" for n, op in bare)
@@ -405,7 +425,18 @@ def missing_lowering(graph: Graph, group: KernelGroup) -> str:
     dtypes = sorted({graph.types[v].dtype for v in (*group.nodes, *group.inputs)} - set(C_TYPES))
     if dtypes:
         return f"values of dtype {dtypes}, which the C++ path does not lower (it lowers {sorted(C_TYPES)})"
+    large = [v for v in (*group.inputs, *group.nodes) if graph.types[v].size > INDEX_LIMIT]
+    if large or math.prod(group.space) > INDEX_LIMIT:
+        value = max(large, key=lambda v: graph.types[v].size) if large else group.outputs[0]
+        t = graph.types[value]
+        return (
+            f"{_tensor(graph, value)} of shape {list(t.shape)}, {t.size} elements: the C++ backend indexes with "
+            f"32-bit integers, at most {INDEX_LIMIT} (2**31 - 1) elements per tensor (expected a smaller tensor: "
+            "split the array into pieces of at most that many elements)"
+        )
+    ops = sorted({f"op {graph.node_map[n].opdef.name!r}" for n in group.nodes})
+    functions = ", ".join(user_functions(graph, list(group.nodes)) or ops)
     return (
-        "a combination of ops and reads that `dpt_ir.backends.cxx.nest.cover` refuses (see docs/backend.md, "
-        "'Which groups take it')"
+        f"{functions} over a {group.kind} space of shape {list(group.space)}: a combination of reads the C++ "
+        "backend does not lower (see docs/backend.md, 'Which groups take it')"
     )

@@ -3,9 +3,10 @@
 Assumes: scheduled graphs whose kernel plans hold fusion's typed groups. Guarantees: each
 group becomes the launches `dpt_ir.backends.cxx.kernels.group_kernels` gives (C++ element
 functions with CPU and CUDA drivers, called from ``@wp.kernel`` stubs through
-``wp.func_native``); a group the C++ path cannot lower is a ContractError naming the group,
-its ops and what is missing, raised here, at compile time, before any kernel runs. Warp is
-the build driver, runtime, array library and tape; the op math is C++ only.
+``wp.func_native``), but a group that writes only zero-size values, which has none
+(`empty`); a group the C++ path cannot lower is a ContractError naming the group, its ops
+and what is missing, raised here, at compile time, before any kernel runs. Warp is the
+build driver, runtime, array library and tape; the op math is C++ only.
 
 Kernel text never carries a value's name (parameters are positional, status flags relative
 to a per-launch base, C++ units named by a hash of their text), so structurally identical
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import kernels as cxx_kernels
 from dpt_ir.backends.cxx import rows as cxx_rows
-from dpt_ir.backends.cxx.nest import missing_lowering
+from dpt_ir.backends.cxx.nest import missing_lowering, user_functions
 from dpt_ir.backends.launches import KernelSource, StatusSlot
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
@@ -68,11 +69,23 @@ def _share(kernels: list[KernelSource]) -> dict[str, KernelSource]:
 
 
 def _refused(graph: Graph, group: KernelGroup, plan: str) -> ContractError:
+    """The compile error of a group the C++ path does not lower: the user's ``dp.*``
+    functions first, then the group, then what is unsupported (`missing_lowering`)."""
     ops = sorted({graph.node_map[n].opdef.name for n in group.nodes})
+    functions = user_functions(graph, list(group.nodes))
+    head = f"{', '.join(functions)}: " if functions else ""
     return ContractError(
-        f"kernel group {group.id!r} of plan {plan!r} ({group.kind} over {list(group.space)}, ops {ops}): "
+        f"{head}kernel group {group.id!r} of plan {plan!r} ({group.kind} over {list(group.space)}, ops {ops}): "
         f"expected a group the C++ backend lowers, found {missing_lowering(graph, group)}"
     )
+
+
+def empty(graph: Graph, group: KernelGroup) -> bool:
+    """Whether every value ``group`` writes has no element (a zero-length axis): there is
+    nothing to compute, so it has no launch; its buffers are allocated empty. (A value with
+    elements computed from empty inputs is a reduction's identity, folded to a constant by
+    canonicalize, `OpDef.empty_value`.)"""
+    return all(graph.types[v].size == 0 for v in group.outputs)
 
 
 def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, target: Target) -> ModuleSource:
@@ -90,7 +103,7 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, tar
     for prefix, graph in plans.items():
         replaced: set[str] = set()  # members of a row set emitted as one row kernel (`cxx.rows`)
         for group in plan_of(graph).groups:
-            if group.id in replaced:
+            if group.id in replaced or empty(graph, group):
                 continue
             row_set = cxx_rows.starting_at(graph, group, prefix, slots, checks, target)
             if row_set is not None:  # its members, this group first, are one row kernel

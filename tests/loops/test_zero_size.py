@@ -1,0 +1,49 @@
+"""Compiled loops over zero-size carries and per-step inputs (issue 27): a scan whose carry
+or ``xs`` rows have no element runs, forward and reverse (checkpointed), and gives the
+interpreter's values and (zero-size) gradients. Warp refuses to slice a zero-size array;
+the loop's per-step views of empty arrays are empty arrays of their own (`runtime.loop`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import dpt_ir as dp
+
+
+def _graph() -> dp.Graph:
+    """Two carries, one empty, and two per-step inputs, one with empty rows."""
+    g = dp.GraphBuilder("scan_zero")
+    a = g.input("a", (3,), "float32")
+    e = g.input("e", (2, 0), "float32")
+    xs = g.input("xs", (4, 3), "float32")
+    zs = g.input("zs", (4, 2, 0), "float32")
+
+    def step(carry: tuple[dp.Tensor, dp.Tensor], x: tuple[dp.Tensor, dp.Tensor]) -> tuple[Any, dp.Tensor]:
+        c, d = carry
+        return (dp.sin(c) * x[0], d * x[1] + 1.0), dp.sum(c * x[0]) + dp.sum(d)
+
+    (c, d), ys = dp.scan(step, (a, e), (xs, zs), checkpoint=2)
+    g.output("d", d)
+    g.output("loss", dp.sum(c) + dp.sum(ys) + dp.sum(d))
+    return g.build()
+
+
+def test_a_scan_with_empty_carries_and_rows() -> None:
+    graph = _graph()
+    rng = np.random.default_rng(0)
+    shapes = {i.name: i.type.shape for i in graph.inputs}
+    inputs = {k: rng.uniform(-1.0, 1.0, s).astype(np.float32) for k, s in shapes.items()}
+    program = dp.compile(graph, wrt=list(shapes), device="cpu")
+    expected = dp.interpret(graph, **inputs)
+    out = program.run(**inputs)
+    for name, value in expected.items():
+        assert out[name].shape == value.shape and out[name].dtype == value.dtype
+        np.testing.assert_allclose(out[name], value, rtol=1e-5)
+    values, grads = program.value_and_grad(**inputs)
+    reference = dp.interpret_grad(graph, list(shapes), **inputs)
+    np.testing.assert_allclose(values["loss"], expected["loss"], rtol=1e-5)
+    for name, g in reference.items():
+        assert grads[name].shape == shapes[name] and grads[name].dtype == np.float32
+        np.testing.assert_allclose(grads[name], g, rtol=1e-5, atol=1e-6)
