@@ -32,11 +32,11 @@ from __future__ import annotations
 import networkx as nx
 from pydantic import Field
 
+from dpt_ir.ir import traits
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.kernel_ir import Boundary, Halo, KernelGroup, KernelPlan, ScatterForm, with_plan
 from dpt_ir.ir.records import group_tag, phase_of, saved_values
 from dpt_ir.passes import fusion_rows
-from dpt_ir.passes import fusion_traits as traits
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
 from dpt_ir.passes.fusion_steps import bound_kernel_nodes, past_views, step_cuts
 from dpt_ir.passes.options import CompileOptions, PassOptions

@@ -25,10 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.graph import Graph
-from dpt_ir.ir.indexing import Affine, Coords
 from dpt_ir.ir.kernel_ir import KernelGroup, RowSet, plan_of, with_plan
+from dpt_ir.ir.row_access import row_local
 
 # The default row budget (bytes of one row of all the full-shape values a row set reads or
 # writes) when the options name none: the CPU `Target.row_budget`, which `dp.compile` passes.
@@ -55,71 +54,6 @@ def _fits_axes(group: KernelGroup, a: int) -> bool:
         return True
     axes, n = tuple(group.axes), len(group.space)
     return group.kind == "reduction" and bool(axes) and axes == tuple(range(axes[0], n)) and axes[0] <= a
-
-
-def _row_form(space: Sequence[int], a: int) -> Affine:
-    """The flat offset of the row of an element of ``space`` (rows over axes ``0..a-1``)."""
-    n = len(space)
-    return idx.flat(tuple(idx.axis(k, n) for k in range(a)), tuple(space[:a]), n)
-
-
-def _identity(space: Sequence[int]) -> Coords:
-    return tuple(idx.axis(k, len(space)) for k in range(len(space)))
-
-
-def row_local(graph: Graph, group: KernelGroup, written: set[str], a: int) -> bool:
-    """Does ``group`` read every value in ``written`` (by earlier members) within the row of the
-    element it computes? Walks its members from its seeds (reduction inputs, full-shape stores)
-    at the space's coordinates, through elementwise reads (NumPy-aligned) and view maps; any
-    other member on the way to a written value (a stencil, a gather, a reduction) refuses."""
-    space = tuple(group.space)
-    n, size = len(space), math.prod(space)
-    members, roots = set(group.nodes), set(group.roots)
-    full, row = idx.canonical(idx.flat(_identity(space), space, n), space), idx.canonical(_row_form(space, a), space)
-    seeds = [graph.node_map[r].inputs[0] if graph.node_map[r].opdef.kind == "reduction" else r for r in roots]
-    stack = [(v, _identity(space)) for v in seeds if tuple(graph.types[v].shape) == space]
-    seen: set[tuple[str, Coords]] = set()
-    while stack:
-        value, coords = stack.pop()
-        if (value, coords) in seen:
-            continue
-        seen.add((value, coords))
-        shape = tuple(graph.types[value].shape)
-        if value not in members:
-            if value in written:
-                at = idx.canonical(idx.flat(coords, shape, n), space)
-                if at != (full if graph.types[value].size == size else row):
-                    return False
-            continue
-        node = graph.node_map[value]
-        op = node.opdef
-        if op.kind == "elementwise":
-            stack += [(i, idx.aligned_coords(coords, shape, graph.types[i].shape)) for i in node.inputs]
-        elif op.view_affine is not None and len(node.inputs) == 1:
-            attrs = op.parse_attrs(node.attrs, value)
-            in_shape = tuple(graph.types[node.inputs[0]].shape)
-            mapped = op.view_affine(attrs, in_shape, shape, coords, space)
-            if mapped is None:
-                return False
-            stack.append((node.inputs[0], tuple(mapped)))
-        elif node.inputs and _reaches(graph, value, members, written):
-            return False
-    return True
-
-
-def _reaches(graph: Graph, value: str, members: set[str], written: set[str]) -> bool:
-    """Does member ``value`` read (through members) a value in ``written``? Iterative."""
-    stack, seen = [value], set()
-    while stack:
-        v = stack.pop()
-        if v in seen:
-            continue
-        seen.add(v)
-        if v in written:
-            return True
-        if v in members:
-            stack += list(graph.node_map[v].inputs)
-    return False
 
 
 def _row_bytes(graph: Graph, groups: Sequence[KernelGroup], space: tuple[int, ...], row: int) -> int:

@@ -30,7 +30,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from dpt_ir.ir.graph import Graph, Node
-from dpt_ir.passes.fusion_traits import is_free, is_pointwise, multi_read, reads
+from dpt_ir.ir.traits import is_free, is_pointwise, multi_read, reads
 
 # Most nodes one kernel inlines before a value is written (`bound_kernel_nodes`).
 MAX_KERNEL_NODES = 256

@@ -12,8 +12,8 @@ import pytest
 import dpt_ir as dp
 from benchmarks.graphs import beer, normalisation, softmax_xent
 from dpt_ir.ir.records import phase_of
+from dpt_ir.ir.traits import copies
 from dpt_ir.passes import canonicalize, cse, dce, manager, verify
-from dpt_ir.passes.fusion_traits import copies
 from dpt_ir.passes.manager import DEFAULT_PIPELINE, PassSpec, run_pipeline
 from dpt_ir.passes.options import CompileOptions
 

@@ -34,8 +34,8 @@ from dpt_ir.backends.cxx.common import C_TYPES, flat_index
 from dpt_ir.backends.cxx.rowmap import RowMap
 from dpt_ir.backends.cxx.sites import Guard, Site
 from dpt_ir.ir.graph import Graph
-from dpt_ir.ir.records import origin_of
 from dpt_ir.ir.kernel_ir import KernelGroup
+from dpt_ir.ir.records import origin_of
 from dpt_ir.ir.registry import CxxReduce
 from dpt_ir.ir.types import FLOAT_DTYPES
 

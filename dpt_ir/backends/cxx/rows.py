@@ -31,8 +31,8 @@ from dpt_ir.backends.cxx.drivers import Layout
 from dpt_ir.backends.cxx.nest import cover
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup, RowSet, plan_of
-from dpt_ir.passes import fusion_rows
-from dpt_ir.passes.fusion_traits import is_view
+from dpt_ir.ir.row_access import row_local
+from dpt_ir.ir.traits import is_view
 
 # A full-shape value two stages compute, at this work per element or more (`OpDef.work`: a
 # transcendental's), is computed by the first only and read from a row buffer by the later
@@ -203,7 +203,7 @@ def shared_members(graph: Graph, members: list[KernelGroup]) -> list[KernelGroup
             writer = out[k].with_(outputs=(*out[k].outputs, v))
             reading = {j: _reading(graph, out[j], v) for j in readers}
             groups = [writer, *reading.values()]
-            if all(fusion_rows.row_local(graph, g, {v}, a) for g in reading.values()) and all(
+            if all(row_local(graph, g, {v}, a) for g in reading.values()) and all(
                 cover(graph, g) is not None for g in groups
             ):
                 out[k] = writer

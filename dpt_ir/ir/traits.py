@@ -1,4 +1,4 @@
-"""What the fusion pass asks of a node: its op's kind and per-element traits, never its name.
+"""What fusion and the backends ask of a node: its op's kind and per-element traits, never its name.
 
 Assumes: nodes of a validated graph (their `OpDef` resolved). Guarantees: pure functions
 of one node; the traits an op leaves unset count as 1 (one read, one copy per element).
