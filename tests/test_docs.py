@@ -83,3 +83,26 @@ def test_doc_block_runs(name: str, line: int, source: str, monkeypatch: pytest.M
     # Pad with blank lines so tracebacks point at the line in the .md file.
     code = compile("\n" * line + source, str(ROOT / name), "exec")
     exec(code, {"__name__": f"docs_{Path(name).stem.replace('-', '_')}"})
+
+
+# A python block, then a paragraph that starts with "prints", then the text block it shows.
+SHOWN = re.compile(
+    r"^```python[ \t]*\n((?:(?!```).)*?)^```\n\nprints(?:(?!```).)*?\n\n```text\n(.*?)^```", re.MULTILINE | re.DOTALL
+)
+
+
+def test_getting_started_shows_what_its_blocks_print(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys) -> None:
+    """The output docs/getting-started.md shows after "prints" is what the block prints
+    (on the CPU, the device of the Program repr it shows)."""
+    from dpt_ir.driver.compile import resolve_device  # initialises Warp quietly, as dp.compile does
+
+    if resolve_device(None) != "cpu":
+        pytest.skip("the shown output is the CPU's (Program(..., device='cpu'))")
+    path = ROOT / "docs" / "getting-started.md"
+    pairs = SHOWN.findall(path.read_text(encoding="utf-8"))
+    assert len(pairs) >= 3, "expected the blocks of sections 2, 3 and 5 with their output"
+    monkeypatch.chdir(tmp_path)
+    for source, shown in pairs:
+        exec(compile(source, str(path), "exec"), {"__name__": "docs_getting_started"})
+        # The shown block cannot end in the blank line print() adds after a text ending in one.
+        assert capsys.readouterr().out.rstrip("\n") == shown.rstrip("\n")
