@@ -203,8 +203,11 @@ class TorchFunction:
     def _program_input(self, name: str, t: torch.Tensor) -> Any:
         declared = self.program.graph.types[name]
         if t.device.type == "cpu":
+            t = t.resolve_conj().resolve_neg()
+            if t.dtype in _NUMPY_DTYPES:
+                return host_view(t)  # zero copy
             try:
-                return t.resolve_conj().resolve_neg().numpy()  # a view: zero copy
+                return t.numpy()  # a dtype no program input has: run refuses it with its own message
             except TypeError:  # a dtype NumPy lacks (bfloat16, complex32, ...)
                 raise ContractError(f"input {name!r}: expected dtype {declared.dtype}, found {t.dtype}") from None
         flat = t.contiguous().reshape(-1) if t.dim() == 0 else t.contiguous()
@@ -218,6 +221,35 @@ class TorchFunction:
 
     def _empty(self, t: Any) -> torch.Tensor:
         return torch.empty(t.shape, dtype=TORCH_DTYPES[t.dtype], device=self.device)
+
+
+_NUMPY_DTYPES = {dtype: np.dtype(name) for name, dtype in TORCH_DTYPES.items()}
+
+
+class _TensorMemory:
+    """The memory of a CPU tensor as NumPy's array interface; holds the tensor, so the
+    array built on it keeps the memory alive."""
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.tensor = t
+        self.__array_interface__ = {
+            "data": (t.data_ptr(), False),
+            "shape": tuple(t.shape),
+            "strides": tuple(k * t.element_size() for k in t.stride()),
+            "typestr": _NUMPY_DTYPES[t.dtype].str,
+            "version": 3,
+        }
+
+
+def host_view(t: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor's memory (no copy) that leaves its storage as it was.
+
+    ``Tensor.numpy()`` marks the storage non-resizable for good, and FSDP, which frees a
+    gathered parameter by resizing its storage to zero, then fails ("Trying to resize
+    storage that is not resizable"). An empty tensor may have no memory: a fresh empty array."""
+    if t.numel() == 0:
+        return np.empty(tuple(t.shape), _NUMPY_DTYPES[t.dtype])
+    return np.asarray(_TensorMemory(t))
 
 
 class _Eager(torch.autograd.Function):

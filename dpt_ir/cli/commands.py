@@ -270,7 +270,7 @@ def show_values(arr: np.ndarray) -> str:
     text = np.array2string(arr, threshold=1000, edgeitems=3, max_line_width=100)
     lines = ["  " + line for line in text.splitlines()]
     if arr.size and arr.dtype.kind in "fiu":
-        lines.append(f"  min {arr.min()!r}  max {arr.max()!r}  mean {arr.mean(dtype=np.float64)!r}")
+        lines.append(f"  min {arr.min()}  max {arr.max()}  mean {arr.mean(dtype=np.float64)}")
     return "\n".join(lines)
 
 

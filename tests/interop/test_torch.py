@@ -99,6 +99,17 @@ def test_cpu_inputs_reach_the_program_without_a_copy(pair_program: dp.Program, m
         assert np.shares_memory(seen[k], v.numpy()), k
 
 
+def test_cpu_inputs_keep_their_storage_resizable(pair_program: dp.Program) -> None:
+    """Reading a tensor in place leaves its storage resizable: FSDP frees a gathered
+    parameter by resizing its storage to zero (Tensor.numpy() would forbid that for good)."""
+    t = tensors(pair_inputs(7), grad=("a",))
+    loss = dpt.function(pair_program)(**t)[0]
+    loss.backward()
+    for k, v in t.items():
+        v.detach().untyped_storage().resize_(0)  # raises "not resizable" after Tensor.numpy()
+        assert v.untyped_storage().size() == 0, k
+
+
 def run_error(program: dp.Program, **inputs: Any) -> str:
     with pytest.raises(dp.ContractError) as info:
         program.run(**inputs)
