@@ -35,7 +35,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("dpt_ir.ops",),
     ("dpt_ir.api",),
     ("dpt_ir.passes",),
-    ("dpt_ir.backends.base", "dpt_ir.backends.launches"),
+    # the device facts, the launch records and the Warp spelling of a C++ launch: what the C++
+    # backend hands on, below it
+    ("dpt_ir.backends.base", "dpt_ir.backends.launches", "dpt_ir.backends.warp.spelling"),
     ("dpt_ir.backends.cxx",),
     ("dpt_ir.backends",),
     ("dpt_ir.runtime",),

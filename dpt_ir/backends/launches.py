@@ -53,13 +53,13 @@ class KernelSource:
     status_base: int = 0
 
 
-_CONSTANT_DTYPES = {"wp.int32": np.int32, "wp.float32": np.float32, "wp.float64": np.float64}
+_CONSTANT_DTYPES = {"int32": np.int32, "float32": np.float32, "float64": np.float64}
 
 
-def constant_array(wp_type: str, values: Any) -> np.ndarray:
+def constant_array(dtype: str, values: Any) -> np.ndarray:
     """A launch constant (stencil weights, index tables, sparse rows) as a flat NumPy array
-    of its Warp type: built once, bound as a ``wp.array`` without a per-element copy."""
-    return np.ascontiguousarray(np.asarray(values).reshape(-1), dtype=_CONSTANT_DTYPES[wp_type])
+    of its dtype: built once, bound as a ``wp.array`` without a per-element copy."""
+    return np.ascontiguousarray(np.asarray(values).reshape(-1), dtype=_CONSTANT_DTYPES[dtype])
 
 
 def kernels_record(kernels: list[KernelSource]) -> dict[str, Any]:

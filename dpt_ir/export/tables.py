@@ -123,12 +123,12 @@ def piece_table(graph: Graph, build: CudaBuild, piece: str, status: int, results
     for k in kernels:
         partials.update(k.partials)
     specs += [
-        BufferSpec(name=p, role="partial", dtype=t.split(".")[1], shape=[n], size=n)  # type: ignore[arg-type]
+        BufferSpec(name=p, role="partial", dtype=t, shape=[n], size=n)  # type: ignore[arg-type]
         for p, (t, n) in partials.items()
     ]
     consts = constants(kernels)
     specs += [
-        BufferSpec(name=p, role="constant", dtype=t.split(".")[1], shape=[v.size], size=max(v.size, 1))  # type: ignore[arg-type]
+        BufferSpec(name=p, role="constant", dtype=t, shape=[v.size], size=max(v.size, 1))  # type: ignore[arg-type]
         for p, (t, v) in consts.items()
     ]
     where.update({p: p for p in [*consts, *partials]})

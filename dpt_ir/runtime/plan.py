@@ -96,7 +96,7 @@ class Workspace:
         for k in plan.kernels:
             for p, (dtype, size) in k.partials.items():
                 if p not in self.buffers:
-                    self.buffers[p] = wp.zeros(size, dtype=getattr(wp, dtype.split(".")[1]), device=device)
+                    self.buffers[p] = wp.zeros(size, dtype=getattr(wp, dtype), device=device)
         # An output whose value is, after the passes, a program or cotangent input (``x * 1.0``;
         # the gradient of ``sum(x * w)`` wrt ``x`` is ``w``) has no kernel writing it: it gets its
         # own array all the same, filled from the bound input when a phase runs (`ExecutionPlan.run`).
@@ -188,7 +188,7 @@ class ExecutionPlan:
                     for p, (dtype, values) in k.constants.items():
                         if id(values) not in made:
                             made[id(values)] = wp.array(
-                                values, dtype=getattr(wp, dtype.split(".")[1]), device=self.device
+                                values, dtype=getattr(wp, dtype), device=self.device
                             )
                         out[p] = made[id(values)]
                 self._constants = out
@@ -200,7 +200,7 @@ class ExecutionPlan:
         graph = self.graph
         total = sum(b.size * np.dtype(b.dtype).itemsize for b in plan_of(graph).scheduled().buffers)
         partials = {p: v for k in self.kernels for p, v in k.partials.items()}
-        total += sum(size * np.dtype(dtype.split(".")[1]).itemsize for dtype, size in partials.values())
+        total += sum(size * np.dtype(dtype).itemsize for dtype, size in partials.values())
         copies = {o.value for o in graph.outputs if o.value in graph.input_map}
         total += sum(graph.types[v].size * np.dtype(graph.types[v].dtype).itemsize for v in copies)
         return total + 4 * self.status_size

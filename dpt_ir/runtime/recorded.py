@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from dpt_ir.backends.cxx import tasks
 from dpt_ir.backends.cxx.units import TASK0
 from dpt_ir.backends.launches import STATUS, STATUS_BASE
+from dpt_ir.backends.warp import tasks
 from dpt_ir.ir.errors import ContractError
 
 array_t = wp._src.types.array_t

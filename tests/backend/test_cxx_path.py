@@ -14,7 +14,7 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.backends.base import target_for
-from dpt_ir.backends.cxx import tasks
+from dpt_ir.backends.warp import tasks
 
 from .harness import assert_gradient_close, assert_same_bits, off_cxx
 

@@ -1,4 +1,4 @@
-"""The CPU thread pool (`dpt_ir.backends.cxx.tasks`, native side ``dp_pool.h``): a split
+"""The CPU thread pool (`dpt_ir.backends.warp.tasks`, native side ``dp_pool.h``): a split
 launch's ranges run through the native dispatcher (no Python call per range), a busy pool or
 a missing native pool runs them in order on the caller, concurrent callers and a forked child
 get the single-thread results bit for bit.
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.backends.cxx import tasks
+from dpt_ir.backends.warp import tasks
 
 SHAPE = (256, 512)
 

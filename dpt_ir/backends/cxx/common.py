@@ -15,7 +15,10 @@ from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.indexing import Affine, Coords
 
 C_TYPES = {"float32": "float", "float64": "double", "int32": "int", "uint8": "unsigned char", "bool": "bool"}
-WP_TYPES = {d: f"wp.{d}" for d in C_TYPES}
+# The C types of reduction states, partials and launch constants, by dpt_ir dtype; a launch
+# names a buffer's type by its dtype (`KernelSource.partials`), never by a Warp spelling.
+STATE_TYPES = {**C_TYPES, "uint32": "unsigned"}
+DTYPE_OF_C = {c: d for d, c in STATE_TYPES.items()}
 
 TOKEN = "@F@"  # replaced by the kernel's hashed name (`units.hashed`)
 # Code outside any element loop (an epilogue, a sort stage): trig takes its precise path (P),

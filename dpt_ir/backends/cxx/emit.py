@@ -49,8 +49,8 @@ class ElementWriter:
         self.extra: list[int] = []  # extents of the edge's table coordinates q0, q1...
         self.tables: dict[str, str] = {}  # C++ table contents -> name
         self.slot_of: dict[tuple[str, str, str], int] = {}  # (node, kind, detail) -> status slot
-        self.constants: dict[str, tuple[str, Any]] = {}  # launch constants: param -> (Warp type, values)
-        self.scratch: dict[str, tuple[str, int]] = {}  # scratch arrays (a scatter's sort): param -> (Warp type, size)
+        self.constants: dict[str, tuple[str, Any]] = {}  # launch constants: param -> (dtype, values)
+        self.scratch: dict[str, tuple[str, int]] = {}  # scratch arrays (a scatter's sort): param -> (dtype, size)
         self.loads: dict[str, str] = {}  # variable of a parameter read at element i -> the parameter
         self.direct: dict[int, str] = {}  # root q whose input is such a read -> its parameter (`body`)
 
@@ -268,7 +268,7 @@ class ElementWriter:
         for kind, values in tables:
             if len(values) > gathers.TABLE_MAX:
                 param = f"${kind}:{key}"
-                self.constants[param] = ("wp.int32", np.asarray(values, dtype=np.int32))
+                self.constants[param] = ("int32", np.asarray(values, dtype=np.int32))
                 names.append(self.param(param))
                 continue
             text = ", ".join(map(str, values or [0]))

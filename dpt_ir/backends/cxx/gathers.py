@@ -128,7 +128,7 @@ def table_ref(w: Any, name: str) -> str:
     values = node.opdef.table(node.opdef.parse_attrs(node.attrs, name)).reshape(-1)
     if values.size > TABLE_MAX:
         key = f"$table:{name}"
-        w.constants[key] = ("wp.int32", values)
+        w.constants[key] = ("int32", values)
         return w.param(key)
     text = ", ".join(map(str, values.tolist() or [0]))
     if text not in w.tables:

@@ -14,10 +14,10 @@ from typing import Any
 
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import columns, contraction, drivers, sort_stages
-from dpt_ir.backends.cxx.common import C_TYPES, TOKEN
+from dpt_ir.backends.cxx.common import C_TYPES, DTYPE_OF_C, TOKEN
 from dpt_ir.backends.cxx.emit import ElementWriter
 from dpt_ir.backends.cxx.nest import Nest, cover
-from dpt_ir.backends.cxx.units import WP_STATE, Unit, hashed, launch
+from dpt_ir.backends.cxx.units import Unit, hashed, launch
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
 
@@ -74,7 +74,7 @@ def group_kernels(
             continue
         for state, c_type in nest.templates[root].state:
             p = f"$partial:{root}:{state}"
-            partials[p] = (WP_STATE[c_type], lay.dim)
+            partials[p] = (DTYPE_OF_C[c_type], lay.dim)
             finish.append(f"{w.param(p)}[t] = s{q}_{state};")
     nflags = len(slots) - w.slot_base
     unit = Unit(graph, params, {*nest.stores, *nest.roots, *nest.after, *partials}, partials, w.constants)
@@ -193,7 +193,7 @@ def _combine_kernel(
         body += _fold(nest, q, src, f"o * {lay.parts}", "p0", "p1")
         for state, c_type in t.state:
             group = f"$partial:{root}:{state}:group"
-            out[group] = (WP_STATE[c_type], nest.rows * groups)
+            out[group] = (DTYPE_OF_C[c_type], nest.rows * groups)
             body.append(f"{w.param(group)}[t] = s{q}_{state};")
     written = {p for p in out if p.endswith(":group")}
     unit = Unit(graph, params, written, out, w.constants)

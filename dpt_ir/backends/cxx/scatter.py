@@ -87,8 +87,8 @@ def _csr(w: Any, node: Node, layout: ScatterLayout, form: str) -> tuple[str, str
     if form == "transpose":
         positions = constant_positions(w.graph, node.inputs[layout.indices])
         offsets, order = constant_csr(layout, positions, node.name)
-        w.constants[f"$rows:{node.name}"] = ("wp.int32", offsets)
-        w.constants[f"$cols:{node.name}"] = ("wp.int32", order)
+        w.constants[f"$rows:{node.name}"] = ("int32", offsets)
+        w.constants[f"$cols:{node.name}"] = ("int32", order)
         return w.param(f"$rows:{node.name}"), w.param(f"$cols:{node.name}")
     scratch = sort_scratch(w.graph, node, layout)
     w.scratch.update(scratch)
@@ -103,9 +103,9 @@ def sort_scratch(graph: Graph, node: Node, layout: ScatterLayout) -> dict[str, t
     count = graph.types[node.inputs[layout.indices]].size
     parts = chunks(count, layout.rows)
     return {
-        f"$partial:{node.name}:rows": ("wp.int32", layout.rows + 1),
-        f"$partial:{node.name}:cols": ("wp.int32", max(count, 1)),
-        f"$partial:{node.name}:hist": ("wp.int32", parts * layout.rows),
+        f"$partial:{node.name}:rows": ("int32", layout.rows + 1),
+        f"$partial:{node.name}:cols": ("int32", max(count, 1)),
+        f"$partial:{node.name}:hist": ("int32", parts * layout.rows),
     }
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from dpt_ir.backends.cxx.common import C_TYPES, flat_index, offset
+from dpt_ir.backends.cxx.common import C_TYPES, DTYPE_OF_C, flat_index, offset
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.indexing import Coords
@@ -33,7 +33,6 @@ from dpt_ir.ir.types import FLOAT_DTYPES
 if TYPE_CHECKING:
     from dpt_ir.backends.cxx.sites import Variable
 
-_WP = {"int": "wp.int32", "double": "wp.float64", "float": "wp.float32"}
 
 
 def is_sparse(op: Any) -> bool:
@@ -106,7 +105,7 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
     p = {}
     for part, (c_type, values) in arrays.items():
         key = f"${part}:{node.name}"
-        w.constants[key] = (_WP[c_type], values)
+        w.constants[key] = (DTYPE_OF_C[c_type], values)
         p[part] = w.param(key)
     o = _row_index(w, node, coords, rows)
     n = len(w.lines)

@@ -144,7 +144,7 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, tar
 def _module_options(natives: dict[str, tuple[str, str]]) -> list[str]:
     """The module's options; with C++ kernels, their source and the math header as the CPU
     and CUDA preambles (one text for both devices), and on the CPU the thread pool's native
-    side (``dp_pool.h``, `dpt_ir.backends.cxx.tasks`)."""
+    side (``dp_pool.h``, `dpt_ir.backends.warp.tasks`)."""
     # max_unroll 1: the stubs hold no loops; kept so that Warp never unrolls into a module.
     options = '"enable_backward": False, "max_unroll": 1'
     if not natives:
