@@ -21,6 +21,10 @@ STATE_TYPES = {**C_TYPES, "uint32": "unsigned"}
 DTYPE_OF_C = {c: d for d, c in STATE_TYPES.items()}
 
 TOKEN = "@F@"  # replaced by the kernel's hashed name (`units.hashed`)
+# The most elements a kernel's space or any tensor it reads or writes may have: the drivers
+# index with 32-bit ints, and a task's end (its start plus a chunk of `Target.cpu_task` or a
+# block) may pass the last element before it is clamped, so 2**20 below 2**31 is kept free.
+INDEX_LIMIT = 2**31 - 2**20
 # Code outside any element loop (an epilogue, a sort stage): trig takes its precise path (P),
 # so no huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
 PRECISE_TRIG = "constexpr bool P = true; bool big = false; (void)P; (void)big;"

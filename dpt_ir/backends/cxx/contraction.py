@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dpt_ir.backends.cxx.common import C_TYPES, TOKEN
+from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, TOKEN
 from dpt_ir.backends.cxx.units import Unit, hashed, launch
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
@@ -53,7 +53,6 @@ KC = 128  # CPU: the k chunk packed at a time (A and B panels of TM x KC and KC 
 TILE = 16  # CUDA: output tile edge and k tile, one thread per output element
 BLOCK = TILE * TILE  # CUDA: threads per block
 PAD = TILE + 1  # CUDA: a shared tile's row pitch (no bank conflicts on column reads)
-INT_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -89,10 +88,12 @@ def plan(graph: Graph, root: str, device: str) -> Plan:
     else:
         dim = batches * -(-ct.m // TILE) * -(-ct.n // TILE) * BLOCK
     sizes = [graph.types[v].size for v in (*graph.node_map[root].inputs, root)]
-    if max(*sizes, dim) > INT_MAX:
+    if max(*sizes, dim) > INDEX_LIMIT:
+        who = origin_of(graph, root) or f"op {graph.node_map[root].opdef.name!r}"
         raise ContractError(
-            f"node {root!r}: a contraction's buffers and launch must stay below 2^31 elements, found "
-            f"sizes {sizes} and a launch of {dim}"
+            f"{who} (node {root!r}): the C++ backend indexes a product's operands, result and launch with "
+            f"32-bit integers, at most {INDEX_LIMIT} (2**31 - 2**20) elements each; found sizes {sizes} and a "
+            f"launch of {dim} (expected smaller operands: split the product into batches)"
         )
     return Plan(ct, C_TYPES[dtype], dim)
 

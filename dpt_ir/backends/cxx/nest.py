@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
-from dpt_ir.backends.cxx.common import C_TYPES, flat_index
+from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, flat_index
 from dpt_ir.backends.cxx.rowmap import RowMap
 from dpt_ir.backends.cxx.sites import Guard, Site
 from dpt_ir.ir.graph import Graph
@@ -154,8 +154,10 @@ def cover(graph: Graph, group: KernelGroup) -> Nest | None:
     kind, space = group.kind, tuple(group.space)
     if kind == "scatter" and scatter_covers(graph, group):
         kind = "pointwise"  # the root sums its output element's CSR row (`scatter`)
-    if kind not in ("pointwise", "reduction") or not 0 < math.prod(space) < 2**31:
+    if kind not in ("pointwise", "reduction") or not 0 < math.prod(space) <= INDEX_LIMIT:
         return None
+    if any(graph.types[v].size > INDEX_LIMIT for v in (*group.inputs, *group.nodes)):
+        return None  # read or written at 32-bit offsets (a slice of a larger input, say)
     members = set(group.nodes)
     roots, templates = [], {}
     for name in scatter.evaluated(graph, group):
@@ -392,9 +394,6 @@ def positions_nest(graph: Graph, group: KernelGroup) -> Any:
     return cover(graph, KernelGroup.model_validate(sub))
 
 
-INDEX_LIMIT = 2**31 - 1  # elements a kernel indexes with the C++ path's 32-bit integers
-
-
 def user_functions(graph: Graph, names: list[str]) -> list[str]:
     """The ``dp.*`` functions the nodes ``names`` come from (`origin_of`), in order, once each."""
     return list(dict.fromkeys(o for o in (origin_of(graph, n) for n in names) if o))
@@ -431,8 +430,8 @@ def missing_lowering(graph: Graph, group: KernelGroup) -> str:
         t = graph.types[value]
         return (
             f"{_tensor(graph, value)} of shape {list(t.shape)}, {t.size} elements: the C++ backend indexes with "
-            f"32-bit integers, at most {INDEX_LIMIT} (2**31 - 1) elements per tensor (expected a smaller tensor: "
-            "split the array into pieces of at most that many elements)"
+            f"32-bit integers, at most {INDEX_LIMIT} (2**31 - 2**20) elements per tensor (expected a smaller "
+            "tensor: split the array into pieces of at most that many elements)"
         )
     ops = sorted({f"op {graph.node_map[n].opdef.name!r}" for n in group.nodes})
     functions = ", ".join(user_functions(graph, list(group.nodes)) or ops)
