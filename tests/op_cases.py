@@ -5,7 +5,7 @@ operators, or ``GraphBuilder.emit`` for ops that only autodiff emits), generates
 inside the op's smooth domain (no ties for max/min, positive bases for log/sqrt/pow,
 values away from the kinks of abs/relu/clamp and from the integers for floor/ceil),
 names the inputs to differentiate and gives an independent NumPy reference of the
-output. `test_ops.py` checks them against the interpreter and finite differences; a
+output. `tests/ops/test_op_table.py` checks them against the interpreter and finite differences; a
 compiled-backend test reuses them unchanged:
 
     for case in CASES:
@@ -52,7 +52,7 @@ class OpCase:
     - ``fd_step``: an absolute finite-difference step for cases whose inputs are chosen
       so that perturbed values stay exact (e.g. float32 inputs); None: the default.
     - ``grad_oracle``: special-value cases (`SPECIAL_CASES`) only: where the expected
-      gradient comes from (see `tests/test_special_values.py`): ``torch:<name>`` (PyTorch's
+      gradient comes from (see `tests/ops/test_special_values.py`): ``torch:<name>`` (PyTorch's
       autograd of the function ``<name>`` in its table), ``rule:<name>`` (a documented
       dpt_ir rule, written out in NumPy there), ``linear`` (the op is linear in its float
       inputs: the gradient at the special values equals the one at zeros).

@@ -10,7 +10,7 @@ magnitude); the ``value_and_grad`` and tape-pass gradients give ``dp.interpret_g
 with the same cotangent seed.
 
 Special values (`op_cases.SPECIAL_CASES`, whose interpreted values and gradients
-`tests/test_special_values.py` checks against NumPy and PyTorch) run the same way in one
+`tests/ops/test_special_values.py` checks against NumPy and PyTorch) run the same way in one
 more program (both dtypes), compiled with ``checks=False`` (see `conftest.special_batch`):
 NaN where the interpreter has NaN, the same infinities, finite values within
 `op_cases.SPECIAL_RTOL`. With the checks compiled in (the op-table programs), finite

@@ -18,7 +18,7 @@ import dpt_ir as dp
 from dpt_ir.cli.commands import main
 from tests.hiding import env_without
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _graph() -> dp.Graph:
@@ -504,7 +504,7 @@ def test_op_reference_in_docs_is_current() -> None:
     `dpt-ir ops --markdown > docs/ops.md` when an op changes."""
     from dpt_ir.cli.commands import ops_markdown
 
-    path = Path(__file__).resolve().parents[1] / "docs" / "ops.md"
+    path = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
     assert path.read_text() == ops_markdown(), "docs/ops.md is stale: run `dpt-ir ops --markdown > docs/ops.md`"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dpt_ir.cli import apiref
 
-API_MD = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+API_MD = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 def test_api_reference_is_current() -> None:
