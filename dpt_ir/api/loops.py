@@ -131,6 +131,8 @@ def scan(
                 f"{where}: carry {k} (%{t.name}) has dtype {t.dtype}; expected every carry to share one float dtype"
             )
     body, captures, ys_kind = _trace(step, outer, carries, carry_kind, seq, xs_kind, index=False, where=where)
+    if steps == 0:
+        return _no_steps(outer, body, carries, carry_kind, ys_kind)
     return _emit(
         outer,
         body,
@@ -151,8 +153,8 @@ def fori_loop(n: int, body: Callable[[Tensor, Any], Any], init: Any) -> Any:
     """``body(i, carry) -> carry`` for ``i`` in ``0..n-1`` (``i`` an int32 scalar tensor);
     the final carry. A thin form of `scan` (store-every-carry reverse)."""
     where = "dp.fori_loop"
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ContractError(f"{where}: n must be a positive int (the number of steps), found {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ContractError(f"{where}: n must be an int >= 0 (the number of steps), found {n!r}")
     carries, carry_kind = _leaves(init, f"{where}: init")
     if not carries:
         raise ContractError(f"{where}: init must hold at least one carry tensor, found None")
@@ -162,6 +164,8 @@ def fori_loop(n: int, body: Callable[[Tensor, Any], Any], init: Any) -> Any:
         return body(i, carry), None
 
     graph, captures, _ = _trace(step, outer, carries, carry_kind, [], "none", index=True, where=where)
+    if n == 0:
+        return _no_steps(outer, graph, carries, carry_kind, "none")[0]
     final, _ = _emit(outer, graph, [*carries, *captures], n, len(carries), 0, True, None, None, carry_kind, "none")
     return final
 
@@ -181,9 +185,20 @@ def _length(seq: list[Tensor], length: int | None, where: str) -> int:
             )
     if length is None:
         raise ContractError(f"{where}: without xs the number of steps must be given as length=")
-    if length < 1:
-        raise ContractError(f"{where}: length must be >= 1, found {length}")
+    if length < 0:
+        raise ContractError(f"{where}: length must be >= 0, found {length}")
     return length
+
+
+def _no_steps(outer: GraphBuilder, body: Any, carries: list[Tensor], carry_kind: str, ys_kind: str) -> tuple[Any, Any]:
+    """A loop of no steps, as ``jax.lax.scan`` runs it: the carry is ``init`` and each ``y`` an
+    empty stack of the step's ``y`` (``(0, *y.shape)``). No loop op is emitted: nothing runs,
+    and the step, traced once, only gave the types."""
+    ys = []
+    for o in body.outputs[len(carries) :]:
+        t = body.types[o.value]
+        ys.append(outer.constant(F._coerce(0, t.dtype), t.dtype, (0, *t.shape)))
+    return _rebuild(carries, carry_kind), _rebuild(ys, ys_kind)
 
 
 def _trace(

@@ -272,7 +272,7 @@ def test_misuse_is_refused() -> None:
     _scan_error(lambda g: dp.scan(lambda c, _: c, g.input("x", (2,)), length=2), "pair (carry, y)")
     _scan_error(lambda g: dp.scan(lambda c, _: ((c, c), None), g.input("x", (2,)), length=2), "structure of init")
     _scan_error(lambda g: dp.scan(lambda c, _: (c, None), g.input("i", (2,), "int32"), length=2), "float dtype")
-    _scan_error(lambda g: dp.fori_loop(0, lambda i, c: c, g.input("x", (2,))), "positive int")
+    _scan_error(lambda g: dp.fori_loop(-1, lambda i, c: c, g.input("x", (2,))), "an int >= 0")
 
 
 def test_a_document_whose_body_disagrees_is_refused(heat: dict[str, Any]) -> None:

@@ -47,3 +47,34 @@ def test_a_scan_with_empty_carries_and_rows() -> None:
     for name, g in reference.items():
         assert grads[name].shape == shapes[name] and grads[name].dtype == np.float32
         np.testing.assert_allclose(grads[name], g, rtol=1e-5, atol=1e-6)
+
+
+def _no_steps() -> dp.Graph:
+    """A scan over ``xs`` with no rows and a fori_loop of no steps (jax.lax semantics)."""
+    g = dp.GraphBuilder("scan_none")
+    a = g.input("a", (3,), "float32")
+    xs = g.input("xs", (0, 3), "float32")
+
+    def step(c: dp.Tensor, x: dp.Tensor) -> tuple[dp.Tensor, dp.Tensor]:
+        return dp.sin(c) * x, dp.sum(c * x)
+
+    c, ys = dp.scan(step, a, xs)
+    f = dp.fori_loop(0, lambda i, v: v * 2.0, a)
+    g.output("ys", ys)
+    g.output("loss", dp.sum(c * c) + dp.sum(f) + dp.sum(ys))
+    return g.build()
+
+
+def test_a_loop_of_no_steps_returns_init_and_empty_ys() -> None:
+    graph = _no_steps()
+    assert not any(n.op == "scan" for n in graph.nodes)  # nothing runs: no loop op
+    a = np.array([0.5, -1.0, 2.0], np.float32)
+    inputs = {"a": a, "xs": np.zeros((0, 3), np.float32)}
+    program = dp.compile(graph, wrt=["a", "xs"], device="cpu")
+    out, grads = program.value_and_grad(**inputs)
+    assert out["ys"].shape == (0,) and out["ys"].dtype == np.float32
+    np.testing.assert_allclose(out["loss"], np.sum(a * a) + np.sum(a), rtol=1e-6)
+    np.testing.assert_allclose(grads["a"], 2 * a + 1, rtol=1e-6)
+    assert grads["xs"].shape == (0, 3)
+    expected = dp.interpret(graph, **inputs)
+    np.testing.assert_allclose(out["loss"], expected["loss"], rtol=1e-6)
