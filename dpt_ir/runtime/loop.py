@@ -81,11 +81,10 @@ class Loop:
         self.result_offsets = _offsets(self.results)
         self.ct_names = records.joint_record(joint).cotangents
         self.body_outputs = [o.name for o in a.body.outputs]
-        self.packed = wp.zeros(sum(t.size for t in self.results), dtype=WP_DTYPES[dtype], device=self.device)
+        self.wp_dtype = WP_DTYPES[dtype]
         layout = grad_layout(self.in_types)
         self.grad_offsets = {k: off for k, off, _ in layout}
-        self.grads = wp.zeros(sum(size for _, _, size in layout), dtype=WP_DTYPES[dtype], device=self.device)
-        self.iota = wp.array(np.arange(a.length, dtype=np.int32), dtype=wp.int32, device=self.device)
+        self.grad_size = sum(size for _, _, size in layout)
         self.schedule = checkpoint_plan(a, self.in_types)
         self.slots: list[list[wp.array]] = []  # a scan_vjp's stored carries 1.. (slot 0 is c_0 itself)
         # A scan whose reverse stores every carry keeps them as it runs (see `keep`); that
@@ -94,23 +93,42 @@ class Loop:
         self.source: Loop | None = None
         self.fwd_plan = self.body.plans["run"]
         self.direct = self.fwd_plan.direct_outputs(self.body_outputs)
-        self.fwd_ws = self.fwd_plan.checkout()
         self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
-        self.vjp_ws = self.vjp_plan.checkout() if self.vjp_plan is not None else None
         self.vjp_direct: dict[int, str] = {}  # loop input k -> the vjp output value of its gradient
         if self.vjp_plan is not None:
             wanted = [k for k in range(len(self.in_types)) if k in self.grad_offsets]
             found = self.vjp_plan.direct_outputs([self.grad_outputs[self._name(k)] for k in wanted])
             self.vjp_direct = {wanted[j]: v for j, v in found.items()}
+        self._keeps = False  # `keep` asked for the trajectory
+        self._allocated = False  # the buffers are allocated at the first use (`ready`), never at compile
+
+    # -- buffers --
+    def ready(self) -> None:
+        """Allocate the loop's buffers and workspaces, once, at its first use: compiling a loop
+        program allocates nothing data-sized (the first call does)."""
+        if self._allocated:
+            return
+        if self.source is not None:
+            self.source.ready()
+        a = self.attrs
+        self.packed = wp.zeros(sum(t.size for t in self.results), dtype=self.wp_dtype, device=self.device)
+        self.grads = wp.zeros(self.grad_size, dtype=self.wp_dtype, device=self.device)
+        self.iota = wp.array(np.arange(a.length, dtype=np.int32), dtype=wp.int32, device=self.device)
+        self.fwd_ws = self.fwd_plan.checkout()
+        self.vjp_ws = self.vjp_plan.checkout() if self.vjp_plan is not None else None
         self.pool = self._pool()
         # A closure's gradient sum ping-pongs between the vjp's output and one array of
         # ours: each reverse step reads the sum so far (``acc.<input>``) and writes the new one.
         self.sum_pool = {k: [self._vjp_out(k), self._zeros(k)] for k in self._closures()}
         self.zeros = {k: self._zeros(k) for k in self._closures()}
+        if self._keeps:
+            self.trajectory = [self._carries() for _ in range(a.length - 1)]
+        if self.vjp is not None and self.source is None:
+            self.slots = [self._carries() for _ in range(self.schedule.slots - 1)]
+        self._allocated = True
 
-    # -- buffers --
     def _zeros(self, k: int) -> wp.array:
-        return wp.zeros(self.in_types[k].size, dtype=self.packed.dtype, device=self.device)
+        return wp.zeros(self.in_types[k].size, dtype=self.wp_dtype, device=self.device)
 
     def _carries(self) -> list[wp.array]:
         return [self._zeros(k) for k in range(self.attrs.carries)]
@@ -143,24 +161,23 @@ class Loop:
             out.append(arrays)
         return [list(p) for p in zip(*out, strict=True)] if out else []
 
-    def prepare(self) -> None:
-        """Allocate the stored carries of a checkpointed reverse (after `source` is known)."""
-        if self.vjp is not None and self.source is None and not self.slots:
-            self.slots = [self._carries() for _ in range(self.schedule.slots - 1)]
-
     def keep(self) -> None:
-        """Store every step's carry during the forward (for a store-every-carry reverse)."""
-        self.trajectory = [self._carries() for _ in range(self.attrs.length - 1)]
+        """Store every step's carry during the forward (for a store-every-carry reverse); the
+        trajectory is allocated with the other buffers (`ready`)."""
+        self._keeps = True
 
     def carry_bytes_held(self) -> int:
         """Bytes of the carry-sized arrays this loop owns for carries and their cotangents
-        (stored carries, kept trajectory, the step buffers), body temporaries excluded."""
+        (stored carries, kept trajectory, the step buffers), body temporaries excluded;
+        measured on the arrays, so asking allocates them (`ready`)."""
+        self.ready()
         arrays = [x for group in (*self.slots, *self.trajectory, *self.pool) for x in group]
         return sum(x.capacity for x in {x.ptr: x for x in arrays}.values())
 
     def workspace_bytes(self) -> int:
         """Bytes of the body's and vjp's workspaces outside `pool`: the body's own
-        temporaries, ys, the closures' gradient sums."""
+        temporaries, ys, the closures' gradient sums (allocating them, `ready`)."""
+        self.ready()
         pooled = {x.ptr for group in self.pool for x in group}
         arrays = {}
         for ws in (self.fwd_ws, self.vjp_ws):
@@ -226,6 +243,7 @@ class Loop:
     # -- the node --
     def forward(self, arrays: list[wp.array]) -> wp.array:
         """The packed results of ``scan`` on its input arrays (flat)."""
+        self.ready()
         a = self.attrs
         self._begin(self.fwd_ws)
         carry, at = list(arrays[: a.carries]), 1  # at: the pool buffer holding the carry
@@ -259,6 +277,7 @@ class Loop:
 
     def reverse(self, arrays: list[wp.array]) -> wp.array:
         """The packed gradients of ``scan_vjp`` (inputs: the scan's, then its cotangent)."""
+        self.ready()
         a = self.attrs
         gy = arrays[-1]
         forward = arrays[:-1]

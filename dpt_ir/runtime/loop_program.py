@@ -129,7 +129,6 @@ class Segments:
             if forward is not None and loop.schedule.slots == loop.schedule.length:
                 forward.keep()  # store-every-carry: the forward keeps them, the reverse reruns nothing
                 loop.source = forward
-            loop.prepare()
             if node.op == "scan":
                 scans[node.inputs] = loop
             self.stages.append(("loop", loop, node))
@@ -226,20 +225,31 @@ class LoopProgram:
         self.module_name = "+".join(modules)
         # Generated kernels (Warp kernel definitions) in the program's module.
         self.kernel_count = len({k.function for p in programs.values() for k in p.plans["run"].kernels})
-        self.report = LoopProgramReport(
-            graph=graph.name,
-            device=self.device,
-            options=dict(base),  # as `Program.report`'s: the switches and budgets every piece compiled with
-            compile_seconds=time.perf_counter() - start,
-            modules=tuple(modules),
-            distinct_kernels=self.kernel_count,
-            loops=self._loops_report(),
-        )
+        self._compile_seconds = time.perf_counter() - start
+        self._modules = tuple(modules)
+        self._report: LoopProgramReport | None = None  # made when first asked: see `report`
         if dump_dir is not None:
             dump_dir.mkdir(parents=True, exist_ok=True)
             (dump_dir / "saved.txt").write_text(saved_text(self.report.loops))
             doc = self.report.model_dump(mode="json", exclude_none=True)
             (dump_dir / "report.json").write_text(json.dumps(doc, indent=2, sort_keys=True))
+
+    @property
+    def report(self) -> LoopProgramReport:
+        """What the compile made (`LoopProgramReport`). Its loop rows measure the loops' buffers,
+        so the first report (or a dump, which writes it at compile) allocates them, as the first
+        call would; compiling alone allocates nothing data-sized."""
+        if self._report is None:
+            self._report = LoopProgramReport(
+                graph=self.graph.name,
+                device=self.device,
+                options=dict(self._base),  # as `Program.report`'s: the switches and budgets every piece compiled with
+                compile_seconds=self._compile_seconds,
+                modules=self._modules,
+                distinct_kernels=self.kernel_count,
+                loops=self._loops_report(),
+            )
+        return self._report
 
     def __repr__(self) -> str:
         loops = {

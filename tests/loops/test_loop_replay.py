@@ -76,6 +76,8 @@ def test_two_programs_sharing_a_body_interleave_calls_with_other_inputs(programs
     first, second = programs
     shared = {id(loop.fwd_plan) for loop in _loops(first)} & {id(loop.fwd_plan) for loop in _loops(second)}
     assert shared, "the two programs compile one body"
+    for loop in [*_loops(first), *_loops(second)]:
+        loop.ready()  # the workspaces are made at a loop's first use
     assert not {id(loop.fwd_ws) for loop in _loops(first)} & {id(loop.fwd_ws) for loop in _loops(second)}
     a, b = inputs(1), inputs(2)
     runs = [(first, a), (second, b), (first, b), (second, a), (first, a)]
