@@ -16,8 +16,8 @@ TABLE = np.array([3, -1, 2**31 - 1, -(2**31)], dtype=np.int32)
 
 
 def _launch(name: str, weights: np.ndarray, table: np.ndarray) -> KernelSource:
-    constants = {f"$weights:{name}": ("wp.float64", weights), f"$table:{name}": ("wp.int32", table)}
-    partials = {f"$partial:{name}:s": ("wp.float64", 16)}
+    constants = {f"$weights:{name}": ("float64", weights), f"$table:{name}": ("int32", table)}
+    partials = {f"$partial:{name}:s": ("float64", 16)}
     return KernelSource(name, "@wp.kernel ...", [*constants, *partials], 8, "f0", partials, constants, name)
 
 
