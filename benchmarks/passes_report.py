@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import dpt_ir as dp
 from benchmarks.graphs import BENCHMARK_GRAPHS
 from dpt_ir.ir.kernel_ir import plan_of
-from dpt_ir.ir.records import phase_of
+from dpt_ir.ir.records import phase_of, saved_bytes
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -59,7 +59,7 @@ def measure(name: str, graph: dp.Graph) -> Row:
     kernels = {"forward": 0, "backward": 0}
     for g in plan_of(final).groups:
         kernels[g.phase] += 1
-    return Row(name, baseline_saved_bytes(joint), final.meta["saved_bytes"], ops_per_phase(joint), kernels)
+    return Row(name, baseline_saved_bytes(joint), saved_bytes(final), ops_per_phase(joint), kernels)
 
 
 def _ratio(a: int, b: int) -> str:

@@ -19,6 +19,7 @@ import pytest
 import dpt_ir as dp
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
+from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -98,11 +99,11 @@ def test_no_kernel_recomputes_another_kernels_stencil() -> None:
     graph = heat(N, 20)
     for prefix, plan in _pipelines(graph).items():
         seen: dict[str, str] = {}
-        for group in plan.meta["groups"]:
-            for n in group["nodes"]:
+        for group in plan_of(plan).groups:
+            for n in group.nodes:
                 if plan.node_map[n].opdef.kind == "stencil":
-                    assert n not in seen, f"{prefix}: stencil {n} in groups {seen[n]} and {group['id']}"
-                    seen[n] = group["id"]
+                    assert n not in seen, f"{prefix}: stencil {n} in groups {seen[n]} and {group.id}"
+                    seen[n] = group.id
     lines = codegen.generate(_pipelines(graph), graph.name, "", True, target_for("cpu")).text.count("\n")
     ten = heat(N, 10)
     # C++ kernels (element, edge and driver functions) are longer than the Warp-Python ones

@@ -14,6 +14,7 @@ import scipy.ndimage as ndi
 
 import dpt_ir as dp
 from dpt_ir.backends.base import target_for
+from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -163,8 +164,8 @@ def test_transmission_cpu_cost_model_trades_a_launch_for_less_work() -> None:
     budget = target_for("cpu").halo_budget
     options = CompileOptions(wrt=("x",), seeds=("loss",), seed_values={"loss": 1.0}, halo_budget=budget)
     fused = run_pipeline(transmission_graph(), options).graph
-    assert len(fused.meta["groups"]) == 5
-    reasons = [b["reason"] for b in fused.meta["boundaries"]]
+    assert len(plan_of(fused).groups) == 5
+    reasons = [b.reason for b in plan_of(fused).boundaries]
     assert any("read 13 times per element" in r for r in reasons), reasons
 
 

@@ -10,7 +10,7 @@ import pytest
 import dpt_ir as dp
 from dpt_ir.api.autodiff import joint_graph
 from dpt_ir.ir.graph import ORIGIN
-from dpt_ir.ir.records import origin_of
+from dpt_ir.ir.records import origin_of, phase_of
 
 
 def _poisson() -> dp.Graph:
@@ -47,7 +47,7 @@ def test_origin_round_trips_through_json_and_text() -> None:
 
 def test_backward_nodes_name_the_gradient_of_the_function() -> None:
     joint = joint_graph(_poisson(), ["mean"], ["loss"])
-    backward = [n.name for n in joint.nodes if n.meta.get("phase") == "backward"]
+    backward = [n.name for n in joint.nodes if phase_of(n) == "backward"]
     described = {origin_of(joint, name) for name in backward}
     assert "the gradient of dp.poisson_deviance" in described
     assert "" in described  # the gradient of the user's own dp.exp has no function to name

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
+from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes.options import CompileOptions
 from tests.backend.harness import off_cxx
 from tests.backend.test_vectorised import OBJDUMP, build, generated
@@ -142,12 +143,12 @@ def test_each_product_is_one_contraction_kernel(
     n = len(SHAPES) + len(FLOAT32_SHAPES)
     for plan, products in (("run", n), ("value_and_grad", 3 * n)):
         run = program.plans[plan].graph
-        groups = [g for g in run.meta["groups"] if g["kind"] == "contraction"]
+        groups = [g for g in plan_of(run).groups if g.kind == "contraction"]
         assert len(groups) == products, plan
-        assert all(len(g["nodes"]) == 1 and run.node_map[g["nodes"][0]].op == "matmul" for g in groups), plan
+        assert all(len(g.nodes) == 1 and run.node_map[g.nodes[0]].op == "matmul" for g in groups), plan
         assert not any(node.op == "transpose" for node in run.nodes), plan
     # The gradients' computed operand (the cotangent) is written first, and fusion.txt says why.
-    reasons = [b["reason"] for b in program.plans["value_and_grad"].graph.meta["boundaries"]]
+    reasons = [b.reason for b in plan_of(program.plans["value_and_grad"].graph).boundaries]
     assert any("an operand of the contraction" in r for r in reasons), reasons
 
 
@@ -179,7 +180,7 @@ def test_every_product_takes_the_cxx_path(
 ) -> None:
     program = compiled[3]
     for name, plan in program.plans.items():
-        groups = {g["id"] for g in plan.graph.meta["groups"] if g["kind"] == "contraction"}
+        groups = {g.id for g in plan_of(plan.graph).groups if g.kind == "contraction"}
         mine = [k for k in plan.kernels if k.group in groups]
         assert mine and not off_cxx(mine, plan.module.text), (name, off_cxx(mine, plan.module.text))
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dpt_ir.ir.kernel_ir import plan_of
+from dpt_ir.ir.records import saved_values
 from dpt_ir.passes.manager import PipelineResult, run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -55,17 +57,17 @@ def test_fusion_groups_are_clusters(exp_minus_max: tuple[Path, PipelineResult]) 
     folder, result = exp_minus_max
     svg = _render(folder / f"{len(result.records) - 1:02d}-schedule.dot")
     clusters = _titled(svg, "cluster")
-    groups = result.graph.meta["groups"]
-    assert set(clusters) == {f"cluster_{g['id']}" for g in groups}
+    groups = plan_of(result.graph).groups
+    assert set(clusters) == {f"cluster_{g.id}" for g in groups}
     for g in groups:
-        label = "".join(clusters[f"cluster_{g['id']}"].itertext())
-        assert f"{g['id']}: {g['kind']}" in label
+        label = "".join(clusters[f"cluster_{g.id}"].itertext())
+        assert f"{g.id}: {g.kind}" in label
 
 
 def test_saved_values_are_highlighted(exp_minus_max: tuple[Path, PipelineResult]) -> None:
     folder, result = exp_minus_max
     nodes = _titled(_render(folder / f"{len(result.records) - 1:02d}-schedule.dot"), "node")
-    saved = {r["value"] for r in result.graph.meta["saved"]}
+    saved = saved_values(result.graph)
     assert saved
     for name, g in nodes.items():
         outline = g.find(f"{SVG}polygon")

@@ -7,6 +7,7 @@ there cost ~12% of a 256² registration step)."""
 from __future__ import annotations
 
 import dpt_ir as dp
+from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -22,7 +23,7 @@ def _warp(gather_many: bool) -> dp.Graph:
 
 def _gather_boundaries(graph: dp.Graph) -> list[str]:
     fused = run_pipeline(graph, CompileOptions()).graph
-    return [b["reason"] for b in fused.meta["boundaries"] if "by take_" in b["reason"]]
+    return [b.reason for b in plan_of(fused).boundaries if "by take_" in b.reason]
 
 
 def test_an_expensive_source_gathered_many_times_is_written_once() -> None:

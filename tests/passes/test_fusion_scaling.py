@@ -12,6 +12,8 @@ from benchmarks.compile_scaling import chain
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
 from dpt_ir.driver.compile import options_of, pipelines
+from dpt_ir.ir.kernel_ir import KernelGroup, plan_of
+from dpt_ir.ir.records import saved_plan_of, saved_values
 from dpt_ir.passes.fusion_steps import MAX_KERNEL_NODES
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
@@ -19,8 +21,8 @@ from dpt_ir.passes.options import CompileOptions
 from .graphs import CASES
 
 
-def _forward_groups(graph: dp.Graph) -> list[dict]:
-    return [g for g in graph.meta["groups"] if g["phase"] == "forward"]
+def _forward_groups(graph: dp.Graph) -> list[KernelGroup]:
+    return [g for g in plan_of(graph).groups if g.phase == "forward"]
 
 
 def test_saved_values_are_written_by_the_kernel_that_keeps_computing() -> None:
@@ -29,10 +31,10 @@ def test_saved_values_are_written_by_the_kernel_that_keeps_computing() -> None:
     value ended a kernel)."""
     case = CASES["chain16"]
     graph = run_pipeline(case.graph, CompileOptions(wrt=case.wrt, recompute_budget=16)).graph
-    saved = {r["value"] for r in graph.meta["saved"]}
+    saved = saved_values(graph)
     assert len(saved) >= 2
     (forward,) = _forward_groups(graph)
-    assert saved <= set(forward["outputs"]), (saved, forward["outputs"])
+    assert saved <= set(forward.outputs), (saved, forward.outputs)
 
 
 def test_a_long_chain_needs_few_kernels_and_no_recursion() -> None:
@@ -41,7 +43,8 @@ def test_a_long_chain_needs_few_kernels_and_no_recursion() -> None:
     within the group size cap."""
     graph = run_pipeline(chain(300, (16,)), CompileOptions(wrt=("x",), recompute_budget=16)).graph
     forward = _forward_groups(graph)
-    assert len(graph.meta["saved"]) >= 250
+    saved = saved_plan_of(graph)
+    assert saved is not None and len(saved.saved) >= 250
     assert len(forward) <= 40, len(forward)
 
 
@@ -70,9 +73,9 @@ def test_a_2000_node_chain_runs_every_pipeline_within_a_time_bound(
     docs/benchmarks.md."""
     plans, seconds = chain_plans
     for name, plan in plans.items():
-        assert plan.meta["groups"], name
+        assert plan_of(plan).groups, name
         # No kernel inlines the whole chain (value_and_grad fused all 2,000 nodes into one).
-        biggest = max(len(g["nodes"]) for g in plan.meta["groups"])
+        biggest = max(len(g.nodes) for g in plan_of(plan).groups)
         assert biggest <= 2 * MAX_KERNEL_NODES, (name, biggest)
     assert seconds < 20.0, seconds
 

@@ -16,6 +16,7 @@ from benchmarks.compile_scaling import LAPLACIAN, chain, heat, wide
 from dpt_ir.backends.base import target_for
 from dpt_ir.backends.warp import codegen
 from dpt_ir.driver.compile import options_of, pipelines
+from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes import fusion_steps
 from dpt_ir.passes.dumps import fusion_table
 from dpt_ir.passes.manager import run_pipeline
@@ -52,8 +53,8 @@ def _holds_a_stencil(plans: dict[str, dp.Graph], kernel: codegen.KernelSource) -
     """Whether ``kernel``'s fusion group (in the plan its launch name starts with) holds a
     stencil op: the kernel evaluates a stencil, on either code path."""
     (plan,) = [g for name, g in plans.items() if kernel.name.startswith(name + "_")]
-    (group,) = [g for g in plan.meta["groups"] if g["id"] == kernel.group]
-    return any(plan.node_map[n].opdef.kind == "stencil" for n in group["nodes"])
+    (group,) = [g for g in plan_of(plan).groups if g.id == kernel.group]
+    return any(plan.node_map[n].opdef.kind == "stencil" for n in group.nodes)
 
 
 def test_every_step_cut_is_explained(heat_plans: dict[str, dp.Graph]) -> None:
@@ -71,7 +72,7 @@ def test_a_filter_used_a_few_times_is_not_a_step() -> None:
     x = g.input("x", (12, 12), "float32")
     g.output("loss", dp.sum(dp.square(dp.correlate(dp.exp(-x), np.array(LAPLACIAN), mode="nearest"))))
     for plan in _plans(g.build()).values():
-        assert not any("a step carries" in b["reason"] for b in plan.meta["boundaries"])
+        assert not any("a step carries" in b.reason for b in plan_of(plan).boundaries)
 
 
 def test_a_chains_pieces_repeat_with_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,6 +96,6 @@ def test_the_terms_of_a_wide_sum_are_not_strands(monkeypatch: pytest.MonkeyPatch
     graph = wide(40, (16,))
     (options,) = [o for name, o in pipelines(graph, ("x",), "loss", BASE).items() if name == "value_and_grad"]
     plan = run_pipeline(graph, options).graph
-    reasons = [b["reason"] for b in plan.meta["boundaries"]]
+    reasons = [b.reason for b in plan_of(plan).boundaries]
     assert any("its inline code reached" in r for r in reasons), reasons  # the bound did cut
     assert not any("a state computed in" in r for r in reasons), reasons

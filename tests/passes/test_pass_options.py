@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import dpt_ir as dp
+from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes.manager import DEFAULT_PIPELINE, PassSpec, run_pipeline
 from dpt_ir.passes.options import CompileOptions
 
@@ -54,7 +55,7 @@ def test_valid_pass_options_are_kept_and_apply() -> None:
     case = CASES["beer"]
     pipeline = [spec if p == "fusion" else p for p in DEFAULT_PIPELINE]
     graph = run_pipeline(case.graph, CompileOptions(wrt=case.wrt), pipeline=pipeline).graph
-    assert len(graph.meta["groups"]) == sum(n.op != "constant" for n in graph.nodes)
+    assert len(plan_of(graph).groups) == sum(n.op != "constant" for n in graph.nodes)
 
 
 def test_misspelt_compile_keyword_stays_a_type_error() -> None:

@@ -11,7 +11,8 @@ import pytest
 
 import dpt_ir as dp
 from benchmarks.graphs import beer, normalisation, softmax_xent
-from dpt_ir.ir.records import phase_of
+from dpt_ir.ir.kernel_ir import plan_of
+from dpt_ir.ir.records import DerivedAttribute, SavedPlan, phase_of, recompute_of, saved_plan_of
 from dpt_ir.ir.traits import copies
 from dpt_ir.passes import canonicalize, cse, dce, manager, verify
 from dpt_ir.passes.manager import DEFAULT_PIPELINE, PassSpec, run_pipeline
@@ -33,6 +34,12 @@ def _ops(graph: dp.Graph) -> list[str]:
 
 def _simplify(graph: dp.Graph) -> dp.Graph:
     return dce.run(cse.run(canonicalize.run(graph)))
+
+
+def _saved(graph: dp.Graph) -> SavedPlan:
+    plan = saved_plan_of(graph)
+    assert plan is not None, f"graph {graph.name!r} has no saved plan"
+    return plan
 
 
 # -- verify --------------------------------------------------------------------------------
@@ -198,10 +205,10 @@ def test_cse_merges_duplicates_but_not_different_attributes() -> None:
 
 def test_cse_keeps_recomputations_after_partition() -> None:
     partitioned = _run("beer").after("saved_attributes")
-    clones = [n.name for n in partitioned.nodes if "recompute_of" in n.meta]
+    clones = [n.name for n in partitioned.nodes if recompute_of(n) is not None]
     assert clones
     after = dce.run(cse.run(partitioned))
-    assert [n.name for n in after.nodes if "recompute_of" in n.meta] == clones
+    assert [n.name for n in after.nodes if recompute_of(n) is not None] == clones
 
 
 def test_dce_removes_dead_nodes_and_keeps_inputs() -> None:
@@ -226,34 +233,34 @@ def test_pass_spec_options_apply_to_that_pass_only() -> None:
     pipeline = [PassSpec(name=p, options={"fuse": False}) if p == "fusion" else p for p in DEFAULT_PIPELINE]
     result = run_pipeline(case.graph, CompileOptions(wrt=case.wrt), pipeline=pipeline)
     default = _run("beer").graph
-    assert len(result.graph.meta["groups"]) > len(default.meta["groups"])
+    assert len(plan_of(result.graph).groups) > len(plan_of(default).groups)
     # saved_attributes still ran with recompute on: its clones are there.
-    assert any("recompute_of" in n.meta for n in result.graph.nodes)
+    assert any(recompute_of(n) is not None for n in result.graph.nodes)
 
 
 def test_fuse_off_gives_one_kernel_per_non_constant_node() -> None:
     graph = _run("beer", fuse=False).graph
-    assert len(graph.meta["groups"]) == sum(n.op != "constant" for n in graph.nodes)
+    assert len(plan_of(graph).groups) == sum(n.op != "constant" for n in graph.nodes)
 
 
 def test_recompute_off_saves_intermediates() -> None:
     graph = _run("beer", recompute=False).graph
-    assert not any("recompute_of" in n.meta for n in graph.nodes)
-    assert graph.meta["saved_bytes"] > 0
+    assert not any(recompute_of(n) is not None for n in graph.nodes)
+    assert _saved(graph).saved_bytes > 0
 
 
 def test_recompute_budget_saves_what_is_too_costly_to_recompute() -> None:
     unlimited = _run("chain16").graph
-    assert unlimited.meta["saved_bytes"] == 0  # bytes alone: recompute the whole chain
+    assert _saved(unlimited).saved_bytes == 0  # bytes alone: recompute the whole chain
     budgeted = _run("chain16", recompute_budget=16).graph
-    records = budgeted.meta["saved"]
-    assert records and budgeted.meta["saved_bytes"] == sum(r["bytes"] for r in records)
-    over = [r for r in records if "over the recompute budget 16" in r["reason"]]
-    assert over, [r["reason"] for r in records]
+    records = _saved(budgeted).saved
+    assert records and _saved(budgeted).saved_bytes == sum(r.bytes for r in records)
+    over = [r for r in records if "over the recompute budget 16" in r.reason]
+    assert over, [r.reason for r in records]
 
     # The backward recomputes less work than without the budget.
     def recomputed_work(graph: dp.Graph) -> int:
-        return sum(n.opdef.work for n in graph.nodes if "recompute_of" in n.meta)
+        return sum(n.opdef.work for n in graph.nodes if recompute_of(n) is not None)
 
     assert 0 < recomputed_work(budgeted) < recomputed_work(unlimited)
 
@@ -265,26 +272,26 @@ def test_every_recomputation_is_explained(tmp_path: Path) -> None:
     graph = run_pipeline(
         CASES["chain16"].graph, CompileOptions(wrt=("x",), recompute_budget=16), dump_dir=tmp_path
     ).graph
-    clones = {n.name: n for n in graph.nodes if "recompute_of" in n.meta}
-    records = {r["value"]: r for r in graph.meta["recomputed"]}
+    clones = {n.name: n for n in graph.nodes if recompute_of(n) is not None}
+    records = {r.value: r for r in _saved(graph).recomputed}
     assert clones and set(records) == set(clones)
     for name, r in records.items():
         node = clones[name]
-        assert r["recomputes"] == node.meta["recompute_of"] and r["op"] == node.op
-        assert r["work"] == node.opdef.work + sum(records[i]["work"] for i in node.inputs if i in records)
-        assert r["own_work"] == node.opdef.work and r["work"] <= r["budget"] == 16
-        assert r["save_bytes"] == graph.types[r["recomputes"]].nbytes
-        assert "within the recompute budget 16" in r["reason"] and f"saving {r['save_bytes']} B" in r["reason"]
+        assert r.recomputes == recompute_of(node) and r.op == node.op
+        assert r.work == node.opdef.work + sum(records[i].work for i in node.inputs if i in records)
+        assert r.own_work == node.opdef.work and r.work <= r.budget == 16
+        assert r.save_bytes == graph.types[r.recomputes].nbytes
+        assert "within the recompute budget 16" in r.reason and f"saving {r.save_bytes} B" in r.reason
     saved = (tmp_path / "saved.txt").read_text()
-    assert all(r["reason"] in saved for r in records.values())
-    unlimited = _run("chain16").graph.meta["recomputed"]
-    assert unlimited and all(r["budget"] is None and "no recompute budget" in r["reason"] for r in unlimited)
+    assert all(r.reason in saved for r in records.values())
+    unlimited = _saved(_run("chain16").graph).recomputed
+    assert unlimited and all(r.budget is None and "no recompute budget" in r.reason for r in unlimited)
 
 
 def test_recompute_budget_leaves_cheap_chains_alone() -> None:
     # beer recomputes exp(-0.7 x) from x: 10 units of work, within 16; nothing is saved.
-    assert _run("beer", recompute_budget=16).graph.meta["saved_bytes"] == 0
-    assert _run("beer", recompute_budget=4).graph.meta["saved_bytes"] > 0
+    assert _saved(_run("beer", recompute_budget=16).graph).saved_bytes == 0
+    assert _saved(_run("beer", recompute_budget=4).graph).saved_bytes > 0
 
 
 def test_fusion_bounds_the_code_copies_of_nested_folds() -> None:
@@ -296,9 +303,9 @@ def test_fusion_bounds_the_code_copies_of_nested_folds() -> None:
     graph = run_pipeline(g.build(), CompileOptions(wrt=("x",))).graph
     images = {n.name: copies(n) for n in graph.nodes}
     assert sorted(c for c in images.values() if c > 1) == [11, 17]
-    for group in graph.meta["groups"]:
-        assert sum(images[n] > 1 for n in group["nodes"]) <= 1, group  # never a fold inside a fold
-    reasons = [b["reason"] for b in graph.meta["boundaries"]]
+    for group in plan_of(graph).groups:
+        assert sum(images[n] > 1 for n in group.nodes) <= 1, group  # never a fold inside a fold
+    reasons = [b.reason for b in plan_of(graph).boundaries]
     assert any("copies of its code (more than 64)" in r for r in reasons), reasons
 
 
@@ -327,16 +334,16 @@ def _check_dump_dir(folder: Path, result: manager.PipelineResult) -> None:
         assert dp.Graph.from_text(stem.with_suffix(".ir").read_text()) == stage
         assert stem.with_suffix(".dot").read_text().startswith("digraph ")
     report = json.loads((folder / "report.json").read_text())
-    groups = result.graph.meta["groups"]
+    groups = plan_of(result.graph).groups
     assert report["kernel_count"] == len(groups)
-    assert [k["id"] for k in report["kernels"]] == [g["id"] for g in groups]
+    assert [k["id"] for k in report["kernels"]] == [g.id for g in groups]
     assert [p["name"] for p in report["passes"]] == list(DEFAULT_PIPELINE)
     assert [(p["nodes_before"], p["nodes"], p["growth"]) for p in report["passes"]] == [
         (r.nodes_before, r.nodes, r.growth) for r in result.records
     ]
-    assert report["saved_bytes"] == result.graph.meta["saved_bytes"]
+    assert report["saved_bytes"] == _saved(result.graph).saved_bytes
     fusion = (folder / "fusion.txt").read_text()
-    assert all(f"{g['id']} [{g['phase']}]" in fusion for g in groups)
+    assert all(f"{g.id} [{g.phase}]" in fusion for g in groups)
 
 
 def test_dump_dir_writes_every_stage(tmp_path: Path) -> None:
@@ -344,8 +351,8 @@ def test_dump_dir_writes_every_stage(tmp_path: Path) -> None:
     result = run_pipeline(case.graph, CompileOptions(wrt=case.wrt), dump_dir=tmp_path)
     _check_dump_dir(tmp_path, result)
     saved = (tmp_path / "saved.txt").read_text()
-    for record in result.graph.meta["saved"]:
-        assert record["value"] in saved and record["reason"] in saved
+    for record in _saved(result.graph).saved:
+        assert record.value in saved and record.reason in saved
 
 
 def test_dump_env_var_writes_dumps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -365,25 +372,26 @@ def test_forward_only_dumps_say_so(tmp_path: Path) -> None:
 def test_partition_and_groups_are_consistent(name: str) -> None:
     graph = _run(name).graph
     phases = {n.name: phase_of(n) for n in graph.nodes}
-    for record in graph.meta["saved"]:
-        assert phases[record["value"]] == "forward"
-        assert record["readers"] and all(phases[r] == "backward" for r in record["readers"])
-        assert record["bytes"] == graph.types[record["value"]].nbytes and record["reason"]
-    assert graph.meta["saved_bytes"] == sum(r["bytes"] for r in graph.meta["saved"])
+    plan = _saved(graph)
+    for record in plan.saved:
+        assert phases[record.value] == "forward"
+        assert record.readers and all(phases[r] == "backward" for r in record.readers)
+        assert record.bytes == graph.types[record.value].nbytes and record.reason
+    assert plan.saved_bytes == sum(r.bytes for r in plan.saved)
     covered = set()
-    for group in graph.meta["groups"]:
-        assert {phases[n] for n in group["nodes"]} == {group["phase"]}
-        covered.update(group["nodes"])
+    for group in plan_of(graph).groups:
+        assert {phases[n] for n in group.nodes} == {group.phase}
+        covered.update(group.nodes)
     assert covered == set(phases)
 
 
 # -- DESIGN §5 must-shows --------------------------------------------------------------------
 def _kernels(graph: dp.Graph, phase: str) -> int:
-    return sum(g["phase"] == phase for g in graph.meta["groups"])
+    return sum(g.phase == phase for g in plan_of(graph).groups)
 
 
 def _largest_saved(graph: dp.Graph) -> int:
-    return max((r["bytes"] for r in graph.meta["saved"]), default=0)
+    return max((r.bytes for r in _saved(graph).saved), default=0)
 
 
 def test_beer_at_512_saves_no_image_and_fuses_into_two_kernels() -> None:
@@ -400,7 +408,7 @@ def test_row_reductions_save_only_row_statistics(build: Any) -> None:
     graph = build((64, 32), F64)
     final = run_pipeline(graph, CompileOptions(wrt=(graph.inputs[0].name,))).graph
     assert 0 < _largest_saved(final) <= 64 * 8
-    assert all(r["op"] in ("max", "sum", "mean") for r in final.meta["saved"])  # logsumexp's shift and sum
+    assert all(r.op in ("max", "sum", "mean") for r in _saved(final).saved)  # logsumexp's shift and sum
 
 
 def test_mean_saves_only_its_element_count(tmp_path: Path) -> None:
@@ -408,8 +416,8 @@ def test_mean_saves_only_its_element_count(tmp_path: Path) -> None:
     result = run_pipeline(case.graph, CompileOptions(wrt=case.wrt), dump_dir=tmp_path)
     final = result.graph
     (mean,) = (n.name for n in case.graph.nodes if n.op == "mean")
-    assert final.meta["saved"] == []
-    assert final.meta["derived_attributes"] == [{"node": mean, "op": "mean", "attribute": "count", "value": 48}]
+    assert _saved(final).saved == ()
+    assert _saved(final).derived_attributes == (DerivedAttribute(node=mean, op="mean", attribute="count", value=48),)
     saved = (tmp_path / "saved.txt").read_text()
     assert "nothing saved" in saved
     assert any(line.split() == [mean, "mean", "count", "48"] for line in saved.splitlines())
@@ -420,8 +428,8 @@ def test_exp_minus_max_saves_the_small_reduction_result(tmp_path: Path) -> None:
     result = run_pipeline(case.graph, CompileOptions(wrt=case.wrt), dump_dir=tmp_path)
     final = result.graph
     (peak,) = (n.name for n in case.graph.nodes if n.op == "max")
-    records = {r["value"]: r for r in final.meta["saved"]}
-    assert records[peak]["bytes"] == 8 * 1 * 8
+    records = {r.value: r for r in _saved(final).saved}
+    assert records[peak].bytes == 8 * 1 * 8
     assert _largest_saved(final) < 8 * 6 * 8  # the exp is recomputed, not saved
     (line,) = (ln for ln in (tmp_path / "saved.txt").read_text().splitlines() if ln.startswith(peak + " "))
     assert "reduction" in line

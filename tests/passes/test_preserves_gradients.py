@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from strategies import LOSS, graph_and_inputs, wrt_for
 
 import dpt_ir as dp
+from dpt_ir.ir.records import autodiff_of, cotangents, gradients, joint_record
 from dpt_ir.ir.types import is_float
 from dpt_ir.passes.manager import run_pipeline
 from dpt_ir.passes.options import CompileOptions
@@ -44,7 +45,7 @@ def _close(actual: np.ndarray, expected: np.ndarray, rtol: float, what: str) -> 
 def _cotangents(joint: dp.Graph, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """A random cotangent for each output whose seed the joint graph takes as an input."""
     out = {}
-    for name, ct in joint.meta.get("cotangents", {}).items():
+    for name, ct in cotangents(joint).items():
         t = joint.types[ct]
         out[name] = np.asarray(rng.normal(0.0, 1.0, t.shape)).astype(t.dtype)
     return out
@@ -56,8 +57,9 @@ def check_pipeline(graph: dp.Graph, inputs: dict[str, np.ndarray], options: Comp
     result = run_pipeline(graph, options)
     joint = result.after("autodiff")
     seeds: dict[str, Any] = _cotangents(joint, np.random.default_rng(1))
-    feed = {**inputs, **{joint.meta["cotangents"][k]: v for k, v in seeds.items()}}
-    seeds.update(joint.meta.get("fixed_seeds", {}))
+    feed = {**inputs, **{joint_record(joint).cotangents[k]: v for k, v in seeds.items()}}
+    record = autodiff_of(joint)
+    seeds.update(record.fixed_seeds if record is not None else {})
     rtol = _rtol(graph)
     grads = dp.interpret_grad(graph, list(options.wrt), seed=seeds, **inputs) if options.wrt else {}
     for rec, stage in zip(result.records, result.stages, strict=True):
@@ -65,10 +67,10 @@ def check_pipeline(graph: dp.Graph, inputs: dict[str, np.ndarray], options: Comp
         env = evaluate(stage, {i.name: feed[i.name] for i in stage.inputs})
         for name, value in forward.items():
             _close(env[stage.output_value(name)], value, rtol, f"{where}: output {name!r}")
-        for w, out in stage.meta.get("gradients", {}).items():
+        for w, out in gradients(stage).items():
             _close(env[stage.output_value(out)], grads[w], rtol, f"{where}: gradient of {w!r}")
     if options.wrt:
-        assert set(result.graph.meta["gradients"]) == set(options.wrt)
+        assert set(joint_record(result.graph).gradients) == set(options.wrt)
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
