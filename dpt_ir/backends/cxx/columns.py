@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx.drivers import (
+    DriverSpec,
     Layout,
     buffered,
     c_min,
@@ -83,21 +84,13 @@ def _row(nest: Nest) -> list[str]:
     return [f"const int row = (p * {rows} + rr) * {mid} + m;"]
 
 
-def _cpu(
-    nest: Nest,
-    target: Target,
-    args: str,
-    x_types: list[str],
-    uses_big: bool,
-    nf: int,
-    finish: list[str],
-    direct: dict[int, str],
-) -> list[str]:
+def _cpu(spec: DriverSpec) -> list[str]:
     """Task ``t``: a block of `Target.block` columns (`layout`), row after row; a root in
-    ``direct`` folds its parameter's row itself, the others their block buffer."""
+    ``spec.direct`` folds its parameter's row itself, the others their block buffer."""
+    nest, x_types, direct, nf = spec.nest, spec.x_types, spec.direct, spec.nf
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
-    width = target.block
+    width = spec.target.block
     blocks = -(-cols // width)
     body = [
         f"bool fl[{nf}] = {{false}};",
@@ -116,7 +109,7 @@ def _cpu(
         body += [*row_bases(nest, "row"), "const int jb = clo, je = chi;"]
         body += [f"{x_types[q]} buf{q}[{width}];" for q in computed]
         w = "true" if last else "false"
-        body += cpu_block(nest, args, w, f"row * {cols} + j", ys, uses_big, nf)
+        body += cpu_block(spec, w, f"row * {cols} + j", ys)
         for q in active:
             update = nest.templates[nest.roots[q]].passes[p].update.format(**_column_subst(nest, q, "k"))
             x = f"{direct[q]}[row * {cols} + clo + k]" if q in direct else f"buf{q}[k]"
@@ -128,12 +121,12 @@ def _cpu(
     body.append(f"for (int k = 0; k < nc; ++k) {{ const int o = pm * {cols} + clo + k;")
     for q, root in enumerate(nest.roots):
         body += [f"const {ty} s{q}_{name} = cs{q}_{name}[k];" for name, ty in nest.templates[root].state]
-    return [*body, *finish, "}"]
+    return [*body, *spec.finish, "}"]
 
 
-def _cuda(
-    nest: Nest, args: str, x_types: list[str], uses_big: bool, nf: int, finish: list[str], direct: dict[int, str]
-) -> list[str]:
+def _cuda(spec: DriverSpec) -> list[str]:
+    """Thread ``t``: output column ``o = t``, its reduced rows in order."""
+    nest, x_types, direct, nf = spec.nest, spec.x_types, spec.direct, spec.nf
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
     body = [f"bool fl[{nf}] = {{false}};", f"const int o = t, pm = o / {cols}, c = o - pm * {cols};"]
@@ -148,7 +141,7 @@ def _cuda(
                 body.append(f"{ty} ln{q}_{name}[8]; for (int l = 0; l < 8; ++l) ln{q}_{name}[l] = {init};")
         body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
         body += [*row_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in computed)]
-        body += cuda_element(nest, args, "true" if last else "false", f"row * {cols} + c", "c", ys, uses_big, nf)
+        body += cuda_element(spec, "true" if last else "false", f"row * {cols} + c", "c", ys)
         for q in active:
             update = nest.templates[nest.roots[q]].passes[p].update.format(**subst(nest, q))
             x = f"{direct[q]}[row * {cols} + c]" if q in direct else f"y{q}"
@@ -156,26 +149,12 @@ def _cuda(
         body.append("}")
         for q in active:
             body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**subst(nest, q)))
-    return [*body, *finish]
+    return [*body, *spec.finish]
 
 
-def column_drivers(
-    nest: Nest,
-    target: Target,
-    args: str,
-    sig: str,
-    x_types: list[str],
-    uses_big: bool,
-    nflags: int,
-    checks: bool,
-    finish: list[str],
-    direct: dict[int, str] | None = None,
-) -> str:
-    """The CPU and CUDA drivers of a column reduction (the CPU's column blocks: ``target``'s
-    `Target.block`); ``finish``: statements finalizing and storing output ``o`` from the states
-    ``s<q>_<name>`` (as `drivers.reduction_drivers`); ``direct``: as there, the roots whose
-    input is a parameter read at the element (`ElementWriter.direct`)."""
-    nf, direct = max(nflags, 1), direct or {}
-    cpu = [*_cpu(nest, target, args, x_types, uses_big, nf, finish, direct), *status_stores(nf, checks)]
-    cuda = [*_cuda(nest, args, x_types, uses_big, nf, finish, direct), *status_stores(nf, checks)]
-    return driver_pair(sig, cpu, cuda)
+def column_drivers(spec: DriverSpec) -> str:
+    """The CPU and CUDA drivers of a column reduction (the CPU's column blocks: the target's
+    `Target.block`); ``spec.finish``: statements finalizing and storing output ``o`` from the
+    states ``s<q>_<name>`` (as `drivers.reduction_drivers`); ``spec.direct``: as there, the
+    roots whose input is a parameter read at the element (`ElementWriter.direct`)."""
+    return driver_pair(spec.sig, [*_cpu(spec), *status_stores(spec)], [*_cuda(spec), *status_stores(spec)])

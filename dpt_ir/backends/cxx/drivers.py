@@ -30,8 +30,8 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx.nest import Nest
@@ -49,6 +49,42 @@ class Layout:
     chunk: int
     parts: int = 1
     rows: int = 1
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    """What every driver of one kernel shares; the drivers' per-call values (an element's
+    index expression, its out-parameters, the row counter) stay their own arguments."""
+
+    nest: Nest
+    """The covered group (`nest.cover`): space, reads, roots, guards."""
+    layout: Layout
+    """How the group's elements map onto launch tasks."""
+    target: Target
+    """The device: its `Target.block` is the CPU driver's element block."""
+    args: str
+    """The C++ argument list passing the kernel's parameters to the element function."""
+    sig: str
+    """The drivers' C++ parameter list (the unit's parameters, the status word, its base, ``t``)."""
+    uses_big: bool
+    """Whether the element function takes trig's fast path and may ask for a precise rerun."""
+    nflags: int
+    """The status flags the element function raises (0: none)."""
+    checks: bool
+    """Whether raised flags are stored into the status array."""
+    x_types: tuple[str, ...] = ()
+    """The C++ input type of each reduction root, by root position."""
+    finish: tuple[str, ...] = ()
+    """Reductions: the statements after a unit's passes (finalize and store, or store partials)."""
+    strided: bool = True
+    """Reductions with partials: CUDA threads stride by the parts (False: a row kernel's stage)."""
+    direct: Mapping[int, str] = field(default_factory=dict)
+    """The roots whose input is a parameter read at the element (`ElementWriter.direct`)."""
+
+    @property
+    def nf(self) -> int:
+        """The length of the flag arrays: at least 1, so that C++ declares them."""
+        return max(self.nflags, 1)
 
 
 def layout(nest: Nest, target: Target) -> Layout:
@@ -138,9 +174,9 @@ def _rb(nest: Nest) -> str:
     return "rb" if any(r.mode == "row" for r in nest.reads.values()) or nest.guards else "(const int*)0"
 
 
-def _call(nest: Nest, args: str, p: str, w: str, i: str, j: str, flags: str, ys: list[str], fn: str = "elem") -> str:
+def _call(spec: DriverSpec, p: str, w: str, i: str, j: str, flags: str, ys: list[str], fn: str = "elem") -> str:
     extra = "".join(f", {y}" for y in ys)
-    return f"F_{fn}<{p}, {w}>({args}, {i}, {j}, {_rb(nest)}, big, {flags}{extra});"
+    return f"F_{fn}<{p}, {w}>({spec.args}, {i}, {j}, {_rb(spec.nest)}, big, {flags}{extra});"
 
 
 def _anywhere(nest: Nest) -> str:
@@ -148,50 +184,51 @@ def _anywhere(nest: Nest) -> str:
     return "edge" if nest.guards else "elem"
 
 
-def cuda_element(
-    nest: Nest, args: str, w: str, i: str, j: str, ys: list[str], uses_big: bool, nflags: int
-) -> list[str]:
-    """One element (CUDA) with its precise recomputation when a trig argument was huge."""
-    fn = _anywhere(nest)
-    lines = [f"bool bf[{nflags}] = {{false}}; bool big = false;", _call(nest, args, "false", w, i, j, "bf", ys, fn)]
-    if uses_big:
-        rerun = _call(nest, args, "true", w, i, j, "bf", ys, fn)
-        lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = false; {rerun} }}")
-    lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
+def cuda_element(spec: DriverSpec, w: str, i: str, j: str, ys: list[str]) -> list[str]:
+    """One element (CUDA) at index ``i``, inner counter ``j`` (``w``: whether stores are
+    written; ``ys``: the roots' out-parameters), with its precise recomputation when a trig
+    argument was huge."""
+    fn, nf = _anywhere(spec.nest), spec.nf
+    lines = [f"bool bf[{nf}] = {{false}}; bool big = false;", _call(spec, "false", w, i, j, "bf", ys, fn)]
+    if spec.uses_big:
+        rerun = _call(spec, "true", w, i, j, "bf", ys, fn)
+        lines.append(f"if (big) {{ for (int k = 0; k < {nf}; ++k) bf[k] = false; {rerun} }}")
+    lines.append(f"for (int k = 0; k < {nf}; ++k) fl[k] |= bf[k];")
     return lines
 
 
-def cpu_block(
-    nest: Nest, args: str, w: str, i: str, ys: list[str], uses_big: bool, nflags: int, jr: str = "j", off: str = "0"
-) -> list[str]:
-    """One CPU block ``[jb, je)``: the element loop (split into interior and edges), rerun
-    precisely if needed, flags ORed (``jr``: the inner counter row reads add to their base;
-    ``off``: where the row's positions start in ``j``)."""
-    interior = _call(nest, args, "false", w, i, jr, "bf", ys)
-    edge = _call(nest, args, "false", w, i, jr, "bf", ys, "edge")
-    lines = [f"bool bf[{nflags}] = {{false}}; bool big = false;", *_split(nest, "jb", "je", off, interior, edge)]
-    if uses_big:
-        lines.append(f"if (big) {{ for (int k = 0; k < {nflags}; ++k) bf[k] = false;")
+def cpu_block(spec: DriverSpec, w: str, i: str, ys: list[str], jr: str = "j", off: str = "0") -> list[str]:
+    """One CPU block ``[jb, je)`` of elements at index ``i`` (``w``, ``ys``: as
+    `cuda_element`): the element loop (split into interior and edges), rerun precisely if
+    needed, flags ORed (``jr``: the inner counter row reads add to their base; ``off``: where
+    the row's positions start in ``j``)."""
+    nest, nf = spec.nest, spec.nf
+    interior = _call(spec, "false", w, i, jr, "bf", ys)
+    edge = _call(spec, "false", w, i, jr, "bf", ys, "edge")
+    lines = [f"bool bf[{nf}] = {{false}}; bool big = false;", *_split(nest, "jb", "je", off, interior, edge)]
+    if spec.uses_big:
+        lines.append(f"if (big) {{ for (int k = 0; k < {nf}; ++k) bf[k] = false;")
         scalar = "DP_SCALAR_LOOP for (int j = jb; j < je; ++j) "  # the rare path: compile it cheaply
-        lines.append(scalar + _call(nest, args, "true", w, i, jr, "bf", ys, _anywhere(nest)) + " }")
-    lines.append(f"for (int k = 0; k < {nflags}; ++k) fl[k] |= bf[k];")
+        lines.append(scalar + _call(spec, "true", w, i, jr, "bf", ys, _anywhere(nest)) + " }")
+    lines.append(f"for (int k = 0; k < {nf}; ++k) fl[k] |= bf[k];")
     return lines
 
 
-def status_stores(nflags: int, checks: bool) -> list[str]:
+def status_stores(spec: DriverSpec) -> list[str]:
     """Statements storing the raised flags ``fl[k]`` into the status array at ``sb``; none
-    without checks or flags."""
-    if not checks or nflags == 0:
+    without checks."""
+    if not spec.checks:
         return []
-    return [f"for (int k = 0; k < {nflags}; ++k) if (fl[k]) st[sb + k] = 1;"]
+    return [f"for (int k = 0; k < {spec.nf}; ++k) if (fl[k]) st[sb + k] = 1;"]
 
 
-def pointwise_drivers(
-    nest: Nest, lay: Layout, target: Target, args: str, sig: str, uses_big: bool, nflags: int, checks: bool
-) -> str:
-    """``target``: its `Target.block`, the CPU driver's element block."""
-    n, inner, block = nest.size, nest.inner, target.block
-    nf = max(nflags, 1)
+def pointwise_drivers(spec: DriverSpec) -> str:
+    """The CPU and CUDA drivers of a group without reductions: task ``t`` runs its chunk of
+    the flat space, row by row (the CPU in blocks of `Target.block` when flags or a precise
+    rerun need them)."""
+    nest, lay = spec.nest, spec.layout
+    n, inner, block = nest.size, nest.inner, spec.target.block
+    nf = spec.nf
     head = [
         f"const int b = t * {lay.chunk}, e = {c_min(f'b + {lay.chunk}', n)};",
         f"bool fl[{nf}] = {{false}};",
@@ -199,18 +236,18 @@ def pointwise_drivers(
     cpu = [*head, f"for (int row = b / {inner}; row * {inner} < e; ++row) {{", *row_bases(nest, "row")]
     cpu.append(f"const int j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;")
     cpu.append(f"const int j1 = {c_min(f'e - row * {inner}', inner)};")
-    if uses_big or nflags:
+    if spec.uses_big or spec.nflags:
         cpu.append(f"for (int jb = j0; jb < j1; jb += {block}) {{ const int je = {c_min(f'jb + {block}', 'j1')};")
-        cpu += cpu_block(nest, args, "true", f"row * {inner} + j", [], uses_big, nf) + ["}"]
+        cpu += cpu_block(spec, "true", f"row * {inner} + j", []) + ["}"]
     else:
         cpu.append("bool big = false; (void)big;")
-        interior = _call(nest, args, "false", "true", f"row * {inner} + j", "j", "fl", [])
+        interior = _call(spec, "false", "true", f"row * {inner} + j", "j", "fl", [])
         cpu += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", "F_edge<"))
-    cpu += ["}", *status_stores(nf, checks)]
+    cpu += ["}", *status_stores(spec)]
     cuda = [*head, "for (int i = b; i < e; ++i) {", f"const int row = i / {inner}, j = i - row * {inner};"]
-    cuda += [*row_bases(nest, "row"), *cuda_element(nest, args, "true", "i", "j", [], uses_big, nf), "}"]
-    cuda += status_stores(nf, checks)
-    return driver_pair(sig, cpu, cuda)
+    cuda += [*row_bases(nest, "row"), *cuda_element(spec, "true", "i", "j", []), "}"]
+    cuda += status_stores(spec)
+    return driver_pair(spec.sig, cpu, cuda)
 
 
 def driver_pair(sig: str, cpu: list[str], cuda: list[str]) -> str:
@@ -242,7 +279,7 @@ def subst(nest: Nest, q: int) -> dict[str, str]:
     return out
 
 
-def buffered(nest: Nest, direct: dict[int, str]) -> list[int]:
+def buffered(nest: Nest, direct: Mapping[int, str]) -> list[int]:
     """The roots whose input the element function computes and hands out as ``y<q>`` (into a
     block buffer on the CPU); the others, ``direct`` (`ElementWriter.direct`), are read from
     their array by the lane or column loop."""
@@ -326,26 +363,15 @@ def _sub_row(nest: Nest) -> list[str]:
     return [*nest.row_map.statements("srow", "o", "sr"), *row_bases(nest, "srow")]
 
 
-def reduction_drivers(
-    nest: Nest,
-    lay: Layout,
-    target: Target,
-    args: str,
-    sig: str,
-    x_types: list[str],
-    uses_big: bool,
-    nflags: int,
-    checks: bool,
-    finish: list[str],
-    strided: bool = True,
-    direct: dict[int, str] | None = None,
-) -> str:
-    """``finish``: statements after the passes of a unit (finalize and store the row's
-    results, or store the task's partials), reading ``s<q>_<name>``, ``o`` and ``t``;
-    ``strided``: see `_units`; ``target``: its `Target.block`, the CPU driver's element block;
-    ``direct``: the roots whose input is a parameter read at element ``i`` (root -> the
-    parameter, `ElementWriter.direct`): their lane loops read it there, with no block buffer."""
-    nf, block, direct = max(nflags, 1), target.block, direct or {}
+def reduction_drivers(spec: DriverSpec) -> str:
+    """The CPU and CUDA drivers of a row reduction. ``spec.finish``: statements after the
+    passes of a unit (finalize and store the row's results, or store the task's partials),
+    reading ``s<q>_<name>``, ``o`` and ``t``; ``spec.strided``: see `_units`;
+    ``spec.direct``: the roots whose input is a parameter read at element ``i``: their lane
+    loops read it there, with no block buffer."""
+    nest, lay, x_types = spec.nest, spec.layout, spec.x_types
+    block, direct, strided = spec.target.block, spec.direct, spec.strided
+    nf = spec.nf
     npass = max(len(t.passes) for t in nest.templates.values())
     step = lay.parts if lay.parts > 1 and strided else 1  # the CUDA loop's stride: the parts interleave
     whole = nest.sub == nest.inner and nest.row_map is None  # one base per output row (else per sub-row)
@@ -383,7 +409,7 @@ def reduction_drivers(
                 body.append(f"for (int jb = {s0}; jb < {s1}; jb += {block}) {{")
                 body.append(f"const int je = {c_min(f'jb + {block}', s1)}, nb = je - jb, n8 = nb & ~7;")
                 body += [f"{x_types[q]} buf{q}[{block}];" for q in computed]
-                body += cpu_block(nest, args, w, i, ys, uses_big, nf, jr, "0" if whole else f"sr * {nest.sub}")
+                body += cpu_block(spec, w, i, ys, jr, "0" if whole else f"sr * {nest.sub}")
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], True, read=read(q, True))
                 body += [] if whole else ["}"]
@@ -392,12 +418,12 @@ def reduction_drivers(
                 if not whole:
                     body += [f"const int sr = j / {nest.sub};", *_sub_row(nest)]
                 body += [f"{x_types[q]} y{q};" for q in computed]
-                body += cuda_element(nest, args, w, i, jr, ys, uses_big, nf)
+                body += cuda_element(spec, w, i, jr, ys)
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], False, step, read(q, False))
             body.append("}")
             for q in active:
                 body.append(nest.templates[nest.roots[q]].passes[p].merge.format(**subst(nest, q)))
-        body += [*finish, "}", *status_stores(nf, checks)]
+        body += [*spec.finish, "}", *status_stores(spec)]
         out[blocked] = body
-    return driver_pair(sig, out[True], out[False])
+    return driver_pair(spec.sig, out[True], out[False])

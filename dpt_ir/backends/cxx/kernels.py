@@ -90,16 +90,26 @@ def group_kernels(
             elem += ["template <bool P, bool W>", f"{macro} void {TOKEN}_{fn}{head}"]
             elem += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]
     sig = f"{unit.sig()}, int* st, int sb, int t"
+    spec = drivers.DriverSpec(
+        nest=nest,
+        layout=lay,
+        target=target,
+        args=unit.args(),
+        sig=sig,
+        uses_big=w.uses_big,
+        nflags=nflags,
+        checks=checks,
+        x_types=tuple(x_types),
+        finish=tuple(finish),
+        strided=stage is None,
+        direct=dict(w.direct),
+    )
     if nest.columns:
-        drv = columns.column_drivers(
-            nest, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish, w.direct
-        )
+        drv = columns.column_drivers(spec)
     elif nest.roots:
-        drv = drivers.reduction_drivers(
-            nest, lay, target, unit.args(), sig, x_types, w.uses_big, nflags, checks, finish, stage is None, w.direct
-        )
+        drv = drivers.reduction_drivers(spec)
     else:
-        drv = drivers.pointwise_drivers(nest, lay, target, unit.args(), sig, w.uses_big, nflags, checks)
+        drv = drivers.pointwise_drivers(spec)
     fn, cxx = hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
     natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
     main = launch(name, unit, fn, checks, lay.dim, group.id, dict(partials), w.slot_base)
