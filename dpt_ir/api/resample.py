@@ -58,6 +58,8 @@ def _interpolate(
             attrs = {"axis": axis, "mode": mode, "npad": npad, "cval": float(cval)}
             x = x.builder.emit("spline_filter1d", [x], attrs)
     if isinstance(geometry, Tensor):
+        if math.prod(x.shape) == 0:  # nothing to read: every point is cval (`A.check_empty`)
+            return x.builder.constant(float(cval), x.dtype, tuple(out_shape))
         return resample_dynamic.interpolate_at(x, geometry, order, mode, cval, npad)
     attrs = {
         "geometry": geometry.model_dump(),
@@ -82,13 +84,13 @@ def map_coordinates(
     x = A.image(input, where)
     A.check(order, mode, where, cval)
     if isinstance(coordinates, Tensor):
-        A.check_empty(x, mode, coordinates.shape[1:], where)
         c = x.builder.own(coordinates, where)
         if c.ndim < 2 or c.shape[0] != x.ndim or c.dtype not in ("float32", "float64"):
             raise ContractError(
                 f"{where}: expected float coordinates of shape ({x.ndim}, *output_shape), "
                 f"found %{c.name} of shape {list(c.shape)} and dtype {c.dtype}"
             )
+        A.check_empty(x, mode, c.shape[1:], where)
         return _interpolate(x, F.cast(c, x.dtype), c.shape[1:], order, mode, cval, prefilter)
     c = A.constant(coordinates, "coordinates", where)
     if c.ndim < 2 or c.shape[0] != x.ndim:

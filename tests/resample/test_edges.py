@@ -223,3 +223,20 @@ def test_empty_output_compiled(case: str) -> None:
     x = RNG.normal(size=shape)
     got = dp.compile(unary(shape, fn), device="cpu").run(x=x)["y"]
     np.testing.assert_array_equal(got, want(x))
+
+
+@pytest.mark.parametrize(
+    ("shape", "points", "mode"),
+    [((0,), (1, 3), "constant"), ((0, 3), (2, 2), "grid-constant"), ((4, 5), (2, 0), "nearest")],
+)
+def test_empty_with_coordinate_tensors(shape: tuple[int, ...], points: tuple[int, ...], mode: str) -> None:
+    """The data-dependent path: an empty input is cval everywhere, no points give nothing."""
+    g = dp.GraphBuilder("dynamic_empty")
+    x, c = g.input("x", shape, "float64"), g.input("c", points, "float64")
+    for order in (0, 1, 3):
+        g.output(f"y{order}", dp.map_coordinates(x, c, order=order, mode=mode, cval=2.0))
+    x0, c0 = np.zeros(shape), np.full(points, 0.5)
+    got = dp.interpret(g.build(), x=x0, c=c0)
+    for order in (0, 1, 3):
+        want = ndi.map_coordinates(x0, c0, order=order, mode=mode, cval=2.0)
+        assert_like_scipy(got[f"y{order}"], want, f"order {order}")
