@@ -1,12 +1,18 @@
 """Differential fuzz: random graphs compiled against the reference interpreter.
 
-``python benchmarks/fuzz.py --graphs N --seed S [--batch B] [--out report.json]`` draws N
-distinct random graphs (with inputs) from the Hypothesis strategies of
-``tests/strategies.py``, seeded with S (the same graphs for the same seed and sources),
-compiles them B at a time as one program (the disjoint union, `tests/backend/harness.py`,
-so N graphs cost N / B Warp modules, not N), and compares ``run``, ``value_and_grad`` and
-a seeded tape pass with `dp.interpret` / `dp.interpret_grad` of each graph, values and
-gradients, with the tolerances of ``tests/backend/test_compiled_random.py``.
+``python benchmarks/fuzz.py --graphs N --seed S [--batch B] [--out report.json]`` (``--count``
+is ``--graphs``) draws N distinct random graphs (with inputs) from the Hypothesis
+strategies of ``tests/strategies.py``, seeded with S (the same graphs for the same seed
+and sources), compiles them B at a time as one program (the disjoint union,
+`tests/backend/harness.py`, so N graphs cost N / B Warp modules, not N), and compares
+``run``, ``value_and_grad`` and a seeded tape pass with `dp.interpret` /
+`dp.interpret_grad` of each graph, values and gradients, with the tolerances of
+``tests/backend/test_compiled_random.py``; and, with PyTorch installed (``--no-torch``
+skips it), ``value_and_grad`` with the same graph evaluated in torch
+(``tests/torch_oracle.py``). The shapes are ``--shapes edges`` by default (an axis as
+wide as the lane and block widths and their neighbours, 7 to 513, and size-one axes) or
+``small`` (dims 1-4); ``--zero-size`` (the default; ``--no-zero-size`` leaves them out)
+adds axes of length 0, broadcast against 1s.
 
 A batch that fails to compile or raises while running is split in halves until the
 graphs that fail alone are found. Each mismatching graph is then shrunk: every value of
@@ -22,6 +28,7 @@ are set. It is a script, not a CI test (``tests/test_fuzz_smoke.py`` runs a few 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -48,6 +55,19 @@ from dpt_ir.passes import dce  # noqa: E402
 from tests.backend.harness import MODERATE_TOLERANCES, Batch, compare_batch, seeded_batch  # noqa: E402
 
 Item = tuple[dp.Graph, dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """What the strategies draw: ``edges`` (wide axes around the lane and block widths) and
+    ``zero_size`` (axes of length 0); ``torch``: also compare with PyTorch."""
+
+    edges: bool = True
+    zero_size: bool = True
+    torch: bool = True
+
+
+SMALL = Shapes(edges=False, zero_size=False, torch=False)  # the strategies' defaults
 
 
 @dataclass
@@ -80,7 +100,7 @@ class Mismatch:
 
 
 # -- drawing graphs ---------------------------------------------------------------------------
-def _draw_once(examples: int, seed: int) -> list[Item]:
+def _draw_once(examples: int, seed: int, shapes: Shapes) -> list[Item]:
     """``examples`` draws of `graph_and_inputs` from Hypothesis seeded with ``seed``."""
     drawn: list[Item] = []
 
@@ -92,7 +112,7 @@ def _draw_once(examples: int, seed: int) -> list[Item]:
         deadline=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(graph_and_inputs())
+    @given(graph_and_inputs(edges=shapes.edges, zero_size=shapes.zero_size))
     def collect(item: Item) -> None:
         drawn.append(item)
 
@@ -100,13 +120,13 @@ def _draw_once(examples: int, seed: int) -> list[Item]:
     return drawn
 
 
-def draw_graphs(count: int, seed: int) -> list[Item]:
-    """``count`` distinct random graphs with inputs, a pure function of ``seed`` (and of the
-    strategies' source)."""
+def draw_graphs(count: int, seed: int, shapes: Shapes = SMALL) -> list[Item]:
+    """``count`` distinct random graphs with inputs, a pure function of ``seed`` and
+    ``shapes`` (and of the strategies' source)."""
     found: dict[str, Item] = {}
     attempt = 0
     while len(found) < count:
-        for graph, inputs in _draw_once(count - len(found) + 16, seed * 1000 + attempt):
+        for graph, inputs in _draw_once(count - len(found) + 16, seed * 1000 + attempt, shapes):
             found.setdefault(graph.to_text(), (graph, inputs))
         attempt += 1
     return list(found.values())[:count]
@@ -119,9 +139,10 @@ def make_batch(name: str, items: list[Item]) -> Batch:
     return seeded_batch(name, items, len(items))
 
 
-def check_items(name: str, items: list[Item]) -> list[Mismatch]:
-    """Compile ``items`` as one program and compare; a batch that raises is split in halves
-    (an explicit stack, no recursion) until the failing graphs stand alone."""
+def check_items(name: str, items: list[Item], torch: bool = False) -> list[Mismatch]:
+    """Compile ``items`` as one program and compare (``torch``: with PyTorch too); a batch
+    that raises is split in halves (an explicit stack, no recursion) until the failing
+    graphs stand alone."""
     found: list[Mismatch] = []
     stack = [(name, items)]
     while stack:
@@ -130,6 +151,11 @@ def check_items(name: str, items: list[Item]) -> list[Mismatch]:
         try:
             batch.compile()
             problems = compare_batch(batch, MODERATE_TOLERANCES, mixed=True)
+            if torch:
+                from torch_oracle import compare_with_torch  # torch only where asked for
+
+                for pid, msgs in compare_with_torch(batch).items():
+                    problems[pid] += msgs
         except Exception as exc:  # noqa: BLE001  (any failure is a finding; it is split, then reported)
             if len(group) > 1:
                 half = len(group) // 2
@@ -164,14 +190,14 @@ def cones(graph: dp.Graph) -> list[dp.Graph]:
     return out
 
 
-def shrink(found: Mismatch) -> None:
+def shrink(found: Mismatch, torch: bool = False) -> None:
     """Set ``found.reproducer`` to the smallest cone of its graph that still mismatches
     (all cones compiled as one program)."""
     candidates = cones(found.graph)
     if not candidates:
         return
     items = [(c, found.inputs) for c in candidates]
-    failing = check_items(f"{found.batch}_shrink", items)
+    failing = check_items(f"{found.batch}_shrink", items, torch)
     if failing:
         best = min(failing, key=lambda m: len(m.graph.nodes))
         if len(best.graph.nodes) < len(found.graph.nodes):
@@ -181,22 +207,34 @@ def shrink(found: Mismatch) -> None:
 # -- main -----------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--graphs", type=int, default=200, help="number of distinct random graphs (default 200)")
+    parser.add_argument(
+        "--graphs", "--count", type=int, default=200, help="number of distinct random graphs (default 200)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the graph generator (default 0)")
     parser.add_argument("--batch", type=int, default=50, help="graphs compiled as one program (default 50)")
     parser.add_argument("--out", type=Path, help="also write the summary and mismatches as JSON")
+    parser.add_argument("--shapes", choices=("edges", "small"), default="edges", help="shapes drawn (default edges)")
+    parser.add_argument(
+        "--zero-size", action=argparse.BooleanOptionalAction, default=True, help="axes of length 0 (default on)"
+    )
+    parser.add_argument(
+        "--torch", action=argparse.BooleanOptionalAction, default=True, help="compare with PyTorch too (default on)"
+    )
     args = parser.parse_args(argv)
     if args.graphs < 1 or args.batch < 1:
         parser.error("--graphs and --batch must be at least 1")
+    if args.torch and importlib.util.find_spec("torch") is None:
+        parser.error("--torch needs PyTorch (pip install -e '.[torch]'); or pass --no-torch")
+    shapes = Shapes(edges=args.shapes == "edges", zero_size=args.zero_size, torch=args.torch)
     start = time.perf_counter()
-    items = draw_graphs(args.graphs, args.seed)
+    items = draw_graphs(args.graphs, args.seed, shapes)
     drawn = time.perf_counter()
     mismatches: list[Mismatch] = []
     programs = 0
     for k in range(0, len(items), args.batch):
         chunk = items[k : k + args.batch]
         batch_start = time.perf_counter()
-        found = check_items(f"fuzz_s{args.seed}_b{k // args.batch}", chunk)
+        found = check_items(f"fuzz_s{args.seed}_b{k // args.batch}", chunk, shapes.torch)
         for m in found:  # as found, before the (slow) shrinking at the end
             index = k + next(i for i, (graph, _) in enumerate(chunk) if graph is m.graph)
             print(f"graph {index}: " + m.report(), "\n", flush=True)
@@ -208,13 +246,16 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     for m in mismatches:
-        shrink(m)
+        shrink(m, shapes.torch)
         if m.reproducer is not None:
             print(m.report(), "\n", flush=True)
     ops = sum(len(g.nodes) for g, _ in items)
     summary = {
         "graphs": len(items),
         "seed": args.seed,
+        "shapes": args.shapes,
+        "zero_size": args.zero_size,
+        "torch": args.torch,
         "batch": args.batch,
         "programs": programs,
         "nodes": ops,
@@ -223,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         "total_seconds": round(time.perf_counter() - start, 1),
     }
     print(
-        f"fuzz: {summary['graphs']} graphs ({ops} nodes, seed {args.seed}) in {programs} programs: "
+        f"fuzz: {summary['graphs']} graphs ({ops} nodes, seed {args.seed}, {args.shapes} shapes, zero-size "
+        f"{'on' if args.zero_size else 'off'}, torch {'on' if args.torch else 'off'}) in {programs} programs: "
         f"{summary['mismatches']} mismatch(es); {summary['total_seconds']} s "
         f"(drawing {summary['draw_seconds']} s)"
     )

@@ -3,11 +3,15 @@ the ``dp.*`` functions, and for inputs that keep them numerically well-behaved.
 
 Exports:
 
-- `graphs(min_ops=1, max_ops=12, smooth=False, dtypes=FLOATS)`: a `dp.Graph` with 1-3
-  float inputs (of ``dtypes``, which casts stay within; rank <= 3, small dims including
-  broadcasting 1s, some ``requires_grad=False``), a DAG of ``min_ops``..``max_ops`` op applications, a scalar
-  float output named `LOSS` (the sum of every value no op consumed, so every value
-  reaches it) and 0-2 extra outputs (any dtype, never an input).
+- `graphs(min_ops=1, max_ops=12, smooth=False, dtypes=FLOATS, edges=False, zero_size=False)`:
+  a `dp.Graph` with 1-3 float inputs (of ``dtypes``, which casts stay within; rank <= 3,
+  small dims including broadcasting 1s, some ``requires_grad=False``), a DAG of
+  ``min_ops``..``max_ops`` op applications, a scalar float output named `LOSS` (the sum of
+  every value no op consumed, so every value reaches it) and 0-2 extra outputs (any dtype,
+  never an input). ``edges``: one axis may be as wide as the lane and block widths and
+  their neighbours (`WIDTHS`: 7, 8, 9, 63, 64, 65, 511, 513), up to `EDGE_MAX_SIZE`
+  elements; ``zero_size``: axes of length 0 too (broadcasting against 1s), where the max,
+  min and arg reductions (which NumPy refuses on an empty axis) and means are left out.
 - `graph_and_inputs(...)`: the same graph and a dict of NumPy inputs (`inputs_for`).
 - `wrt_for(graph)`: a non-empty list of differentiable inputs; `differentiable_inputs`.
 - `inputs_for(graph, seed)`: inputs uniform in [0.5, 1.5] in magnitude with random signs.
@@ -39,6 +43,8 @@ from dpt_ir.ir.types import broadcast_shapes
 
 LOSS = "loss"
 MAX_SIZE = 64
+EDGE_MAX_SIZE = 1100  # one axis of 513 with another of 2
+WIDTHS = (7, 8, 9, 63, 64, 65, 511, 513)
 BOUND_LIMIT = 4.0
 INPUT_NAMES = ("x", "y.w", "obs_2")
 EXTRA_NAMES = ("aux", "aux.1")
@@ -64,13 +70,19 @@ class _State:
     floats: list[_Val]
     bools: list[dp.Tensor] = field(default_factory=list)
     others: list[dp.Tensor] = field(default_factory=list)  # int results: extra outputs only
+    max_size: int = MAX_SIZE
 
 
 # -- inputs ------------------------------------------------------------------------------
 @st.composite
-def _input_shapes(draw: Draw) -> list[tuple[int, ...]]:
-    """1-3 shapes that broadcast together: suffixes of one base shape, some dims set to 1."""
-    base = draw(st.lists(st.integers(1, 4), max_size=3))
+def _input_shapes(draw: Draw, edges: bool = False, zero_size: bool = False) -> list[tuple[int, ...]]:
+    """1-3 shapes that broadcast together: suffixes of one base shape, some dims set to 1
+    (``edges``: one dim may be one of `WIDTHS`; ``zero_size``: dims may be 0)."""
+    base = draw(st.lists(st.integers(0 if zero_size else 1, 4), max_size=3))
+    if edges and base and draw(st.integers(0, 3)) > 0:
+        base[draw(st.integers(0, len(base) - 1))] = draw(st.sampled_from(WIDTHS))
+        while math.prod(base) > EDGE_MAX_SIZE:
+            base[base.index(max(d for d in base if d not in WIDTHS))] = 1
     n = draw(st.integers(1, 3))
     shapes = []
     for _ in range(n):
@@ -80,9 +92,11 @@ def _input_shapes(draw: Draw) -> list[tuple[int, ...]]:
     return shapes
 
 
-def _declare_inputs(draw: Draw, b: dp.GraphBuilder, dtypes: tuple[str, ...]) -> list[_Val]:
+def _declare_inputs(
+    draw: Draw, b: dp.GraphBuilder, dtypes: tuple[str, ...], edges: bool = False, zero_size: bool = False
+) -> list[_Val]:
     vals = []
-    for k, shape in enumerate(draw(_input_shapes())):
+    for k, shape in enumerate(draw(_input_shapes(edges, zero_size))):
         dtype = draw(st.sampled_from(dtypes))
         requires_grad = k == 0 or draw(st.booleans())
         vals.append(_Val(b.input(INPUT_NAMES[k], shape, dtype, requires_grad=requires_grad), 1.5))
@@ -107,16 +121,16 @@ def _positive(v: _Val) -> _Val:
     return _Val(dp.square(v.t) + 0.5, v.bound**2 + 0.5)
 
 
-def _fits(*shapes: tuple[int, ...]) -> bool:
+def _fits(s: _State, *shapes: tuple[int, ...]) -> bool:
     try:
-        return math.prod(broadcast_shapes(*shapes)) <= MAX_SIZE
+        return math.prod(broadcast_shapes(*shapes)) <= s.max_size
     except dp.ContractError:
         return False
 
 
 def _partner(draw: Draw, s: _State, shape: tuple[int, ...], allow_scalar: bool = True) -> _Val:
     """A float operand that broadcasts with ``shape``: a pool value or a Python scalar."""
-    candidates = [u for u in s.floats if _fits(shape, u.t.shape)]
+    candidates = [u for u in s.floats if _fits(s, shape, u.t.shape)]
     if allow_scalar and (not candidates or draw(st.integers(0, 3)) == 0):
         c = draw(st.sampled_from(SCALARS))
         return _Val(c, abs(c))
@@ -200,7 +214,7 @@ def _condition(draw: Draw, s: _State, shape: tuple[int, ...]) -> dp.Tensor:
     other = _partner(draw, s, a.t.shape)
     cmp = draw(st.sampled_from(_COMPARISONS))
     cond = cmp(a.t, other.t)
-    fitting = [c for c in s.bools if _fits(cond.shape, c.shape, shape)]
+    fitting = [c for c in s.bools if _fits(s, cond.shape, c.shape, shape)]
     how = draw(st.sampled_from(["plain", "not", "and", "or"]))
     if how == "not":
         cond = dp.logical_not(cond)
@@ -215,7 +229,7 @@ def _where(draw: Draw, s: _State, v: _Val) -> _Val | None:
     if s.smooth:
         return None
     cond = _condition(draw, s, v.t.shape)
-    if not _fits(cond.shape, v.t.shape):
+    if not _fits(s, cond.shape, v.t.shape):
         return None
     other = _partner(draw, s, broadcast_shapes(cond.shape, v.t.shape))
     a = _tame(v)
@@ -248,6 +262,8 @@ def _axes(draw: Draw, ndim: int) -> object:
 
 def _reduction(draw: Draw, s: _State, v: _Val) -> _Val | None:
     names = ["sum", "mean", "logsumexp"] + ([] if s.smooth else ["max", "min", "argmax", "argmin"])
+    if v.t.size == 0:
+        names = ["sum", "logsumexp"]  # NumPy refuses max, min and arg over nothing; a mean is NaN
     name = draw(st.sampled_from(names))
     keepdims = draw(st.booleans())
     if name in ("argmax", "argmin"):
@@ -262,10 +278,12 @@ def _reduction(draw: Draw, s: _State, v: _Val) -> _Val | None:
 
 
 def _factorings(n: int) -> list[tuple[int, ...]]:
-    """Every shape of rank 1-3 with ``n`` elements (and () when n == 1)."""
+    """Every shape of rank 1-3 with ``n`` elements (and () when n == 1), in lexicographic
+    order; for n == 0, the shapes of rank 1-3 with a 0 and dims up to 2."""
     out: list[tuple[int, ...]] = [()] if n == 1 else []
+    divisors = [d for d in range(1, n + 1) if n % d == 0] if n else [0, 1, 2]
     for rank in (1, 2, 3):
-        for dims in itertools.product(range(1, n + 1), repeat=rank):
+        for dims in itertools.product(divisors, repeat=rank):
             if math.prod(dims) == n:
                 out.append(dims)
     return out
@@ -276,7 +294,7 @@ def _reshape(draw: Draw, s: _State, v: _Val) -> _Val | None:
     if not shapes:
         return None
     target = list(draw(st.sampled_from(shapes)))
-    if target and draw(st.booleans()):
+    if target and v.t.size and draw(st.booleans()):  # -1 is ambiguous for 0 elements
         target[draw(st.integers(0, len(target) - 1))] = -1
     return _Val(dp.reshape(v.t, target), v.bound)
 
@@ -307,14 +325,15 @@ def _squeeze(draw: Draw, s: _State, v: _Val) -> _Val | None:
 def _broadcast_to(draw: Draw, s: _State, v: _Val) -> _Val | None:
     lead = [draw(st.integers(1, 3))] if v.t.ndim < 3 and draw(st.booleans()) else []
     target = tuple(lead + [draw(st.integers(1, 3)) if d == 1 else d for d in v.t.shape])
-    if target == v.t.shape or math.prod(target) > MAX_SIZE:
+    if target == v.t.shape or math.prod(target) > s.max_size:
         return None
     return _Val(dp.broadcast_to(v.t, target), v.bound)
 
 
 def _slice_item(draw: Draw, n: int) -> object:
-    """An index for an axis of size ``n``: an int, or a slice (any step) selecting >= 1."""
-    if draw(st.integers(0, 4)) == 0:
+    """An index for an axis of size ``n``: an int, or a slice (any step) selecting >= 1
+    (an empty axis: a slice, selecting nothing)."""
+    if n and draw(st.integers(0, 4)) == 0:
         return draw(st.integers(-n, n - 1))
     step = draw(st.sampled_from([None, 1, 2, -1, -2]))
     start = draw(st.none() | st.integers(-n - 1, n + 1))
@@ -350,7 +369,8 @@ def _concatenate(draw: Draw, s: _State, v: _Val) -> _Val | None:
 
     others = [u for u in s.floats if matches(u)]
     parts = [v] + [_pick(draw, others) for _ in range(draw(st.integers(1, 2)))]
-    if sum(p.t.shape[ax] for p in parts) * (v.t.size // max(1, v.t.shape[ax])) > MAX_SIZE:
+    rest = math.prod(d for a, d in enumerate(v.t.shape) if a != ax)
+    if sum(p.t.shape[ax] for p in parts) * rest > s.max_size:
         return None
     order = draw(st.permutations(parts))
     return _Val(dp.concatenate([p.t for p in order], axis=axis), max(p.bound for p in parts))
@@ -378,7 +398,7 @@ def _loss(draw: Draw, s: _State) -> dp.Tensor:
     """The sum (or mean) of every float value no node reads: every value reaches it."""
     used = {i for n in s.b.nodes for i in n.inputs}
     leaves = list({v.t.name: v.t for v in s.floats if v.t.name not in used}.values())
-    terms = [dp.sum(t) if draw(st.booleans()) else dp.mean(t) for t in leaves]
+    terms = [dp.sum(t) if t.size == 0 or draw(st.booleans()) else dp.mean(t) for t in leaves]
     total = terms[0]
     for t in terms[1:]:
         total = total + t
@@ -387,11 +407,19 @@ def _loss(draw: Draw, s: _State) -> dp.Tensor:
 
 @st.composite
 def graphs(
-    draw: Draw, min_ops: int = 1, max_ops: int = 12, smooth: bool = False, dtypes: tuple[str, ...] = FLOATS
+    draw: Draw,
+    min_ops: int = 1,
+    max_ops: int = 12,
+    smooth: bool = False,
+    dtypes: tuple[str, ...] = FLOATS,
+    edges: bool = False,
+    zero_size: bool = False,
 ) -> dp.Graph:
     """A random valid graph; see the module docstring."""
     b = dp.GraphBuilder(draw(st.sampled_from(["g", "rand.graph", "beer_2"])))
-    s = _State(b=b, smooth=smooth, dtypes=dtypes, floats=_declare_inputs(draw, b, dtypes))
+    floats = _declare_inputs(draw, b, dtypes, edges, zero_size)
+    limit = EDGE_MAX_SIZE if edges else MAX_SIZE
+    s = _State(b=b, smooth=smooth, dtypes=dtypes, floats=floats, max_size=limit)
     inputs = {v.t.name for v in s.floats}
     for _ in range(draw(st.integers(min_ops, max_ops))):
         v = _pick(draw, s.floats)
@@ -437,10 +465,17 @@ def inputs_for(graph: dp.Graph, seed: int) -> dict[str, np.ndarray]:
 
 @st.composite
 def graph_and_inputs(
-    draw: Draw, min_ops: int = 1, max_ops: int = 12, smooth: bool = False, dtypes: tuple[str, ...] = FLOATS
+    draw: Draw,
+    min_ops: int = 1,
+    max_ops: int = 12,
+    smooth: bool = False,
+    dtypes: tuple[str, ...] = FLOATS,
+    edges: bool = False,
+    zero_size: bool = False,
 ) -> tuple[dp.Graph, dict[str, np.ndarray]]:
     """A graph from `graphs` and inputs for it from `inputs_for`."""
-    graph = draw(graphs(min_ops=min_ops, max_ops=max_ops, smooth=smooth, dtypes=dtypes))
+    kw = {"min_ops": min_ops, "max_ops": max_ops, "smooth": smooth, "dtypes": dtypes}
+    graph = draw(graphs(**kw, edges=edges, zero_size=zero_size))
     return graph, inputs_for(graph, draw(st.integers(0, 2**32 - 1)))  # type: ignore[arg-type]
 
 

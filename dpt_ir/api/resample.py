@@ -17,6 +17,7 @@ what was found.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,18 +37,29 @@ def _interpolate(
     x: Tensor, geometry: Any, out_shape: Sequence[int], order: int, mode: str, cval: float, prefilter: bool
 ) -> Tensor:
     """prepad (nearest, grid-constant) -> spline filter per axis -> resample, as scipy does;
-    ``geometry`` a coordinate tensor: the data-dependent composite (`resample_dynamic`)."""
+    ``geometry`` a coordinate tensor: the data-dependent composite (`resample_dynamic`).
+    An empty input has nothing to filter: every output point is ``cval``."""
     npad = 0
-    if prefilter and order > 1:
+    if prefilter and order > 1 and math.prod(x.shape) > 0:
         # Padding axis by axis, each just before its own filter, equals scipy's padding of
         # every axis first: the filter along one axis maps the edge copies (nearest) and the
         # constant lines (grid-constant, whose filter reproduces constants) of the others to
         # the same copies and constants.
         npad = R.PREPAD if mode in ("nearest", "grid-constant") else 0
+        # scipy's recursive filter carries a NaN or an infinity through every line it
+        # crosses, axis after axis, so every interpolated point reads NaN; the filter's
+        # rows stop ~30 samples out. sum(0 * x) is 0, or NaN where any value is not
+        # finite; grid-constant pads with cval, so a non-finite cval does the same.
+        poison = F.sum(x * 0.0)
+        if mode == "grid-constant" and not math.isfinite(cval):
+            poison = poison + math.nan
+        x = x + poison
         for axis in range(x.ndim):
             attrs = {"axis": axis, "mode": mode, "npad": npad, "cval": float(cval)}
             x = x.builder.emit("spline_filter1d", [x], attrs)
     if isinstance(geometry, Tensor):
+        if math.prod(x.shape) == 0:  # nothing to read: every point is cval (`A.check_empty`)
+            return x.builder.constant(float(cval), x.dtype, tuple(out_shape))
         return resample_dynamic.interpolate_at(x, geometry, order, mode, cval, npad)
     attrs = {
         "geometry": geometry.model_dump(),
@@ -78,6 +90,7 @@ def map_coordinates(
                 f"{where}: expected float coordinates of shape ({x.ndim}, *output_shape), "
                 f"found %{c.name} of shape {list(c.shape)} and dtype {c.dtype}"
             )
+        A.check_empty(x, mode, c.shape[1:], where)
         return _interpolate(x, F.cast(c, x.dtype), c.shape[1:], order, mode, cval, prefilter)
     c = A.constant(coordinates, "coordinates", where)
     if c.ndim < 2 or c.shape[0] != x.ndim:
@@ -85,6 +98,7 @@ def map_coordinates(
             f"{where}: expected coordinates of shape ({x.ndim}, *output_shape) for an input of rank {x.ndim}, "
             f"found shape {list(c.shape)}"
         )
+    A.check_empty(x, mode, c.shape[1:], where)
     return _interpolate(x, Coordinates(coordinates=c.tolist()), c.shape[1:], order, mode, cval, prefilter)
 
 
@@ -105,6 +119,7 @@ def affine_transform(
     x = A.image(input, where)
     A.check(order, mode, where, cval)
     out_shape = tuple(int(n) for n in (x.shape if output_shape is None else output_shape))
+    A.check_empty(x, mode, out_shape, where)
     if isinstance(matrix, Tensor) or isinstance(offset, Tensor):
         coords = A.affine_tensor(x, matrix, offset, out_shape, where)
         return _interpolate(x, coords, out_shape, order, mode, cval, prefilter)
@@ -135,14 +150,17 @@ def zoom(
     *,
     grid_mode: bool = False,
 ) -> Tensor:
-    """``scipy.ndimage.zoom``: output shape ``round(shape * zoom)``, factors from the shapes."""
+    """``scipy.ndimage.zoom``: output shape ``round(shape * zoom)``, factors from the shapes.
+    A zoom of exactly 1 on every axis (with ``prefilter``) is the input, bit for bit, as
+    scipy's early exit; with ``prefilter=False`` it interpolates, as scipy does."""
     where = A.where_of("zoom", input)
     x = A.image(input, where)
     A.check(order, mode, where, cval)
     factors = A.per_axis(zoom, x.ndim, "zoom", where)
     out_shape = tuple(int(round(n * z)) for n, z in zip(x.shape, factors, strict=True))
-    if any(n < 1 for n in out_shape):
-        raise ContractError(f"{where}: zoom {factors} gives an empty output shape {list(out_shape)}")
+    A.check_empty(x, mode, out_shape, where)
+    if prefilter and all(z == 1.0 for z in factors):
+        return x  # scipy returns the input itself (gh-20999): no filter, no interpolation
     geometry = ZoomShift(zoom=R.zoom_factors(x.shape, out_shape, grid_mode), grid_mode=bool(grid_mode))
     return _interpolate(x, geometry, out_shape, order, mode, cval, prefilter)
 
@@ -168,6 +186,7 @@ def rotate(
         raise ContractError(f"{where}: expected axes naming both axes of a 2-D input, found {list(axes)}")
     a = float(A.constant(angle, "angle", where))
     matrix, offset, plane = R.rotate_geometry(x.shape, a, bool(reshape))  # type: ignore[arg-type]
+    A.check_empty(x, mode, plane, where)
     geometry = Affine(matrix=matrix.tolist(), offset=offset.tolist())
     return _interpolate(x, geometry, plane, order, mode, cval, prefilter)
 

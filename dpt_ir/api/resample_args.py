@@ -8,6 +8,7 @@ was expected and what was found; constants are finite float64 arrays.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,18 @@ def check(order: Any, mode: Any, where: str, cval: Any = 0.0) -> None:
     kind = np.asarray(cval).dtype.kind if not isinstance(cval, (str, bytes)) else "U"
     if kind not in "biuf" or np.ndim(cval) != 0:
         raise ContractError(f"{where}: expected cval as a real number, found {cval!r}")
+
+
+def check_empty(x: Tensor, mode: str, out_shape: Any, where: str) -> None:
+    """An empty input sampled at some point has only ``cval`` to give: scipy returns it
+    under ``constant`` and ``grid-constant`` and uninitialised memory (or a ValueError)
+    under the other modes, which are refused."""
+    if math.prod(x.shape) == 0 and math.prod(out_shape) > 0 and mode not in ("constant", "grid-constant"):
+        raise ContractError(
+            f"{where}: expected a non-empty input, or mode 'constant' or 'grid-constant' (where every point is "
+            f"cval), to sample an input of shape {list(x.shape)} at {math.prod(out_shape)} points; "
+            f"found mode {mode!r}"
+        )
 
 
 def constant(value: Any, what: str, where: str) -> np.ndarray:
@@ -118,5 +131,3 @@ def _constant_tensor(b: Any, arr: np.ndarray, dtype: str) -> Tensor:
     """A small constant array as a tensor (a concatenation of scalar constants)."""
     flat = [F.reshape(b.constant(float(v), dtype), (1,)) for v in arr.reshape(-1)]
     return F.reshape(F.concatenate(flat, axis=0), arr.shape)
-
-

@@ -1,7 +1,8 @@
 """Resampling family: interpolation / projection with a compile-time constant geometry
 and its adjoint (the spline prefilter ops are in `dpt_ir.ops.spline_filter`).
 
-- ``resample(x; geometry, ...)``: ``A @ x + cval * b``, the taps of interpolating ``x`` at
+- ``resample(x; geometry, ...)``: ``A @ x`` plus, in the rows with taps that read cval,
+  their ``cval * weight`` terms (a select, not ``cval * 0``), the taps of interpolating ``x`` at
   constant coordinates (map_coordinates, an affine map, zoom/shift) or of skimage's radon
   (`dpt_ir.reference.resample_ref`, `dpt_ir.reference.radon_ref`); ``resample_adjoint`` is ``Aᵀ``. Each is the
   other's derivative (cval only shifts the value).
@@ -141,8 +142,7 @@ def _resample_adjoint_ref(a: ResampleAttrs, g: np.ndarray) -> np.ndarray:
 
 def _resample_rows(a: ResampleAttrs, shape: tuple[int, ...]) -> SparseRows:
     m = sparse_map(a)
-    bias = a.cval * m.bias if a.cval != 0.0 and bool(m.bias.any()) else None
-    return SparseRows(m.rowptr, m.cols, m.vals, bias, None)
+    return SparseRows(m.rowptr, m.cols, m.vals, m.bias(a.cval), None)
 
 
 def _resample_adjoint_rows(a: ResampleAttrs, shape: tuple[int, ...]) -> SparseRows:
@@ -161,7 +161,7 @@ register_op(
         derivative=Derivative({0: lambda c: c.gy.builder.emit("resample_adjoint", [c.gy], _linear_part(c.attrs))}),
         sparse_rows=_resample_rows,
         reads_per_element=lambda a, shape: max(sparse_map(a).max_row(), 1),
-        doc="interpolation / projection with a constant geometry: A @ x + cval * b (a destination-sorted CSR)",
+        doc="interpolation / projection with a constant geometry: A @ x + cval terms (a destination-sorted CSR)",
     )
 )
 register_op(

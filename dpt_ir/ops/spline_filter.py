@@ -12,7 +12,8 @@ largest (the pole is -0.268: a row keeps at most ~63 entries, and what is droppe
 float64 resolution). Interpreter and kernels apply that matrix as a CSR along the axis,
 each output element summing its row in order (`apply_rows`), so they agree bit for bit,
 special values included; the truncation means a non-finite input reaches ~30 samples to
-either side, not the whole line as in scipy's recursion. Adjoint form: the compile-time
+either side, not the whole line as in scipy's recursion (the interpolating functions of
+`dpt_ir.api.resample` add ``sum(0 * x)`` before filtering, which gives scipy's NaNs). Adjoint form: the compile-time
 transpose (`ADJOINT_FORM`), an ordered gather.
 """
 
@@ -52,7 +53,7 @@ def _infer_filter(inputs: tuple[TensorType, ...], a: FilterAttrs, where: str, si
         raise ContractError(f"{where}: npad must be 0, or > 0 under nearest / grid-constant, found {a.npad}")
     shape = list(x.shape)
     shape[a.axis] += sign * 2 * a.npad
-    if shape[a.axis] < 1:
+    if shape[a.axis] < 0:
         raise ContractError(f"{where}: a cotangent axis of {x.shape[a.axis]} cannot lose 2 x {a.npad} padding")
     return TensorType(shape=tuple(shape), dtype=x.dtype)
 
@@ -80,7 +81,7 @@ def _filter_matrix(n: int, mode: str, npad: int, adjoint: bool) -> tuple[np.ndar
 
 def _filter_rows(a: FilterAttrs, n: int, adjoint: bool) -> SparseRows:
     m, unit = _filter_matrix(n, a.mode, a.npad, adjoint)
-    keep = np.abs(m) >= FILTER_DROP * np.abs(m).max(axis=1, keepdims=True)
+    keep = np.abs(m) >= FILTER_DROP * np.abs(m).max(axis=1, keepdims=True, initial=0.0)
     rows, cols = np.nonzero(keep)
     rowptr = np.searchsorted(rows, np.arange(m.shape[0] + 1))
     bias = a.cval * unit if not adjoint and a.cval != 0.0 and bool(unit.any()) else None
@@ -128,7 +129,7 @@ def _filter_op(name: str, adjoint: bool, partner: str, doc: str) -> OpDef:
         reference=reference,
         derivative=Derivative({0: grad}),
         sparse_rows=rows,
-        reads_per_element=lambda a, shape: int(np.diff(rows(a, shape).rowptr).max()),
+        reads_per_element=lambda a, shape: max(int(np.diff(rows(a, shape).rowptr).max(initial=0)), 1),
         doc=doc,
     )
 

@@ -57,7 +57,7 @@ def radon_map(shape: tuple[int, int], theta: list[float], circle: bool) -> Spars
             vals_all.append(w.ravel()[ok])
     n_out = side * n_theta
     rows, cols, vals = (np.concatenate(a) for a in (rows_all, cols_all, vals_all))
-    return from_triplets(n_out, math.prod(shape), rows, cols, vals, np.zeros(n_out))
+    return from_triplets(n_out, math.prod(shape), rows, cols, vals)
 
 
 def radon_shape(shape: tuple[int, int], theta: list[float], circle: bool) -> tuple[int, int]:

@@ -9,10 +9,12 @@ input are folded back (``mirror`` for ``constant`` and ``wrap``, as scipy's
 ``[0, n - 1]`` on any axis *is* ``cval``; under ``grid-constant`` each footprint tap
 outside the input reads ``cval``.
 
-An interpolation is affine in the image: ``out = A @ x + cval * b``. `SparseMap` holds ``A``
-as a destination-sorted CSR (each row's columns ascending, duplicate taps merged, zero
-weights dropped) and ``b``; `SparseMap.transpose` is ``Aᵀ`` sorted by its own destination,
-so both directions are ordered gathers.
+An interpolation is affine in the image: ``out = A @ x + (cval terms)``. `SparseMap` holds
+``A`` as a destination-sorted CSR (each row's columns ascending, duplicate taps merged,
+zero weights kept: scipy reads every footprint tap, so NaN next to an integer coordinate
+propagates) and the taps that read cval apart, so a row with none gets no cval term (a
+non-finite cval stays where scipy puts it); `SparseMap.transpose` is ``Aᵀ`` sorted by its
+own destination, so both directions are ordered gathers.
 """
 
 from __future__ import annotations
@@ -33,43 +35,63 @@ def canonical_mode(mode: str) -> str:
 
 @dataclass(frozen=True)
 class SparseMap:
-    """``out = A @ x + cval * bias`` for flat ``x`` of ``n_in`` elements; ``A`` in CSR."""
+    """``out = A @ x + cval terms`` for flat ``x`` of ``n_in`` elements; ``A`` in CSR. The
+    taps that read ``cval`` are kept apart (``cval_rows``, ``cval_vals``: the output row and
+    weight of each), so that a row without one gets no cval term at all: ``0 * nan`` never
+    reaches a point inside the image."""
 
     n_out: int
     n_in: int
     rowptr: np.ndarray  # int64, n_out + 1
     cols: np.ndarray  # int64
     vals: np.ndarray  # float64
-    bias: np.ndarray  # float64, n_out: the weight cval gets in each output
+    cval_rows: np.ndarray  # int64: the row of each tap that reads cval
+    cval_vals: np.ndarray  # float64: its weight (1 for a point that *is* cval)
+
+    def bias(self, cval: float) -> np.ndarray | None:
+        """Each row's cval term, ``sum(cval * w)`` over its cval taps as scipy sums them
+        (a zero weight times a non-finite cval is NaN there too), 0 in a row without one;
+        None where every term is exactly zero (no cval term to add)."""
+        if cval == 0.0 or not len(self.cval_rows):
+            return None
+        with np.errstate(invalid="ignore"):  # inf * 0 is NaN on purpose, as in scipy
+            term = np.bincount(self.cval_rows, weights=cval * self.cval_vals, minlength=self.n_out)
+        return term if bool(np.any(term != 0.0)) else None
 
     def apply(self, x: np.ndarray, cval: float = 0.0) -> np.ndarray:
-        """``A @ x + cval * bias`` in float64; each row sums in CSR order."""
+        """``A @ x`` plus the cval terms in float64; each row sums in CSR order."""
         flat = np.asarray(x, dtype=np.float64).reshape(-1)
         rows = np.repeat(np.arange(self.n_out), np.diff(self.rowptr))
         out = np.bincount(rows, weights=self.vals * flat[self.cols], minlength=self.n_out)
-        return out + cval * self.bias if cval != 0.0 and self.bias.any() else out
+        bias = self.bias(cval)
+        return out if bias is None else out + bias
 
     def transpose(self) -> SparseMap:
-        """``Aᵀ`` as a CSR sorted by its destination (the input element), bias zero."""
+        """``Aᵀ`` as a CSR sorted by its destination (the input element), no cval taps."""
         rows = np.repeat(np.arange(self.n_out), np.diff(self.rowptr))
         order = np.lexsort((rows, self.cols))
         rowptr = np.searchsorted(self.cols[order], np.arange(self.n_in + 1))
-        return SparseMap(self.n_in, self.n_out, rowptr, rows[order], self.vals[order], np.zeros(self.n_in))
+        none = np.zeros(0, np.int64)
+        return SparseMap(self.n_in, self.n_out, rowptr, rows[order], self.vals[order], none, np.zeros(0))
 
     def max_row(self) -> int:
         return int(np.diff(self.rowptr).max()) if self.n_out else 0
 
 
-def from_triplets(n_out: int, n_in: int, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, bias: np.ndarray):
-    """A `SparseMap` from unordered (row, col, weight) taps: sorted by (row, col), duplicate
-    taps summed in their given order, zero weights dropped."""
-    keep = vals != 0
+def from_triplets(
+    n_out: int, n_in: int, rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, keep_zeros: bool = False
+) -> SparseMap:
+    """A `SparseMap` (no cval taps) from unordered (row, col, weight) taps: sorted by (row,
+    col), duplicate taps summed in their given order, zero weights dropped unless
+    ``keep_zeros`` (scipy's interpolation reads every footprint tap, so a zero weight times
+    a NaN neighbour is NaN there)."""
+    keep = np.ones(len(vals), bool) if keep_zeros else vals != 0
     key = rows[keep].astype(np.int64) * max(n_in, 1) + cols[keep]
     uniq, inverse = np.unique(key, return_inverse=True)
     merged = np.bincount(inverse, weights=vals[keep], minlength=len(uniq))
     out_rows, out_cols = uniq // max(n_in, 1), uniq % max(n_in, 1)
     rowptr = np.searchsorted(out_rows, np.arange(n_out + 1))
-    return SparseMap(n_out, n_in, rowptr, out_cols, merged, bias)
+    return SparseMap(n_out, n_in, rowptr, out_cols, merged, np.zeros(0, np.int64), np.zeros(0))
 
 
 def _trunc(v: np.ndarray) -> np.ndarray:
@@ -152,13 +174,17 @@ def axis_taps(cc: np.ndarray, n: int, order: int, mode: str):
 
 def coordinate_map(coords: np.ndarray, in_shape: tuple[int, ...], order: int, mode: str, npad: int = 0) -> SparseMap:
     """The taps of interpolating an array of ``in_shape`` at ``coords`` (ndim, *out_shape),
-    the coordinates counted in the unpadded array when ``npad`` elements pad each side."""
+    the coordinates counted in the unpadded array when ``npad`` elements pad each side.
+    Every footprint tap is kept, zero weights included, as scipy reads them; an empty input
+    makes every point ``cval`` (scipy's answer under ``constant`` and ``grid-constant``)."""
     coords = np.asarray(coords, dtype=np.float64)
-    d, m = len(in_shape), math.prod(coords.shape[1:])
+    d, m, k = len(in_shape), math.prod(coords.shape[1:]), order + 1
+    if math.prod(in_shape) == 0:
+        none = np.zeros(0, np.int64)
+        return SparseMap(m, 0, np.zeros(m + 1, np.int64), none, np.zeros(0), np.arange(m), np.ones(m))
     flat = coords.reshape(d, m)
     per_axis = [axis_taps(flat[h] + npad, in_shape[h], order, mode) for h in range(d)]
     inside = np.logical_and.reduce([t[0] for t in per_axis])
-    k = order + 1
     cols = np.zeros((m,) + (k,) * d, np.int64)
     vals = np.ones((m,) + (k,) * d)
     cval_tap = np.zeros((m,) + (k,) * d, bool)
@@ -168,12 +194,16 @@ def coordinate_map(coords: np.ndarray, in_shape: tuple[int, ...], order: int, mo
         cols = cols + (index * int(strides[h])).reshape(shape)
         vals = vals * weight.reshape(shape)
         cval_tap = cval_tap | is_cval.reshape(shape)
-    vals = vals.reshape(m, -1)
-    cval_tap = cval_tap.reshape(m, -1)
-    bias = np.where(inside, (vals * cval_tap).sum(axis=1), 1.0)
-    live = inside[:, None] & ~cval_tap
+    vals, cval_tap = vals.reshape(m, k**d), cval_tap.reshape(m, k**d)
     rows = np.broadcast_to(np.arange(m)[:, None], vals.shape)
-    return from_triplets(m, math.prod(in_shape), rows[live], cols.reshape(m, -1)[live], vals[live], bias)
+    live = inside[:, None] & ~cval_tap
+    a = from_triplets(m, math.prod(in_shape), rows[live], cols.reshape(m, k**d)[live], vals[live], keep_zeros=True)
+    # a point outside under constant is one cval tap of weight 1; grid-constant taps keep their weights
+    outside = np.flatnonzero(~inside)
+    taps = inside[:, None] & cval_tap
+    cval_rows = np.concatenate([rows[taps], outside])
+    cval_vals = np.concatenate([vals[taps], np.ones(len(outside))])
+    return SparseMap(a.n_out, a.n_in, a.rowptr, a.cols, a.vals, cval_rows, cval_vals)
 
 
 def affine_coordinates(matrix: np.ndarray, offset: np.ndarray, out_shape: tuple[int, ...]) -> np.ndarray:

@@ -37,7 +37,7 @@ from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
 from dpt_ir.ir.records import origin_of
 from dpt_ir.ir.registry import CxxReduce
-from dpt_ir.ir.types import FLOAT_DTYPES
+from dpt_ir.ir.types import FLOAT_DTYPES, INT_DTYPES
 
 
 @dataclass(frozen=True)
@@ -363,7 +363,8 @@ def scatter_covers(graph: Graph, group: KernelGroup) -> bool:
     if layout.key_form is None or layout.row_form is None or list(group.outputs) != [root]:
         return False
     values, base = graph.types[node.inputs[layout.values]], graph.types[node.inputs[layout.base]]
-    if node.type.dtype not in FLOAT_DTYPES or values.dtype != node.type.dtype or base.dtype != node.type.dtype:
+    numeric = (*FLOAT_DTYPES, *INT_DTYPES)
+    if node.type.dtype not in numeric or values.dtype != node.type.dtype or base.dtype != node.type.dtype:
         return False
     positions = node.inputs[layout.indices]
     if group.scatter.form == "sort":

@@ -2,15 +2,18 @@
 of the positions (`dpt_ir.backends.cxx.csr`), as C++ element code.
 
 Assumes: a fusion group of kind ``scatter`` (one root whose op has a `ScatterLayout` with
-``key_form`` / ``row_form``; ``group.scatter.form``), float32 or float64 data. Guarantees:
+``key_form`` / ``row_form``; ``group.scatter.form``), float32, float64, int32 or uint8 data.
+Guarantees:
 
-- `nest.scatter_covers`: the group is lowered when its only output is the root, the data are floats and,
+- `nest.scatter_covers`: the group is lowered when its only output is the root, base, values
+  and result share one numeric dtype and,
   for the ``sort`` form, the positions are int32, read from memory or made in the group by
   producers `nest.cover` lowers (element code of the count and place stages); `evaluated`: the members the sum reads (a
   ``transpose`` form's position producers are evaluated at compile time, not in a kernel);
 - the root is a pointwise member of its output space (`nest.cover`): output ``o`` is
   ``base[o]`` plus the values of its CSR row (`row_sum`), in CSR order (the increasing
-  flat order of the position elements: ``np.add.at``'s), float32 in float64, rounded once;
+  flat order of the position elements: ``np.add.at``'s), float32 in float64, rounded once,
+  integers in ``unsigned int`` (wrapping as ``np.add.at`` does; exact, so any order agrees);
   the base's and values' producers are element code, the values evaluated inside the loop;
 - ``transpose``: the CSR is built at compile time (`csr.constant_csr`) and bound as
   launch constants; ``sort``: `sort_stages.sort_launches` builds it per evaluation with a stable counting
@@ -33,6 +36,7 @@ from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.indexing import Coords
 from dpt_ir.ir.kernel_ir import KernelGroup
 from dpt_ir.ir.registry import ScatterLayout
+from dpt_ir.ir.types import FLOAT_DTYPES
 
 
 def is_scatter(op: Any) -> bool:
@@ -115,17 +119,20 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
     layout = scatter_layout(w.graph, node)
     rows, cols = _csr(w, node, layout, w.nest.group.scatter.form)
     out_t = C_TYPES[node.type.dtype]
+    # float32 sums in float64, rounded once; integers in unsigned int, which wraps as
+    # np.add.at's int32 and uint8 do (the cast back is modular)
+    acc = "double" if node.type.dtype in FLOAT_DTYPES else "unsigned int"
     base = w.value(node.inputs[layout.base], coords)
     o = w.render(layout.row_form(coords))  # type: ignore[misc]
     n = len(w.lines)
     s, k = f"sc{n}", f"k{n}"
-    w.lines.append(f"double {s} = (double){base};")
+    w.lines.append(f"{acc} {s} = ({acc}){base};")
     w.lines.append(f"for (int {k} = {rows}[{o}]; {k} < {rows}[{o} + 1]; ++{k}) {{")
     outside = dict(w.vars)  # the row's values stay in the loop's scope
     positions = tuple(w.graph.types[node.inputs[layout.indices]].shape)
     j = _position_coords(positions, lambda st, e: w.variable(f"(({cols}[{k}] / {st}) % {e})", e))
     v = w.value(node.inputs[layout.values], layout.source_at(coords, j))
-    w.lines.append(f"{s} = {s} + (double){v};")
+    w.lines.append(f"{s} = {s} + ({acc}){v};")
     w.lines.append("}")
     w.vars = outside
     return w.define(out_t, f"({out_t}){s}")
