@@ -50,11 +50,6 @@ def test_fuzz_edge_shapes() -> None:
     assert not found, "\n\n".join(m.report() for m in found)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="zero-size groups are refused by nest.cover today; the zero-size fix of issue 27 (another branch) "
-    "lowers them: remove this mark when it lands",
-)
 def test_fuzz_zero_size_sample() -> None:
     sample = _sample(fuzz.Shapes(), _empty, 3)
     found = fuzz.check_items("zero_size", sample, torch=HAS_TORCH)
@@ -62,7 +57,7 @@ def test_fuzz_zero_size_sample() -> None:
 
 
 def test_zero_size_sample_is_drawn() -> None:
-    """The xfail above runs three graphs with an empty input (it cannot pass vacuously)."""
+    """The zero-size sample above runs three graphs with an empty input (it cannot pass vacuously)."""
     assert len(_sample(fuzz.Shapes(), _empty, 3)) == 3
 
 

@@ -211,12 +211,6 @@ def test_empty_input_compiled(case: str) -> None:
     assert_like_scipy(dp.compile(unary(shape, fn), device="cpu").run(x=x)["y"], want(x), case)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=dp.ContractError,
-    reason="zero-size groups are refused by nest.cover for every group kind; the zero-size fix of issue 27 "
-    "(another branch) lowers them before codegen: remove this mark when it lands",
-)
 @pytest.mark.parametrize("case", list(EMPTY))
 def test_empty_output_compiled(case: str) -> None:
     shape, fn, want = EMPTY[case]
