@@ -151,3 +151,40 @@ def test_a_float32_field_past_2_31_has_the_right_sum_and_gradient(optimised: Non
 def test_the_limits_are_the_documented_ones() -> None:
     np.testing.assert_equal(nest.INDEX_LIMIT, 2**31 - 2**20)
     np.testing.assert_equal(nest.WIDE_LIMIT, (2**31 - 1) * 2**20)
+
+
+def _forced(graph: dp.Graph) -> dp.Graph:
+    """``graph`` renamed: its programs compiled with a lowered limit are cached apart."""
+    return graph.model_copy(update={"name": f"wide_{graph.name}"})
+
+
+def _kinds() -> dp.Graph:
+    """A pointwise store, row reductions, one long row split into partials (300000 elements:
+    5 CPU tasks) and a normalisation over rows."""
+    g = dp.GraphBuilder("kinds")
+    x = g.input("x", (6, 50000), "float32")
+    y = dp.exp(-0.5 * x)
+    g.output("y", y)
+    g.output("rows", dp.logsumexp(x, axis=1))
+    g.output("soft", dp.exp(x - dp.max(x, axis=1, keepdims=True)) / dp.sum(dp.exp(x), axis=1, keepdims=True))
+    g.output("loss", dp.sum(dp.square(y)) + dp.sum(dp.max(x, axis=1)))
+    return g.build()
+
+
+def test_64_bit_kernels_give_the_bits_of_32_bit_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every driver kind's 64-bit text (the limit lowered so that these small kernels take it),
+    with column reductions (`test_cxx_columns`' graph), computes the same bits as its 32-bit
+    text: same partition, same fold orders."""
+    from .test_cxx_columns import columns_graph, feed
+
+    cases = [(_kinds(), "loss", {"x": np.random.default_rng(3).uniform(-2, 2, (6, 50000)).astype(np.float32)}),
+             (columns_graph(), "loss", feed(1))]  # fmt: skip
+    plain = [dp.compile(g, wrt=["x"], loss=loss, device="cpu").value_and_grad(**ins) for g, loss, ins in cases]
+    monkeypatch.setattr(nest, "INDEX_LIMIT", 16)
+    for (g, loss, ins), (want_out, want_grads) in zip(cases, plain, strict=True):
+        program = dp.compile(_forced(g), wrt=["x"], loss=loss, device="cpu")
+        assert "long long" in _kernels(program).values(), g.name  # (kernels of at most 16 elements keep int)
+        out, grads = program.value_and_grad(**ins)
+        for name, v in want_out.items():
+            np.testing.assert_array_equal(out[name], v, err_msg=f"{g.name}: {name}")
+        np.testing.assert_array_equal(grads["x"], want_grads["x"], err_msg=g.name)
