@@ -128,6 +128,29 @@ def test_the_gradient_of_a_sum_past_2_31_is_right(optimised: None) -> None:
     np.testing.assert_allclose(grads["small"], np.exp(small), rtol=1e-6)
 
 
+def test_a_float32_field_past_2_31_sums_right_along_every_axis(optimised: None) -> None:
+    """A ``(40000, 60000)`` float32 input (2.4e9 elements, 9.6 GB of zero pages: almost
+    none resident): the whole sum (partials of one 64-bit row), column sums (a 64-bit column
+    nest) and row maxima (rows at 64-bit offsets: row 39999 starts past 2**31)."""
+    _needs(2 * GIB)
+    g = dp.GraphBuilder("field_forward_past_int32")
+    x = g.input("x", (40000, 60000), "float32", requires_grad=False)
+    g.output("total", dp.sum(x))
+    g.output("cols", dp.sum(x, axis=0))
+    g.output("rows", dp.max(x, axis=1))
+    program = dp.compile(g.build(), device="cpu")
+    assert set(_kernels(program).values()) == {"long long"}
+    field = np.zeros((40000, 60000), np.float32)
+    marks = {(0, 0): 1.0, (20000, 5): 2.0, (35791, 23456): 4.0, (39999, 59999): 8.0}
+    for at, v in marks.items():
+        field[at] = v
+    out = program.run(x=field)
+    np.testing.assert_equal(out["total"], np.float32(15))
+    np.testing.assert_equal(out["cols"][[0, 5, 23456, 59999]], [1, 2, 4, 8])
+    np.testing.assert_equal(out["rows"][[0, 20000, 35791, 39999]], [1, 2, 4, 8])
+    np.testing.assert_equal([out["cols"].sum(), out["rows"].sum()], [15, 15])
+
+
 BIG = os.environ.get("DPT_IR_BIG_MEMORY") == "1"
 
 
