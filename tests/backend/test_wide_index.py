@@ -171,6 +171,21 @@ def test_a_float32_field_past_2_31_has_the_right_sum_and_gradient(optimised: Non
     np.testing.assert_equal(grads["x"][-1, -8:], 1)
 
 
+@pytest.mark.skipif(not BIG, reason="writes a (2**31 + 8,) uint8 output twice (the workspace's, the copy returned): "
+                    "4.3 GiB resident, 18 s where a fresh page costs a fault; set DPT_IR_BIG_MEMORY=1")  # fmt: skip
+def test_an_output_past_the_per_axis_limit_is_returned_whole(optimised: None) -> None:
+    """An output of more than 2**31 - 1 elements on one axis has no Warp array in its shape:
+    the workspace's flat buffer (rows of 2**20) is returned through a NumPy view."""
+    _needs(6 * GIB)
+    g = dp.GraphBuilder("bytes_out_past_int32")
+    x = g.input("x", (N,), "uint8")
+    g.output("y", x * 2)
+    y = dp.compile(g.build(), device="cpu").run(x=_bytes())["y"]
+    assert y.shape == (N,) and y.dtype == np.uint8
+    np.testing.assert_equal([y[at] for at in MARKS], [2 * v for v in MARKS.values()])
+    np.testing.assert_equal([y[12345], y[2**31 + 4]], [0, 0])
+
+
 def test_the_limits_are_the_documented_ones() -> None:
     np.testing.assert_equal(nest.INDEX_LIMIT, 2**31 - 2**20)
     np.testing.assert_equal(nest.WIDE_LIMIT, (2**31 - 1) * 2**20)
