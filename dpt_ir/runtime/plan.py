@@ -30,7 +30,7 @@ import warp as wp
 
 from dpt_ir.backends.launches import KernelSource, StatusSlot
 from dpt_ir.backends.warp.buffers import copy_into, flat_view, flat_zeros, host_view, shaped_view
-from dpt_ir.backends.warp.spelling import AXIS_LIMIT
+from dpt_ir.backends.warp.spelling import AXIS_LIMIT, array_shape
 from dpt_ir.ir import records
 from dpt_ir.ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.ir.errors import ContractError
@@ -192,7 +192,9 @@ class ExecutionPlan:
                 for k in self.kernels:
                     for p, (dtype, values) in k.constants.items():
                         if id(values) not in made:
-                            made[id(values)] = wp.array(values, dtype=getattr(wp, dtype), device=self.device)
+                            made[id(values)] = wp.array(
+                                values, dtype=getattr(wp, dtype), device=self.device
+                            )
                         out[p] = made[id(values)]
                 self._constants = out
             return self._constants
@@ -317,7 +319,7 @@ class ExecutionPlan:
             return arr
         stage = staging.get(name)
         if stage is None:
-            stage = staging[name] = flat_zeros(t.size, WP_DTYPES[t.dtype], self.device)
+            stage = staging[name] = wp.empty(array_shape(t.size), dtype=WP_DTYPES[t.dtype], device=self.device)
         copy_into(stage, arr, t.size)
         return stage
 

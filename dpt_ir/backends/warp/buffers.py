@@ -29,10 +29,10 @@ def flat_view(value: Any, size: int) -> wp.array:
     its memory. Past `AXIS_LIMIT` elements a descriptor of its first ``size // WIDE_ROW`` rows:
     only its pointer reaches a kernel, so nothing reads past the data through it."""
     if isinstance(value, np.ndarray):
+        dtype = wp.dtype_from_numpy(value.dtype)
         if size <= AXIS_LIMIT:
-            return wp.array(value.reshape(-1), dtype=wp.dtype_from_numpy(value.dtype), device="cpu", copy=False)
-        return wp.array(ptr=value.ctypes.data, shape=(size // WIDE_ROW, WIDE_ROW),
-                        dtype=wp.dtype_from_numpy(value.dtype), device="cpu")  # fmt: skip
+            return wp.array(value.reshape(-1), dtype=dtype, device="cpu", copy=False)
+        return wp.array(ptr=value.ctypes.data, shape=(size // WIDE_ROW, WIDE_ROW), dtype=dtype, device="cpu")
     if size <= AXIS_LIMIT:
         return value.reshape((size,)) if value.ndim != 1 or value.shape[0] != size else value
     return wp.array(ptr=value.ptr, shape=(size // WIDE_ROW, WIDE_ROW), dtype=value.dtype, device=value.device)
