@@ -48,7 +48,7 @@ def _needs(nbytes: int) -> None:
 
 
 def _kernels(program: dp.Program) -> dict[str, str]:
-    """Kernel name (``run_f0``...) -> its C++ entry point's index type, per plan module."""
+    """Element function (``dpk_<hash>``) -> its index type, over every plan's module."""
     out = {}
     for plan in program.plans.values():
         text = plan.module.text

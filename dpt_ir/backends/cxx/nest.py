@@ -90,7 +90,7 @@ class Nest:
     # div/mod of the counter, scalar code, correct); the emitter walks them the same way.
     digits: bool = False
     # The C++ type of element indices, offsets and positions: ``int``, or `WIDE_INDEX` when the
-    # space or a tensor the group reads or writes has more than `INDEX_LIMIT` elements (`wide`).
+    # space or a tensor the group reads or writes has more than `INDEX_LIMIT` elements (`cover`).
     index: str = "int"
 
     def widen(self, expr: str) -> str:
