@@ -18,6 +18,7 @@ the plan is made: its launches, counts and workspaces exist before, their kernel
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Iterator
@@ -28,6 +29,8 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.backends.launches import KernelSource, StatusSlot
+from dpt_ir.backends.warp.buffers import copy_into, flat_view, flat_zeros, host_view, shaped_view
+from dpt_ir.backends.warp.spelling import AXIS_LIMIT, array_shape
 from dpt_ir.ir import records
 from dpt_ir.ir.contracts import check_names, check_warp_array, host_array, is_warp_array
 from dpt_ir.ir.errors import ContractError
@@ -85,11 +88,9 @@ class Workspace:
             if buf.output:
                 (value,) = buf.values
                 shape = graph.types[value].shape or (1,)
-                arr = wp.zeros(shape, dtype=dtype, device=device, requires_grad=plan.grad_outputs)
-                self.shaped[value] = arr
-                self.buffers[value] = arr.flatten()
+                self.shaped[value], self.buffers[value] = _output(shape, dtype, device, plan.grad_outputs)
                 continue
-            arr = wp.zeros(buf.size, dtype=dtype, device=device)
+            arr = flat_zeros(buf.size, dtype, device)
             for v in buf.values:
                 self.buffers[v] = arr
         self.buffers.update(plan.constants)  # read-only: shared by every workspace
@@ -103,11 +104,15 @@ class Workspace:
         for o in graph.outputs:
             if o.value not in self.shaped and o.value in graph.input_map:
                 t = graph.types[o.value]
-                shape = t.shape or (1,)
-                arr = wp.zeros(shape, dtype=WP_DTYPES[t.dtype], device=device, requires_grad=plan.grad_outputs)
-                self.shaped[o.value] = arr
-                self.copies[o.value] = self.buffers[f"$copy:{o.value}"] = arr.flatten()
-        self.host = {v: a.numpy().reshape(graph.types[v].shape) for v, a in self.shaped.items()} if cpu else {}
+                shaped, flat = _output(t.shape or (1,), WP_DTYPES[t.dtype], device, plan.grad_outputs)
+                self.shaped[o.value] = shaped
+                self.copies[o.value] = self.buffers[f"$copy:{o.value}"] = flat
+        self.host = {v: self._host(v, graph.types[v].shape) for v in self.shaped} if cpu else {}
+
+    def _host(self, value: str, shape: tuple[int, ...]) -> np.ndarray:
+        """The NumPy view of output ``value``'s array (CPU), in its declared shape."""
+        flat = self.copies.get(value, self.buffers.get(value))
+        return host_view(flat, shape) if flat.size > AXIS_LIMIT else self.shaped[value].numpy().reshape(shape)
 
     def clear_status(self) -> None:
         """Lower every flag of the status word (before a phase runs)."""
@@ -271,7 +276,7 @@ class ExecutionPlan:
         for value, dst in ws.copies.items():
             if value in bound:
                 src = bound[value]
-                wp.copy(dst, src if is_warp_array(src) else wp.array(src.reshape(-1), device="cpu", copy=False))
+                copy_into(dst, src, self.graph.types[value].size)
         recorded = ws.phases.get(phase)
         if recorded is None:
             recorded = ws.phases[phase] = RecordedPhase(self, phase, ws, bound)
@@ -312,11 +317,10 @@ class ExecutionPlan:
         arr = host_array(name, value, t, what)
         if self.device == "cpu":
             return arr
-        flat = arr.reshape(-1)
         stage = staging.get(name)
         if stage is None:
-            stage = staging[name] = wp.empty(flat.size, dtype=WP_DTYPES[t.dtype], device=self.device)
-        wp.copy(stage, wp.array(flat, dtype=WP_DTYPES[t.dtype], device="cpu", copy=False))
+            stage = staging[name] = wp.empty(array_shape(t.size), dtype=WP_DTYPES[t.dtype], device=self.device)
+        copy_into(stage, arr, t.size)
         return stage
 
     def _check_warp(self, name: str, value: wp.array, t: Any, what: str) -> wp.array:
@@ -327,7 +331,7 @@ class ExecutionPlan:
                     f"{what} {name!r}: the array is one of the program's own output or workspace buffers; "
                     "copy it first (an output buffer is overwritten by the next evaluation)"
                 )
-        return value.reshape((t.size,)) if value.ndim != 1 or value.shape[0] != t.size else value
+        return flat_view(value, t.size)
 
 
 class Lease:
@@ -359,3 +363,13 @@ def _direct_values(graph: Graph, schedule: Schedule, launches: list[Launch]) -> 
     launched = {p for launch in launches for p in launch.params}
     named = [o.value for o in graph.outputs]
     return frozenset(v for v in launched if schedule.assignment.get(v) in own and named.count(v) == 1)
+
+
+def _output(shape: tuple[int, ...], dtype: Any, device: Any, grad: bool) -> tuple[wp.array, wp.array]:
+    """An output's array in ``shape`` and its flat kernel view (`buffers`: past Warp's
+    per-axis limit, a padded flat buffer and a view of it in ``shape``, without a gradient)."""
+    if math.prod(shape) <= AXIS_LIMIT:
+        arr = wp.zeros(shape, dtype=dtype, device=device, requires_grad=grad)
+        return arr, arr.flatten()
+    flat = flat_zeros(math.prod(shape), dtype, device, requires_grad=grad)
+    return shaped_view(flat, shape), flat

@@ -39,6 +39,7 @@ import warp as wp
 from dpt_ir.backends.cxx.units import TASK0
 from dpt_ir.backends.launches import STATUS, STATUS_BASE
 from dpt_ir.backends.warp import tasks
+from dpt_ir.backends.warp.buffers import flat_view
 from dpt_ir.ir.errors import ContractError
 
 array_t = wp._src.types.array_t
@@ -129,10 +130,11 @@ class RecordedPhase:
 
 
 def _as_warp(value: Any) -> wp.array:
-    """A record-time view of a bound array as a `wp.array` (NumPy arrays on the CPU), so
-    that ``wp.launch`` checks its type against the kernel's parameter once."""
+    """A record-time view of a bound array as a `wp.array` (NumPy arrays on the CPU, as
+    `buffers.flat_view`: 2-D past Warp's per-axis limit), so that ``wp.launch`` checks its
+    type against the kernel's parameter once."""
     if isinstance(value, np.ndarray):
-        return wp.array(value.reshape(-1), dtype=wp.dtype_from_numpy(value.dtype), device="cpu", copy=False)
+        return flat_view(value, value.size)
     return value
 
 

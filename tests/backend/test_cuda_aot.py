@@ -236,3 +236,22 @@ def test_row_kernels_compile_for_sm90() -> None:
     gpu = cuda_variant(graph, tuple(WRT), "loss")
     assert "row kernel of" not in Path(gpu.__file__).read_text()
     compile_sm90(cpu)
+
+
+def test_cuda_variant_of_64_bit_kernels_compiles() -> None:
+    """Kernels past the 32-bit range (`test_wide_index`: bytes past 2**31 scaled and summed,
+    its gradient; a small sum beside them keeps 32-bit ints) under NVRTC: 64-bit element
+    indices, strided partials of a 2**31-element row, 2-D Warp parameters of 2**20-element rows;
+    and a pointwise kernel past 2**31 elements, several per thread (task indices stay 32-bit)."""
+    from .test_wide_index import _scaled_sum
+
+    module = cuda_variant(_scaled_sum(), ("s", "small"), "loss")
+    source = Path(module.__file__).read_text()
+    assert "long long i" in source and "int i" in source and "wp.array2d(dtype=wp.uint8)" in source
+    compile_sm90(module)
+    g = dp.GraphBuilder("pointwise_past_int32")  # 2 elements per CUDA thread: 2**30 + 4 threads
+    x = g.input("x", (2**31 + 8,), "float32")
+    g.output("y", dp.exp(-x))
+    module = cuda_variant(g.build())
+    assert "const long long b = (long long)t * 2," in Path(module.__file__).read_text()
+    compile_sm90(module)

@@ -4,8 +4,10 @@ tensor and what is unsupported, never an internal function of the package.
 Before: every refusal read ``found a combination of ops and reads that
 `dpt_ir.backends.cxx.nest.cover` refuses``, for a zero-size axis and for a tensor past 2**31
 elements alike. Zero-size axes no longer reach the backend; a tensor past the 32-bit index
-range still does, and is named with its size and the limit. No other graph is known that
-`cover` refuses, so the last message is checked on a group the backend is made to refuse.
+range takes 64-bit indices (`tests/backend/test_wide_index.py`) where the kernel's parts
+have them, and is named with its size and the limit where they do not (a gather) or where
+no Warp array binds it. No other graph is known that `cover` refuses, so the last message
+is checked on a group the backend is made to refuse.
 """
 
 from __future__ import annotations
@@ -26,28 +28,35 @@ def _internal_free(message: str) -> None:
     assert "dpt_ir." not in message and "nest.cover" not in message, message
 
 
-def test_a_tensor_past_the_32_bit_index_range_is_named_with_its_size_and_the_limit() -> None:
+def test_a_tensor_past_the_64_bit_binding_is_named_with_its_size_and_the_limit() -> None:
     """Compiling allocates nothing (the input is never made): the refusal is raised by
-    `dp.compile`, naming the input, its element count and the limit."""
-    g = dp.GraphBuilder("past_int32")
-    x = g.input("x", (2**31 + 8,), "uint8")
+    `dp.compile`, naming the input, its element count and the limit (a buffer is bound as at
+    most 2**31 - 1 Warp rows of 2**20 elements)."""
+    g = dp.GraphBuilder("past_binding")
+    x = g.input("x", (2**31, 2**21), "uint8")
     g.output("total", dp.sum(x))
     with pytest.raises(dp.ContractError) as info:
         dp.compile(g.build(), device="cpu")
     message = str(info.value)
-    assert "input 'x' of shape [2147483656], 2147483656 elements" in message
-    assert "at most 2146435072 (2**31 - 2**20) elements" in message
+    assert "input 'x' of shape [2147483648, 2097152], 4503599627370496 elements" in message
+    assert f"at most {nest.WIDE_LIMIT} elements" in message
     _internal_free(message)
 
 
-def test_a_slice_of_a_tensor_past_the_limit_is_refused_too() -> None:
-    """A small kernel reading a huge input (a slice of it) would index it at 32-bit offsets
-    past the limit: refused, naming the input (it used to be covered: its space is small)."""
-    g = dp.GraphBuilder("slice_past_int32")
-    x = g.input("x", (3, 2**30), "float32")
-    g.output("y", dp.exp(x[2, -4:]))
-    with pytest.raises(dp.ContractError, match=r"input 'x' of shape \[3, 1073741824\], 3221225472 elements"):
+def test_a_gather_from_a_tensor_past_the_32_bit_range_is_named_with_its_size_and_the_limit() -> None:
+    """A gather's positions stay 32-bit: a group taking from a tensor past the 32-bit range is
+    refused, naming the function, the input, its element count and the limit (it used to be
+    covered: its space is small)."""
+    g = dp.GraphBuilder("take_past_int32")
+    x = g.input("x", (2**31 + 8,), "float32")
+    i = g.input("i", (4,), "int32", requires_grad=False)
+    g.output("y", dp.sum(dp.take(x, i)))
+    with pytest.raises(dp.ContractError) as info:
         dp.compile(g.build(), device="cpu")
+    message = str(info.value)
+    assert message.startswith("dp.take: ") and "input 'x' of shape [2147483656], 2147483656 elements" in message
+    assert "past the 2146435072 (2**31 - 2**20) elements of 32-bit indexing, in a group of dp.take" in message
+    _internal_free(message)
 
 
 def _scheduled(graph: dp.Graph) -> dp.Graph:

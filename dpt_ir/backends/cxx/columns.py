@@ -81,7 +81,7 @@ def _row(nest: Nest) -> list[str]:
     _, rows, mid, _ = nest.columns
     if nest.row_map is not None:
         return nest.row_map.statements("row", "pm", "rr")
-    return [f"const int row = (p * {rows} + rr) * {mid} + m;"]
+    return [f"const {nest.index} row = ({nest.widen('p')} * {rows} + rr) * {mid} + m;"]
 
 
 def _cpu(spec: DriverSpec) -> list[str]:
@@ -90,12 +90,12 @@ def _cpu(spec: DriverSpec) -> list[str]:
     nest, x_types, direct, nf = spec.nest, spec.x_types, spec.direct, spec.nf
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
-    width = spec.target.block
+    width, ix = spec.target.block, nest.index
     blocks = -(-cols // width)
     body = [
         f"bool fl[{nf}] = {{false}};",
-        f"const int pm = t / {blocks}, clo = (t - pm * {blocks}) * {width}, p = pm / {mid}, m = pm - p * {mid};",
-        f"const int chi = {c_min(f'clo + {width}', cols)}, nc = chi - clo;",
+        f"const {ix} pm = t / {blocks}, clo = (t - pm * {blocks}) * {width}, p = pm / {mid}, m = pm - p * {mid};",
+        f"const {ix} chi = {c_min(f'clo + {width}', cols)}, nc = chi - clo;",
     ]
     for q, root in enumerate(nest.roots):
         body += [f"{ty} cs{q}_{name}[{width}];" for name, ty in nest.templates[root].state]
@@ -106,7 +106,7 @@ def _cpu(spec: DriverSpec) -> list[str]:
             for name, ty, init in nest.templates[nest.roots[q]].passes[p].lanes:
                 body.append(f"{ty} ca{q}_{name}[{width}]; for (int k = 0; k < nc; ++k) ca{q}_{name}[k] = {init};")
         body += [f"for (int rr = 0; rr < {rows}; ++rr) {{", *_row(nest)]
-        body += [*row_bases(nest, "row"), "const int jb = clo, je = chi;"]
+        body += [*row_bases(nest, "row"), f"const {ix} jb = clo, je = chi;"]
         body += [f"{x_types[q]} buf{q}[{width}];" for q in computed]
         w = "true" if last else "false"
         body += cpu_block(spec, w, f"row * {cols} + j", ys)
@@ -118,7 +118,7 @@ def _cpu(spec: DriverSpec) -> list[str]:
         body.append("}")
         for q in active:
             body += _merge_column(nest, q, p)
-    body.append(f"for (int k = 0; k < nc; ++k) {{ const int o = pm * {cols} + clo + k;")
+    body.append(f"for (int k = 0; k < nc; ++k) {{ const {ix} o = pm * {cols} + clo + k;")
     for q, root in enumerate(nest.roots):
         body += [f"const {ty} s{q}_{name} = cs{q}_{name}[k];" for name, ty in nest.templates[root].state]
     return [*body, *spec.finish, "}"]
@@ -129,8 +129,9 @@ def _cuda(spec: DriverSpec) -> list[str]:
     nest, x_types, direct, nf = spec.nest, spec.x_types, spec.direct, spec.nf
     assert nest.columns is not None
     _, rows, mid, cols = nest.columns
-    body = [f"bool fl[{nf}] = {{false}};", f"const int o = t, pm = o / {cols}, c = o - pm * {cols};"]
-    body.append(f"const int p = pm / {mid}, m = pm - p * {mid};")
+    ix = nest.index
+    body = [f"bool fl[{nf}] = {{false}};", f"const {ix} o = t, pm = o / {cols}, c = o - pm * {cols};"]
+    body.append(f"const {ix} p = pm / {mid}, m = pm - p * {mid};")
     computed = buffered(nest, direct)
     ys = [f"y{q}" for q in computed]
     for q, root in enumerate(nest.roots):

@@ -2,7 +2,7 @@
 precise-trig preamble and the flat offset forms.
 
 Assumes: nothing from the other ``backends/cxx`` modules (this is their leaf: each may
-import it, it imports none of them).
+import it, it imports none of them); the Warp glue's array limits (`spelling`).
 Guarantees: constants and pure functions only; the text they give is the text the emitters
 wrote before they were shared.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dpt_ir.backends.warp.spelling import AXIS_LIMIT, WIDE_ROW
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.indexing import Affine, Coords
 
@@ -25,6 +26,12 @@ TOKEN = "@F@"  # replaced by the kernel's hashed name (`units.hashed`)
 # index with 32-bit ints, and a task's end (its start plus a chunk of `Target.cpu_task` or a
 # block) may pass the last element before it is clamped, so 2**20 below 2**31 is kept free.
 INDEX_LIMIT = 2**31 - 2**20
+# Past `INDEX_LIMIT`, a kernel indexes with 64-bit integers (`WIDE_INDEX`, chosen per kernel,
+# `Nest.index`: the others keep 32-bit ints and their text). The Warp glue binds such a
+# buffer as rows of `WIDE_ROW` elements (an axis of a Warp array holds fewer than 2**31), so
+# a tensor has at most `AXIS_LIMIT` such rows.
+WIDE_LIMIT = AXIS_LIMIT * WIDE_ROW
+WIDE_INDEX = "long long"
 # Code outside any element loop (an epilogue, a sort stage): trig takes its precise path (P),
 # so no huge-argument rerun is needed and ``big`` is only the templates' out-parameter.
 PRECISE_TRIG = "constexpr bool P = true; bool big = false; (void)P; (void)big;"

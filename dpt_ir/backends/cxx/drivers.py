@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from dpt_ir.backends.base import Target
+from dpt_ir.backends.cxx.common import INDEX_LIMIT
 from dpt_ir.backends.cxx.nest import Nest
 from dpt_ir.ir.registry import LanePass
 
@@ -93,7 +94,8 @@ def layout(nest: Nest, target: Target) -> Layout:
     into `Target.partial_count` partials."""
     task = target.cpu_task
     if not nest.roots:
-        chunk = task if target.kind == "cpu" else 1
+        # CUDA: one element per thread, or, past 32-bit task indices, the fewest per thread that fit them.
+        chunk = task if target.kind == "cpu" else -(-nest.size // INDEX_LIMIT)
         return Layout(-(-nest.size // chunk), chunk)
     count, n_out = nest.inner, nest.rows
     if target.kind == "cpu":
@@ -117,9 +119,10 @@ def row_bases(nest: Nest, row: str) -> list[str]:
     rows = [r for r in nest.reads.values() if r.mode == "row"]
     if not rows and not nest.guards:
         return []
-    out = [f"int rb[{max(len(rows), 1)}];", "int glo = 0, ghi = 0;", f"{{ int q = {row};"]
+    ix = nest.index
+    out = [f"{ix} rb[{max(len(rows), 1)}];", f"{ix} glo = 0, ghi = 0;", f"{{ {ix} q = {row};"]
     for a in reversed(range(len(nest.base_outer))):
-        out.append(f"const int c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")
+        out.append(f"const {ix} c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")
     out.append("(void)q;")
     for k, r in enumerate(rows):
         terms = [*([str(r.offset)] if r.offset else []), *(f"c{a} * {s}" for a, s in enumerate(r.strides) if s)]
@@ -161,7 +164,7 @@ def _split(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> 
     """The loop ``for j in [s0, s1)``: interior positions (``[glo, ghi) + off``) run
     ``interior`` (vectorised), the others ``edge``; without guards, all ``interior``."""
     if not nest.guards:
-        return [f"DP_VEC_LOOP for (int j = {s0}; j < {s1}; ++j) {interior}"]
+        return [f"DP_VEC_LOOP for ({nest.index} j = {s0}; j < {s1}; ++j) {interior}"]
     return [
         f"{{ const int ilo = {c_min(_max(s0, f'glo + {off}'), s1)}, ihi = {_max('ilo', c_min(s1, f'ghi + {off}'))};",
         f"DP_SCALAR_LOOP for (int j = {s0}; j < ilo; ++j) {edge}",
@@ -171,7 +174,7 @@ def _split(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> 
 
 
 def _rb(nest: Nest) -> str:
-    return "rb" if any(r.mode == "row" for r in nest.reads.values()) or nest.guards else "(const int*)0"
+    return "rb" if any(r.mode == "row" for r in nest.reads.values()) or nest.guards else f"(const {nest.index}*)0"
 
 
 def _call(spec: DriverSpec, p: str, w: str, i: str, j: str, flags: str, ys: list[str], fn: str = "elem") -> str:
@@ -208,7 +211,7 @@ def cpu_block(spec: DriverSpec, w: str, i: str, ys: list[str], jr: str = "j", of
     lines = [f"bool bf[{nf}] = {{false}}; bool big = false;", *_split(nest, "jb", "je", off, interior, edge)]
     if spec.uses_big:
         lines.append(f"if (big) {{ for (int k = 0; k < {nf}; ++k) bf[k] = false;")
-        scalar = "DP_SCALAR_LOOP for (int j = jb; j < je; ++j) "  # the rare path: compile it cheaply
+        scalar = f"DP_SCALAR_LOOP for ({nest.index} j = jb; j < je; ++j) "  # the rare path: compile it cheaply
         lines.append(scalar + _call(spec, "true", w, i, jr, "bf", ys, _anywhere(nest)) + " }")
     lines.append(f"for (int k = 0; k < {nf}; ++k) fl[k] |= bf[k];")
     return lines
@@ -228,23 +231,23 @@ def pointwise_drivers(spec: DriverSpec) -> str:
     rerun need them)."""
     nest, lay = spec.nest, spec.layout
     n, inner, block = nest.size, nest.inner, spec.target.block
-    nf = spec.nf
+    nf, ix = spec.nf, nest.index
     head = [
-        f"const int b = t * {lay.chunk}, e = {c_min(f'b + {lay.chunk}', n)};",
+        f"const {ix} b = {nest.widen('t')} * {lay.chunk}, e = {c_min(f'b + {lay.chunk}', n)};",
         f"bool fl[{nf}] = {{false}};",
     ]
-    cpu = [*head, f"for (int row = b / {inner}; row * {inner} < e; ++row) {{", *row_bases(nest, "row")]
-    cpu.append(f"const int j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;")
-    cpu.append(f"const int j1 = {c_min(f'e - row * {inner}', inner)};")
+    cpu = [*head, f"for ({ix} row = b / {inner}; row * {inner} < e; ++row) {{", *row_bases(nest, "row")]
+    cpu.append(f"const {ix} j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;")
+    cpu.append(f"const {ix} j1 = {c_min(f'e - row * {inner}', inner)};")
     if spec.uses_big or spec.nflags:
-        cpu.append(f"for (int jb = j0; jb < j1; jb += {block}) {{ const int je = {c_min(f'jb + {block}', 'j1')};")
+        cpu.append(f"for ({ix} jb = j0; jb < j1; jb += {block}) {{ const {ix} je = {c_min(f'jb + {block}', 'j1')};")
         cpu += cpu_block(spec, "true", f"row * {inner} + j", []) + ["}"]
     else:
         cpu.append("bool big = false; (void)big;")
         interior = _call(spec, "false", "true", f"row * {inner} + j", "j", "fl", [])
         cpu += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", "F_edge<"))
     cpu += ["}", *status_stores(spec)]
-    cuda = [*head, "for (int i = b; i < e; ++i) {", f"const int row = i / {inner}, j = i - row * {inner};"]
+    cuda = [*head, f"for ({ix} i = b; i < e; ++i) {{", f"const {ix} row = i / {inner}, j = i - row * {inner};"]
     cuda += [*row_bases(nest, "row"), *cuda_element(spec, "true", "i", "j", []), "}"]
     cuda += status_stores(spec)
     return driver_pair(spec.sig, cpu, cuda)
@@ -298,24 +301,24 @@ def _lanes_update(
     if not blocked:
         lane = "(j - j0) & 7" if step == 1 else f"((j - j0) / {step}) & 7"
         x = read("j") if read else f"y{q}"
-        return [f"{{ const int l = {lane}; const {x_type} x = {x}; const int r = j; {update} }}"]
+        return [f"{{ const int l = {lane}; const {x_type} x = {x}; const {nest.index} r = j; {update} }}"]
     at: Callable[[str], str] = read or (lambda k: f"buf{q}[{k}]")
     # The group loop stays scalar and the lane loop is the vector one (DP_LANE_LOOP, dp_math.h):
     # one 8-wide operation per group instead of clang's 4-wide, shuffled group loop.
     lanes = "DP_SCALAR_LOOP for (int k = 0; k < n8; k += 8) DP_LANE_LOOP for (int l = 0; l < 8; ++l) "
     tail = "for (int k = n8; k < nb; ++k) " + (
-        f"{{ const int l = k - n8; const {x_type} x = {at('k')}; const int r = jb + k; {update} }}"
+        f"{{ const int l = k - n8; const {x_type} x = {at('k')}; const {nest.index} r = jb + k; {update} }}"
     )
     if lp.fold is None:
-        return [lanes + _group(at, x_type, update), tail]
+        return [lanes + _group(nest, at, x_type, update), tail]
     return [*_two_sets(nest, q, lp, x_type, update, at), tail]
 
 
-def _group(at: Callable[[str], str], x_type: str, update: str, shift: str = "") -> str:
+def _group(nest: Nest, at: Callable[[str], str], x_type: str, update: str, shift: str = "") -> str:
     """Lane ``l``'s element of the group at ``k`` (``shift``: `` + 8``, the next group) of
     the block, read by ``at`` (its position in the block -> C++), folded by ``update``."""
     k = f"k{shift} + l"
-    return f"{{ const {x_type} x = {at(k)}; const int r = jb + {k}; {update} }}"
+    return f"{{ const {x_type} x = {at(k)}; const {nest.index} r = jb + {k}; {update} }}"
 
 
 def _two_sets(nest: Nest, q: int, lp: LanePass, x_type: str, update: str, at: Callable[[str], str]) -> list[str]:
@@ -334,8 +337,8 @@ def _two_sets(nest: Nest, q: int, lp: LanePass, x_type: str, update: str, at: Ca
     return [
         f"{{ {' '.join(inits)} int k = 0;",
         f"DP_SCALAR_LOOP for (; k + 16 <= n8; k += 16) {groups}"
-        f"{{ {_group(at, x_type, update)} {_group(at, x_type, update_b, ' + 8')} }}",
-        f"DP_SCALAR_LOOP for (; k < n8; k += 8) {groups}{_group(at, x_type, update)}",
+        f"{{ {_group(nest, at, x_type, update)} {_group(nest, at, x_type, update_b, ' + 8')} }}",
+        f"DP_SCALAR_LOOP for (; k < n8; k += 8) {groups}{_group(nest, at, x_type, update)}",
         f"for (int l = 0; l < 8; ++l) {{ {fold} }} }}",
     ]
 
@@ -346,13 +349,16 @@ def _units(nest: Nest, lay: Layout, blocked: bool, strided: bool = True) -> list
     contiguous chunk; the CUDA thread takes positions ``p, p + parts, ...`` (its loop strides
     by ``parts``), so consecutive threads read consecutive elements: coalesced loads; unless
     not ``strided`` (a stage of a row kernel, `rows`: part ``p`` is one row, on both devices)."""
+    ix = nest.index
     if lay.parts > 1:
-        part = [f"{{ const int o = t / {lay.parts}, p = t - o * {lay.parts};"]
+        part = [f"{{ const {ix} o = t / {lay.parts}, p = t - o * {lay.parts};"]
         if not blocked and strided:
-            return [*part, f"const int j0 = p, j1 = {nest.inner};"]
-        return [*part, f"const int j0 = p * {lay.chunk};", f"const int j1 = {c_min(f'j0 + {lay.chunk}', nest.inner)};"]
+            return [*part, f"const {ix} j0 = p, j1 = {nest.inner};"]
+        first = f"const {ix} j0 = p * {lay.chunk};"
+        return [*part, first, f"const {ix} j1 = {c_min(f'j0 + {lay.chunk}', nest.inner)};"]
     o1 = c_min(f"(t + 1) * {lay.rows}", nest.rows)
-    return [f"for (int o = t * {lay.rows}; o < {o1}; ++o) {{", f"const int j0 = 0, j1 = {nest.inner};"]
+    loop = f"for ({ix} o = {nest.widen('t')} * {lay.rows}; o < {o1}; ++o) {{"
+    return [loop, f"const {ix} j0 = 0, j1 = {nest.inner};"]
 
 
 def _sub_row(nest: Nest) -> list[str]:
@@ -371,7 +377,7 @@ def reduction_drivers(spec: DriverSpec) -> str:
     loops read it there, with no block buffer."""
     nest, lay, x_types = spec.nest, spec.layout, spec.x_types
     block, direct, strided = spec.target.block, spec.direct, spec.strided
-    nf = spec.nf
+    nf, ix = spec.nf, nest.index
     npass = max(len(t.passes) for t in nest.templates.values())
     step = lay.parts if lay.parts > 1 and strided else 1  # the CUDA loop's stride: the parts interleave
     whole = nest.sub == nest.inner and nest.row_map is None  # one base per output row (else per sub-row)
@@ -401,22 +407,22 @@ def reduction_drivers(spec: DriverSpec) -> str:
             if blocked:
                 s0, s1 = "j0", "j1"
                 if not whole:
-                    body.append(f"for (int sr = j0 / {nest.sub}; sr * {nest.sub} < j1; ++sr) {{")
+                    body.append(f"for ({ix} sr = j0 / {nest.sub}; sr * {nest.sub} < j1; ++sr) {{")
                     body += _sub_row(nest)
-                    body.append(f"const int s0 = (j0 > sr * {nest.sub}) ? j0 : sr * {nest.sub};")
-                    body.append(f"const int s1 = {c_min(f'(sr + 1) * {nest.sub}', 'j1')};")
+                    body.append(f"const {ix} s0 = (j0 > sr * {nest.sub}) ? j0 : sr * {nest.sub};")
+                    body.append(f"const {ix} s1 = {c_min(f'(sr + 1) * {nest.sub}', 'j1')};")
                     s0, s1 = "s0", "s1"
-                body.append(f"for (int jb = {s0}; jb < {s1}; jb += {block}) {{")
-                body.append(f"const int je = {c_min(f'jb + {block}', s1)}, nb = je - jb, n8 = nb & ~7;")
+                body.append(f"for ({ix} jb = {s0}; jb < {s1}; jb += {block}) {{")
+                body.append(f"const {ix} je = {c_min(f'jb + {block}', s1)}, nb = je - jb, n8 = nb & ~7;")
                 body += [f"{x_types[q]} buf{q}[{block}];" for q in computed]
                 body += cpu_block(spec, w, i, ys, jr, "0" if whole else f"sr * {nest.sub}")
                 for q in active:
                     body += _lanes_update(nest, q, p, x_types[q], True, read=read(q, True))
                 body += [] if whole else ["}"]
             else:
-                body.append(f"for (int j = j0; j < j1; j += {step}) {{")
+                body.append(f"for ({ix} j = j0; j < j1; j += {step}) {{")
                 if not whole:
-                    body += [f"const int sr = j / {nest.sub};", *_sub_row(nest)]
+                    body += [f"const {ix} sr = j / {nest.sub};", *_sub_row(nest)]
                 body += [f"{x_types[q]} y{q};" for q in computed]
                 body += cuda_element(spec, w, i, jr, ys)
                 for q in active:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import columns, contraction, drivers, sort_stages
-from dpt_ir.backends.cxx.common import C_TYPES, DTYPE_OF_C, TOKEN
+from dpt_ir.backends.cxx.common import C_TYPES, DTYPE_OF_C, INDEX_LIMIT, TOKEN
 from dpt_ir.backends.cxx.emit import ElementWriter
 from dpt_ir.backends.cxx.nest import Nest, cover
 from dpt_ir.backends.cxx.units import Unit, hashed, launch
@@ -50,8 +50,8 @@ def group_kernels(
     if group.kind == "contraction":  # a matrix product: its own drivers (`contraction`)
         return contraction.contraction_kernels(graph, group, name, slots, checks, target.kind)
     nest = cover(graph, group)
-    if nest is None or (stage is not None and nest.columns):
-        return None
+    if nest is None or (stage is not None and (nest.columns or nest.index != "int")):
+        return None  # a row kernel's stages take 32-bit rows (its members then launch one by one)
     sort = group.kind == "scatter" and group.scatter.form == "sort"  # its CSR is built per run
     pre, natives = sort_stages.sort_launches(graph, group, name, slots, checks) if sort else ([], {})
     if stage is not None:
@@ -60,6 +60,8 @@ def group_kernels(
         lay = columns.layout(nest, target)
     else:
         lay = drivers.layout(nest, target)
+    if lay.dim > INDEX_LIMIT:
+        return None  # the launch's task index is a 32-bit int (`nest.missing_lowering` says so)
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)
     body = w.body()
@@ -83,7 +85,8 @@ def group_kernels(
     # Status flags and the huge-trig flag are bool: clang ORs a vectorised loop's compares
     # into them without widening each to 32-bit lanes (int flags cost a vpmovm2d and a shift
     # per vector and check: the five benchmark graphs' steps took 1.01-1.07x as long).
-    head = f"({unit.sig()}, int i, int j, const int* rb, bool& big, bool* fl{ys}) {{"
+    ix = nest.index
+    head = f"({unit.sig()}, {ix} i, {ix} j, const {ix}* rb, bool& big, bool* fl{ys}) {{"
     elem = [*w.table_definitions()]
     for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge)):
         if lines is not None:

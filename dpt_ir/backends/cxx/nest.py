@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
-from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, flat_index
+from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, WIDE_INDEX, WIDE_LIMIT, flat_index
 from dpt_ir.backends.cxx.rowmap import RowMap
 from dpt_ir.backends.cxx.sites import Guard, Site
 from dpt_ir.ir.graph import Graph
@@ -89,6 +89,14 @@ class Nest:
     # space read their input at per-element digits of the flat offset (`gathers.digits`:
     # div/mod of the counter, scalar code, correct); the emitter walks them the same way.
     digits: bool = False
+    # The C++ type of element indices, offsets and positions: ``int``, or `WIDE_INDEX` when the
+    # space or a tensor the group reads or writes has more than `INDEX_LIMIT` elements (`cover`).
+    index: str = "int"
+
+    def widen(self, expr: str) -> str:
+        """``expr`` (an int: a task, a part) cast to the index type before it is multiplied
+        into an element index; as it is with 32-bit indices."""
+        return expr if self.index == "int" else f"({self.index}){expr}"
 
     @property
     def rows(self) -> int:
@@ -150,14 +158,24 @@ def _is_view(op: Any) -> bool:
 
 def cover(graph: Graph, group: KernelGroup) -> Nest | None:
     """The loop nest of ``group`` on the C++ path, or None for a group the
-    C++ path cannot lower (see the module docstring for what is covered)."""
+    C++ path cannot lower (see the module docstring for what is covered). Its index type is
+    64-bit when the space or a tensor the group reads or writes has more than `INDEX_LIMIT`
+    elements, and such a nest is covered only where every part takes 64-bit indices."""
+    nest = _cover(graph, group)
+    if nest is None or largest(graph, group) <= INDEX_LIMIT:
+        return nest
+    nest.index = WIDE_INDEX
+    return nest if _wide_ok(graph, nest) else None
+
+
+def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
     kind, space = group.kind, tuple(group.space)
     if kind == "scatter" and scatter_covers(graph, group):
         kind = "pointwise"  # the root sums its output element's CSR row (`scatter`)
-    if kind not in ("pointwise", "reduction") or not 0 < math.prod(space) <= INDEX_LIMIT:
+    if kind not in ("pointwise", "reduction") or not 0 < math.prod(space) <= WIDE_LIMIT:
         return None
-    if any(graph.types[v].size > INDEX_LIMIT for v in (*group.inputs, *group.nodes)):
-        return None  # read or written at 32-bit offsets (a slice of a larger input, say)
+    if largest(graph, group) > WIDE_LIMIT:
+        return None
     members = set(group.nodes)
     roots, templates = [], {}
     for name in scatter.evaluated(graph, group):
@@ -244,6 +262,24 @@ def _with_digits(nest: Nest | None, digits: bool) -> Nest | None:
     if nest is not None:
         nest.digits = digits
     return nest
+
+
+def largest(graph: Graph, group: KernelGroup) -> int:
+    """The most elements of the group's space or of a tensor it reads or writes."""
+    return max([math.prod(group.space), *(graph.types[v].size for v in (*group.inputs, *group.nodes))])
+
+
+def _wide_ok(graph: Graph, nest: Nest) -> bool:
+    """Whether every part of ``nest`` takes 64-bit indices: the drivers and contiguous,
+    strided, broadcast and scalar reads do; guards (per-axis views through image tables),
+    row maps, digit reads, gathers, constant tables, sparse maps and scatters index with
+    32-bit ints."""
+    if nest.guards or nest.digits or nest.row_map is not None or nest.group.kind == "scatter":
+        return False
+    if any(r.mode == "gather" for r in nest.reads.values()):
+        return False
+    nodes = [graph.node_map[n] for n in nest.group.nodes]
+    return not any(gathers.covered(node) or sparse.is_sparse(node.opdef) for node in nodes)
 
 
 def _refined(
@@ -413,8 +449,8 @@ def _tensor(graph: Graph, value: str) -> str:
 def missing_lowering(graph: Graph, group: KernelGroup) -> str:
     """Why `cover` refuses ``group``, for the compile error, in the user's terms (the ``dp.*``
     functions, the tensors): the members whose op has no C++ lowering at all (a user op
-    registered without ``cxx``), values of a dtype it does not lower, a tensor past its 32-bit
-    indexing (`INDEX_LIMIT`), or else the combination of functions it does not lower."""
+    registered without ``cxx``), values of a dtype it does not lower, a tensor past its
+    indexing (`_too_large`), or else the combination of functions it does not lower."""
     bare = [(n, graph.node_map[n].opdef.name) for n in group.nodes if not graph.node_map[n].opdef.lowered]
     if bare:
         named = ", ".join(f"op {op!r} (node {n!r})" for n, op in bare)
@@ -425,18 +461,35 @@ def missing_lowering(graph: Graph, group: KernelGroup) -> str:
     dtypes = sorted({graph.types[v].dtype for v in (*group.nodes, *group.inputs)} - set(C_TYPES))
     if dtypes:
         return f"values of dtype {dtypes}, which the C++ path does not lower (it lowers {sorted(C_TYPES)})"
-    large = [v for v in (*group.inputs, *group.nodes) if graph.types[v].size > INDEX_LIMIT]
-    if large or math.prod(group.space) > INDEX_LIMIT:
-        value = max(large, key=lambda v: graph.types[v].size) if large else group.outputs[0]
-        t = graph.types[value]
-        return (
-            f"{_tensor(graph, value)} of shape {list(t.shape)}, {t.size} elements: the C++ backend indexes with "
-            f"32-bit integers, at most {INDEX_LIMIT} (2**31 - 2**20) elements per tensor (expected a smaller "
-            "tensor: split the array into pieces of at most that many elements)"
-        )
+    if largest(graph, group) > INDEX_LIMIT:
+        return _too_large(graph, group)
     ops = sorted({f"op {graph.node_map[n].opdef.name!r}" for n in group.nodes})
     functions = ", ".join(user_functions(graph, list(group.nodes)) or ops)
     return (
         f"{functions} over a {group.kind} space of shape {list(group.space)}: a combination of reads the C++ "
         "backend does not lower (see docs/backend.md, 'Which groups take it')"
+    )
+
+
+def _too_large(graph: Graph, group: KernelGroup) -> str:
+    """Why a group past `INDEX_LIMIT` is refused, naming its largest tensor, its size and
+    the limit: past `WIDE_LIMIT` elements, or a part of the group that indexes with 32-bit
+    ints (`_wide_ok`) or a launch past 32-bit task indices (`kernels.group_kernels`)."""
+    values = [v for v in (*group.inputs, *group.nodes) if graph.types[v].size == largest(graph, group)]
+    value = values[0] if values else group.outputs[0]
+    t = graph.types[value]
+    what = f"{_tensor(graph, value)} of shape {list(t.shape)}, {t.size} elements"
+    if largest(graph, group) > WIDE_LIMIT:
+        return (
+            f"{what}: the C++ backend indexes with 64-bit integers and binds a buffer as Warp arrays of at most "
+            f"{WIDE_LIMIT} elements (expected a smaller tensor: split the array into pieces of at most that many)"
+        )
+    ops = sorted({f"op {graph.node_map[n].opdef.name!r}" for n in group.nodes})
+    functions = ", ".join(user_functions(graph, list(group.nodes)) or ops)
+    return (
+        f"{what}, past the {INDEX_LIMIT} (2**31 - 2**20) elements of 32-bit indexing, in a group of {functions} "
+        "that stays 32-bit: 64-bit indexing covers pointwise and reduction kernels reading memory contiguously, "
+        "strided or broadcast, not gathers, constant tables, padded or reshaped views, reductions over "
+        "non-adjacent axes, scatters or launches of more than that many tasks (expected a smaller tensor: "
+        "split the array into pieces of at most that many elements)"
     )

@@ -74,9 +74,15 @@ class Unit:
 
         return [*self.params, *([STATUS, STATUS_BASE] if checks else []), TASK0]
 
-    def _named(self) -> list[tuple[str, str]]:
-        """(argument name, dtype) of each parameter."""
-        return [(f"a{k}", _dtype(self.graph, p, self.typed)) for k, p in enumerate(self.params)]
+    def _named(self) -> list[tuple[str, str, int]]:
+        """(argument name, dtype, elements) of each parameter."""
+        return [(f"a{k}", _dtype(self.graph, p, self.typed), self._size(p)) for k, p in enumerate(self.params)]
+
+    def _size(self, p: str) -> int:
+        """The elements of parameter ``p``: a partial's count, a constant's values, a value's size."""
+        if p in self.constants:
+            return len(self.constants[p][1])
+        return self.typed[p][1] if p in self.typed else self.graph.types[p].size
 
 
 def launch(
