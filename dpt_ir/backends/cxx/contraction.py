@@ -6,14 +6,18 @@ Assumes: a fusion group of kind ``contraction``: one node whose op has a `Contra
 materialised row-major operands (fusion writes them first) and writing its output; flat
 buffers, as every generated kernel binds them. No op is named here: the layout is the op's data.
 
-Guarantees: every output element ``C[b, i, j]`` is summed by one task or thread, in float64,
-in one order, the **reference order**: ``s = 0; for p = 0 .. k-1: s = fma(a_p, b_p, s)``, then
-``C = (T) s`` (``a_p = A[b, i, p]``, ``b_p = B[b, p, j]`` widened to double; a float32 product
-is exact in double, so for float32 this is also ``s + a_p * b_p`` rounded per step). The CPU
-and CUDA drivers and any thread count give the same bits; no atomics.
+Guarantees: every output element ``C[b, i, j]`` is summed by one task or thread in one order,
+the **reference order** (``a_p = A[b, i, p]``, ``b_p = B[b, p, j]``): float64, ``s = 0; for p =
+0 .. k-1: s = fma(a_p, b_p, s)``, then ``C = s``; float32, ``p`` ascending in k blocks of `KB`
+steps, each block a float32 sum from 0 advanced by ``s32 = fmaf(a_p, b_p, s32)``, the block sums
+added in float64 in block order, ``C = (float) s`` (docs/backend.md gives why and the error
+bound ``|C - AB| <= (KB u + u) |A||B|``). The CPU and CUDA drivers and any thread count give
+the same bits; no atomics.
 
-- CPU (`cpu_driver`): a task is an output block of `TM` x `TN` of one batch. It walks ``k``
-  in chunks of `KC`: packs the chunk's `TM` rows of A and `TN` columns of B as doubles,
+- CPU (`cpu_driver`, blocks by dtype in `blocking`): a task is an output block of `TM` x `TN`
+  (float32: `TM32` x `TN32`) of one batch. It walks ``k`` in chunks of `KC` (float32: one k
+  block, `KB`, with `MR32` x `NR32` float micro tiles summed from 0 and added to the double
+  buffer per block): packs the chunk's `TM` rows of A and `TN` columns of B as doubles,
   zero-padded to whole micro tiles (contiguous, in the order the micro kernel reads them),
   and runs a `MR` x `NR` micro kernel per micro tile: ``MR * NR`` double accumulators in
   registers, ``p`` ascending, one broadcast of A and ``NR`` contiguous B values per step (the
@@ -50,6 +54,10 @@ from dpt_ir.ir.registry import Contraction
 TM, TN = 32, 32  # CPU: a task's output block
 MR, NR = 4, 8  # CPU: the micro tile, MR x NR double accumulators (8 AVX2 registers)
 KC = 128  # CPU: the k chunk packed at a time (A and B panels of TM x KC and KC x TN doubles)
+# float32: sums in float32 within a k block of KB steps, in float64 across blocks (module docstring)
+KB = 256  # the k block; CPU: also its chunk, so a chunk's sums stay in float32 registers
+TM32, TN32 = 64, 64  # CPU, float32: a task's output block
+MR32, NR32 = 8, 32  # CPU, float32: the micro tile, MR32 x NR32 float accumulators (16 AVX-512 registers)
 TILE = 16  # CUDA: output tile edge and k tile, one thread per output element
 BLOCK = TILE * TILE  # CUDA: threads per block
 PAD = TILE + 1  # CUDA: a shared tile's row pitch (no bank conflicts on column reads)
@@ -84,7 +92,8 @@ def plan(graph: Graph, root: str, device: str) -> Plan:
         raise ContractError(f"node {root!r}: a contraction needs float32 or float64, found {dtype}")
     batches = math.prod(ct.batch)
     if device == "cpu":
-        dim = batches * -(-ct.m // TM) * -(-ct.n // TN)
+        tm, tn = (TM32, TN32) if dtype == "float32" else (TM, TN)  # `blocking`'s task blocks
+        dim = batches * -(-ct.m // tm) * -(-ct.n // tn)
     else:
         dim = batches * -(-ct.m // TILE) * -(-ct.n // TILE) * BLOCK
     sizes = [graph.types[v].size for v in (*graph.node_map[root].inputs, root)]
@@ -139,13 +148,57 @@ def micro_kernel() -> str:
 }}"""
 
 
+def micro_kernel32(mr: int, nr: int) -> str:
+    """float32: ``mr x nr`` float accumulators from 0 over ``kc`` packed steps (``p`` ascending,
+    one `dp_fma` each), then added to the float64 ``acc``: one k block's sums."""
+    return f"""DP_FN void {TOKEN}_micro32(const float* __restrict__ ap, const float* __restrict__ bp, int kc,
+                                double* __restrict__ acc) {{
+    float s[{mr}][{nr}];
+    for (int r = 0; r < {mr}; ++r)
+        for (int c = 0; c < {nr}; ++c) s[r][c] = 0.0f;
+    for (int p = 0; p < kc; ++p) {{
+        for (int r = 0; r < {mr}; ++r) {{
+            const float av = ap[p * {mr} + r];
+            for (int c = 0; c < {nr}; ++c) s[r][c] = dp_fma(av, bp[p * {nr} + c], s[r][c]);
+        }}
+    }}
+    for (int r = 0; r < {mr}; ++r)
+        for (int c = 0; c < {nr}; ++c) acc[r * {nr} + c] += (double)s[r][c];
+}}"""
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A CPU driver's blocks: the task's output block ``tm x tn``, the micro tile ``mr x nr``, the
+    k chunk ``kc``, the packed element type and its micro kernel."""
+
+    tm: int
+    tn: int
+    mr: int
+    nr: int
+    kc: int
+    packed: str
+    micro: str
+
+
+def blocking(p: Plan, cuda: bool) -> Blocking:
+    """float64: double panels, `MR` x `NR` tiles, chunks of `KC`; float32: float panels, chunks of
+    one k block (`KB`), `MR32` x `NR32` tiles; a CUDA plan's replay: `TILE` x `TILE` blocks."""
+    tm, tn = (TILE, TILE) if cuda else ((TM32, TN32) if p.c_type == "float" else (TM, TN))
+    if p.c_type == "float":
+        mr, nr = (MR, NR) if cuda else (MR32, NR32)
+        return Blocking(tm, tn, mr, nr, KB, "float", "micro32")
+    return Blocking(tm, tn, MR, NR, KC, "double", "micro")
+
+
 def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
     """Task ``t``: the `TM` x `TN` output block of one batch (see the module docstring). Built
     for a CUDA launch (``cuda``: the export's CPU replay of a CUDA plan), task ``t`` is a CUDA
     thread: the first thread of each block computes the block's `TILE` x `TILE` tile, the others
     nothing."""
-    ct = p.ct
-    tm, tn = (TILE, TILE) if cuda else (TM, TN)
+    ct, bk = p.ct, blocking(p, cuda)
+    tm, tn, mr_, nr_, kc_, pk = bk.tm, bk.tn, bk.mr, bk.nr, bk.kc, bk.packed
+    zero = "0.0" if pk == "double" else "0.0f"
     blocks_n = max(1, -(-ct.n // tn))  # >= 1: an empty product launches nothing, but its text still compiles
     per_batch = max(1, -(-ct.m // tm) * blocks_n)
     task = [f"if (t % {BLOCK} != 0) return;", f"const int task = t / {BLOCK};"] if cuda else ["const int task = t;"]
@@ -155,37 +208,38 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
         f"const int i0 = (rem / {blocks_n}) * {tm}, j0 = (rem % {blocks_n}) * {tn};",
         f"const int mr = {ct.m} - i0 < {tm} ? {ct.m} - i0 : {tm};",
         f"const int nc = {ct.n} - j0 < {tn} ? {ct.n} - j0 : {tn};",
-        f"const int mt = (mr + {MR - 1}) / {MR}, nt = (nc + {NR - 1}) / {NR};",
+        f"const int mt = (mr + {mr_ - 1}) / {mr_}, nt = (nc + {nr_ - 1}) / {nr_};",
         *_bases(ct, "bt"),
         f"double acc[{tm * tn}];",
         f"for (int e = 0; e < {tm * tn}; ++e) acc[e] = 0.0;",
-        f"double ap[{tm * KC}];",
-        f"double bp[{KC * tn}];",
-        f"for (int p0 = 0; p0 < {ct.k}; p0 += {KC}) {{",
-        f"    const int kc = {ct.k} - p0 < {KC} ? {ct.k} - p0 : {KC};",
+        f"{pk} ap[{tm * kc_}];",
+        f"{pk} bp[{kc_ * tn}];",
+        f"for (int p0 = 0; p0 < {ct.k}; p0 += {kc_}) {{",
+        f"    const int kc = {ct.k} - p0 < {kc_} ? {ct.k} - p0 : {kc_};",
         "    for (int mi = 0; mi < mt; ++mi)",
         "        for (int p = 0; p < kc; ++p)",
-        f"            for (int r = 0; r < {MR}; ++r) {{",
-        f"                const int i = mi * {MR} + r;",
-        f"                ap[(mi * {KC} + p) * {MR} + r] = i < mr ? "
-        f"(double)a0[ab + (i0 + i) * {ct.a_row} + (p0 + p) * {ct.a_col}] : 0.0;",
+        f"            for (int r = 0; r < {mr_}; ++r) {{",
+        f"                const int i = mi * {mr_} + r;",
+        f"                ap[(mi * {kc_} + p) * {mr_} + r] = i < mr ? "
+        f"({pk})a0[ab + (i0 + i) * {ct.a_row} + (p0 + p) * {ct.a_col}] : {zero};",
         "            }",
         "    for (int nj = 0; nj < nt; ++nj)",
         "        for (int p = 0; p < kc; ++p)",
-        f"            for (int c = 0; c < {NR}; ++c) {{",
-        f"                const int j = nj * {NR} + c;",
-        f"                bp[(nj * {KC} + p) * {NR} + c] = j < nc ? "
-        f"(double)a1[bb + (p0 + p) * {ct.b_row} + (j0 + j) * {ct.b_col}] : 0.0;",
+        f"            for (int c = 0; c < {nr_}; ++c) {{",
+        f"                const int j = nj * {nr_} + c;",
+        f"                bp[(nj * {kc_} + p) * {nr_} + c] = j < nc ? "
+        f"({pk})a1[bb + (p0 + p) * {ct.b_row} + (j0 + j) * {ct.b_col}] : {zero};",
         "            }",
         "    for (int mi = 0; mi < mt; ++mi)",
         "        for (int nj = 0; nj < nt; ++nj)",
-        f"            {TOKEN}_micro(ap + mi * {KC * MR}, bp + nj * {KC * NR}, kc, "
-        f"acc + (mi * {tn // NR} + nj) * {MR * NR});",
+        f"            {TOKEN}_{bk.micro}(ap + mi * {kc_ * mr_}, bp + nj * {kc_ * nr_}, kc, "
+        f"acc + (mi * {tn // nr_} + nj) * {mr_ * nr_});",
         "}",
         "int bad = 0;",
         "for (int i = 0; i < mr; ++i)",
         "    for (int j = 0; j < nc; ++j) {",
-        f"        const int e = ((i / {MR}) * {tn // NR} + j / {NR}) * {MR * NR} + (i % {MR}) * {NR} + j % {NR};",
+        f"        const int e = ((i / {mr_}) * {tn // nr_} + j / {nr_}) * {mr_ * nr_} + (i % {mr_}) * {nr_}"
+        f" + j % {nr_};",
         f"        const {p.c_type} v = ({p.c_type})acc[e];",
         f"        const int co = (bt * {ct.m} + i0 + i) * {ct.n} + j0 + j;",
         *("        " + s for s in _store(checks)),
@@ -215,6 +269,7 @@ def _tile_load(ct: Contraction, c_type: str) -> str:
 def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
     """Thread ``t``: output element ``(ty, tx)`` of tile ``t / BLOCK`` (see the module docstring)."""
     ct, t_ = p.ct, p.c_type
+    f32 = t_ == "float"  # float32 sums in k blocks of `KB`, as the CPU driver's
     grid_m, grid_n = max(1, -(-ct.m // TILE)), max(1, -(-ct.n // TILE))  # >= 1, as in `cpu_driver`
     device = "defined(__CUDACC__) || defined(__CUDACC_RTC__)"
     body = [
@@ -232,6 +287,7 @@ def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
         f"{t_} Bs[{TILE * PAD}];",
         "#endif",
         "double s = 0.0;",
+        *(["float s32 = 0.0f;  // the current k block's sum (float32 within a block, float64 across)"] if f32 else []),
         f"for (int p0 = 0; p0 < {ct.k}; p0 += {TILE}) {{",
         f"#if {device}",
         f"    {TOKEN}_load(a0, a1, ab, bb, i0, j0, p0, ty, tx, As, Bs);",
@@ -242,7 +298,14 @@ def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
         "#endif",
         f"    const int pe = {ct.k} - p0 < {TILE} ? {ct.k} - p0 : {TILE};",
         "    for (int pp = 0; pp < pe; ++pp)",
-        f"        s = dp_fma_d((double)As[ty * {PAD} + pp], (double)Bs[pp * {PAD} + tx], s);",
+        *(
+            [
+                f"        s32 = dp_fma(As[ty * {PAD} + pp], Bs[pp * {PAD} + tx], s32);",
+                f"    if ((p0 + {TILE}) % {KB} == 0 || p0 + {TILE} >= {ct.k}) {{ s += (double)s32; s32 = 0.0f; }}",
+            ]
+            if f32
+            else [f"        s = dp_fma_d((double)As[ty * {PAD} + pp], (double)Bs[pp * {PAD} + tx], s);"]
+        ),
         f"#if {device}",
         "    __syncthreads();",
         "#endif",
@@ -276,7 +339,9 @@ def contraction_kernels(
         slots.append(StatusSlot(name, root, node.opdef.name, "nonfinite", "", origin_of(graph, root)))
     sig = f"{unit.sig()}, int* st, int sb, int t"
     cpu = cpu_driver(p, sig, checks, device != "cpu")
-    pieces = [micro_kernel(), cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]
+    bk = blocking(p, device != "cpu")
+    micro = micro_kernel() if bk.packed == "double" else micro_kernel32(bk.mr, bk.nr)
+    pieces = [micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]
     fn, cxx = hashed("\n".join(pieces) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
     return [launch(name, unit, fn, checks, p.dim, group.id, {}, slot_base)], natives
