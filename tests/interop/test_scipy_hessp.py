@@ -26,9 +26,7 @@ def test_hessp_equals_the_interpreter(deconv_program: dp.Program) -> None:
 
 
 @pytest.mark.parametrize("method", ["trust-ncg", "Newton-CG"])
-def test_newton_methods_reach_the_lbfgsb_minimum_in_fewer_evaluations(
-    deconv_program: dp.Program, method: str
-) -> None:
+def test_newton_methods_reach_the_lbfgsb_minimum_in_fewer_evaluations(deconv_program: dp.Program, method: str) -> None:
     y = observed(0)
     reference = dps.objective(deconv_program, y=y)
     x0 = reference.x0(x=np.zeros(DECONV_SHAPE))
