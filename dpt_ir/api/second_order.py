@@ -97,12 +97,7 @@ def hvp_graph(graph: Graph, wrt: Sequence[str], loss: str, expand: bool = True) 
         raise ContractError(
             f"hvp: output {loss!r} of graph {graph.name!r} has shape {list(shape)}; expected a scalar loss"
         )
-    first = joint_graph(graph, wrt, [loss], expand)
-    level1 = joint_record(first)
-    ct = level1.cotangents[loss]
-    held = {w: _FIRST_PREFIX + w for w in wrt}  # out of the way of the second level's grad.<x>
-    outs = [*graph.outputs, *(Output(name=held[w], value=first.output_value(level1.gradients[w])) for w in wrt)]
-    first = _finish(first, first, {}, {ct: 1.0}, outs, None)
+    first, held = gradient_graph(graph, wrt, loss, expand)
     second = joint_graph(first, wrt, list(held.values()), expand, strict=True)
     level2 = joint_record(second)
     vectors = {w: VECTOR_PREFIX + w for w in wrt}
@@ -114,6 +109,16 @@ def hvp_graph(graph: Graph, wrt: Sequence[str], loss: str, expand: bool = True) 
     out_list += [Output(name=products[w], value=second.output_value(level2.gradients[w])) for w in wrt]
     record = Derived(kind="hvp", wrt=wrt, of=(loss,), vectors=vectors, products=products, gradients=grads)
     return _finish(second, graph, rename, {}, out_list, record)
+
+
+def gradient_graph(graph: Graph, wrt: tuple[str, ...], loss: str, expand: bool = True) -> tuple[Graph, dict[str, str]]:
+    """The gradient graph of ``loss`` (its seed fixed to 1), its gradient of each ``wrt`` input
+    as output ``first.<x>`` (the returned names), out of the way of a second level's."""
+    first = joint_graph(graph, wrt, [loss], expand)
+    level1 = joint_record(first)
+    held = {w: _FIRST_PREFIX + w for w in wrt}
+    outs = [*graph.outputs, *(Output(name=held[w], value=first.output_value(level1.gradients[w])) for w in wrt)]
+    return _finish(first, first, {}, {level1.cotangents[loss]: 1.0}, outs, None), held
 
 
 def gnvp_graph(graph: Graph, wrt: Sequence[str], residual: str, expand: bool = True) -> Graph:
