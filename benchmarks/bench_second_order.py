@@ -91,7 +91,8 @@ def main() -> None:
         kernels = {k: len(p.launches) for k, p in {**program.plans, **program.derived.built}.items()}
         print(f"{name} {shape[0]}x{shape[1]}: kernels {kernels}")
         print("  " + "  ".join(f"{k} {1e3 * s:.2f} ms" for k, s in times.items()))
-        line = f"  jvp/run {times['jvp'] / times['run']:.2f}  hvp/value_and_grad {times['hvp'] / times['value_and_grad']:.2f}"
+        line = f"  jvp/run {times['jvp'] / times['run']:.2f}"
+        line += f"  hvp/value_and_grad {times['hvp'] / times['value_and_grad']:.2f}"
         if "torch jvp" in times:
             line += f"  torch.func jvp/dpt_ir {times['torch jvp'] / times['jvp']:.2f}"
             line += f"  torch.func hvp/dpt_ir {times['torch hvp'] / times['hvp']:.2f}"
