@@ -13,6 +13,7 @@ small shape, are one more program the same way.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,3 +154,24 @@ def test_gnvp_compiled_equals_the_vjp_of_the_jvp_and_misuse_is_refused() -> None
         program.hvp(v, **inputs)
     with pytest.raises(dp.ContractError, match=r"missing input\(s\) \['n'\]"):
         program.jvp(v, x=inputs["x"])
+
+
+def test_derived_plans_are_bit_identical_over_calls_and_thread_counts(bench: Blocks) -> None:
+    """Thread counts key the in-process cache only: the second program reuses the modules."""
+    other = dp.compile(bench.program.graph, wrt=list(bench.tangents), loss=TOTAL, device="cpu", threads=2)
+    first = bench.program.hvp(bench.tangents, **bench.inputs)
+    for program in (bench.program, other):
+        again = program.hvp(bench.tangents, **bench.inputs)
+        for a, b in zip(first, again, strict=True):
+            for k in a:
+                np.testing.assert_array_equal(a[k], b[k])
+
+
+def test_dumps_cover_the_derived_plans(tmp_path: Path) -> None:
+    graph, rng = _model(), np.random.default_rng(1)
+    program = dp.compile(graph, wrt=["x"], device="cpu", dump_dir=tmp_path)
+    program.gnvp({"x": rng.standard_normal(6)}, output="r", x=rng.standard_normal(6), n=np.zeros(6, np.int32))
+    folder = tmp_path / "gnvp-r"
+    assert (folder / "fusion.txt").exists() and (folder / "saved.txt").exists()
+    assert any(folder.glob("*-fusion.ir")) and any((folder / "kernels").glob("*.py"))
+    assert not (tmp_path / "jvp").exists()  # built on first use only
