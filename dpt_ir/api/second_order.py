@@ -169,8 +169,10 @@ def _finish(
         meta = without_autodiff(graph.meta)
     else:
         vectors = set(record.vectors.values())
-        extra = [i for i in graph.inputs if rename.get(i.name) in vectors]
-        inputs = (*original.inputs, *(Input(name=rename[i.name], type=i.type, requires_grad=False) for i in extra))
+        # One input per vector, though several inputs may be redirected to it (gnvp of an output
+        # that is a wrt input: the seed is the tangent input itself).
+        extra = {rename[i.name]: i.type for i in graph.inputs if rename.get(i.name) in vectors}
+        inputs = (*original.inputs, *(Input(name=n, type=t, requires_grad=False) for n, t in extra.items()))
         meta = with_derived(without_autodiff(graph.meta), record)
     return Graph(name=graph.name, inputs=inputs, nodes=tuple(kept), outputs=tuple(outs), meta=meta)
 

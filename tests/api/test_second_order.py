@@ -110,3 +110,25 @@ def test_misuse_is_a_contract_error() -> None:
         gnvp_graph(graph, ["x"], "count")
     with pytest.raises(dp.ContractError, match=r"hvp: output 'r'.*shape \[6\]; expected a scalar loss"):
         hvp_graph(graph, ["x"], "r")
+
+
+def test_outputs_that_are_inputs_or_constant_in_wrt() -> None:
+    """An output that is a wrt input has the tangent itself (and gnvp of it is ``v``); one
+    that does not depend on wrt has a zero tangent; a zero vector gives a zero product."""
+    g = dp.GraphBuilder("edges")
+    x = g.input("x", (3,), "float64")
+    y = g.input("y", (3,), "float64", requires_grad=False)
+    g.output("same", x)
+    g.output("other", dp.exp(y))
+    g.output("loss", dp.sum(x * y))
+    graph, v = g.build(), np.array([1.0, 2.0, 3.0])
+    inputs = {"x": np.ones(3), "y": np.arange(3.0)}
+    _, tangents = dp.interpret_jvp(graph, {"x": v}, **inputs)
+    np.testing.assert_array_equal(tangents["same"], v)
+    np.testing.assert_array_equal(tangents["other"], np.zeros(3))
+    assert float(tangents["loss"]) == float(v @ inputs["y"])
+    derived = gnvp_graph(graph, ["x"], "same")
+    np.testing.assert_array_equal(dp.interpret(derived, **inputs, **{"vector.x": v})["gnvp.x"], v)
+    _, grads, hvps = dp.interpret_hvp(graph, ["x"], {}, **inputs)
+    np.testing.assert_array_equal(grads["x"], inputs["y"])
+    np.testing.assert_array_equal(hvps["x"], np.zeros(3))
