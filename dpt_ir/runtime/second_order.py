@@ -65,10 +65,25 @@ def _evaluate(program: Program, plan: ExecutionPlan, vectors: Any, inputs: dict[
     types = {**program._input_types, **{n: plan.graph.input_map[n].type for n in named}}
     with plan.workspace() as ws:
         bound = plan.bind({**inputs, **named}, types, ws)
+        direct = _direct_outputs(plan, bound)
         ws.clear_status()
         program.launch_count = plan.run("forward", bound, ws)
         program.checkpoint(what, ws)
-        return {name: plan.output_copy(name, ws) for name in plan.outputs}
+        return {name: direct[v] if v in direct else plan.output_copy(name, ws) for name, v in plan.outputs.items()}
+
+
+def _direct_outputs(plan: ExecutionPlan, bound: dict[str, Any]) -> Arrays:
+    """CPU plans: a fresh NumPy array per output value the kernels can write directly
+    (`ExecutionPlan.direct_values`: one output each), bound for this call, so the result needs
+    no copy out of the workspace (as `value_and_grad`'s gradients)."""
+    out: Arrays = {}
+    if plan.device != "cpu":
+        return out
+    for value in plan.outputs.values():
+        if value in plan.direct_values:
+            t = plan.graph.types[value]
+            out[value] = bound[value] = np.empty(t.shape, dtype=t.dtype)
+    return out
 
 
 def _require_wrt(program: Program, what: str) -> None:
