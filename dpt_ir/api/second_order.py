@@ -46,11 +46,10 @@ _FIRST_PREFIX = "first."  # the first level's gradient outputs while the second 
 
 def float_outputs(graph: Graph, outputs: Sequence[str] | None, what: str) -> tuple[str, ...]:
     """``outputs`` (default: every float output), checked to name float outputs."""
-    names = (
-        tuple(o.name for o in graph.outputs if is_float(graph.types[o.value].dtype))
-        if outputs is None
-        else (tuple(outputs))
-    )
+    if outputs is None:
+        names = tuple(o.name for o in graph.outputs if is_float(graph.types[o.value].dtype))
+    else:
+        names = tuple(outputs)
     for name in names:
         t = graph.types[graph.output_value(name)]
         if not is_float(t.dtype):
