@@ -104,6 +104,6 @@ from dpt_ir.ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.ir.graph import Graph, Input, Node, Output
 from dpt_ir.ir.types import TensorType
 from dpt_ir.ops import Derivative, GradContext, OpDef, all_ops, get_op, register_op
-from dpt_ir.reference.interpreter import interpret, interpret_grad
+from dpt_ir.reference.interpreter import interpret, interpret_grad, interpret_hvp, interpret_jvp
 from dpt_ir.runtime.program import Program, TapePass
 from dpt_ir.version import __version__

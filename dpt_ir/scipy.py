@@ -10,7 +10,10 @@ returned as float64; so a float32 program is evaluated at the float32-rounded po
 its gradient carries float32 rounding (a line search can stall near float32 resolution;
 use a float64 graph for tight tolerances). ``fun.x0(**arrays)`` flattens starting
 values, ``fun.unflatten(x)`` splits ``x`` back into arrays of the declared shapes and
-dtypes; ``fun.nfev`` counts the evaluations. A ``NumericalError`` from the program
+dtypes; ``fun.nfev`` counts the evaluations. ``fun.hessp(x, p)`` is the Hessian of the loss
+at ``x`` times ``p`` (`Program.hvp`, its vectors ``p`` rounded to the inputs' dtypes like
+``x``), as float64, for ``minimize(fun, x0, jac=True, hessp=fun.hessp, method="trust-ncg")``
+or ``"Newton-CG"``; ``fun.nhev`` counts those products. A ``NumericalError`` from the program
 propagates (SciPy gets no made-up value).
 """
 
@@ -57,6 +60,7 @@ class Objective:
         self.offsets = np.cumsum([0] + [t.size for t in self.types.values()])
         self.size = int(self.offsets[-1])
         self.nfev = 0
+        self.nhev = 0
 
     def __call__(self, x: Any) -> tuple[float, np.ndarray]:
         """The loss at ``x`` and its gradient, as float64."""
@@ -66,6 +70,13 @@ class Objective:
         assert self.program.loss is not None
         flat = np.concatenate([grads[w].astype(np.float64).reshape(-1) for w in self.types])
         return float(outs[self.program.loss]), flat
+
+    def hessp(self, x: Any, p: Any) -> np.ndarray:
+        """The Hessian of the loss at ``x`` times ``p``, as a flat float64 vector."""
+        arrays, vectors = self.unflatten(x), self.unflatten(p)
+        _, _, hvps = self.program.hvp(vectors, **self.fixed, **arrays)
+        self.nhev += 1
+        return np.concatenate([hvps[w].astype(np.float64).reshape(-1) for w in self.types])
 
     def x0(self, **arrays: Any) -> np.ndarray:
         """Starting values (one array per ``wrt`` input, of its shape) as the flat float64 vector."""

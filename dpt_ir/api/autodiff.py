@@ -19,7 +19,7 @@ from dpt_ir.api import core as F
 from dpt_ir.ir.builder import GraphBuilder, Tensor
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Output
-from dpt_ir.ir.records import Autodiff, backward_tags, with_autodiff
+from dpt_ir.ir.records import Autodiff, backward_tags, origin_of, with_autodiff
 from dpt_ir.ir.registry import GradContext
 from dpt_ir.ir.types import is_float
 
@@ -79,9 +79,14 @@ def _active_values(graph: Graph, wrt: Sequence[str], seeded: Sequence[str]) -> s
     return {v for v in forward & backward if is_float(graph.types[v].dtype)}
 
 
-def joint_graph(graph: Graph, wrt: Sequence[str], seed_outputs: Sequence[str], expand: bool = True) -> Graph:
+def joint_graph(
+    graph: Graph, wrt: Sequence[str], seed_outputs: Sequence[str], expand: bool = True, strict: bool = False
+) -> Graph:
     """The forward graph plus its backward for ``wrt``, seeded at ``seed_outputs``; ``expand``:
-    whether the `expand` pass will rebuild the ops that declare an expansion."""
+    whether the `expand` pass will rebuild the ops that declare an expansion. ``strict`` (second
+    order, `dpt_ir.api.second_order`): a node on a differentiated path whose op has no
+    derivative entry and is not `OpDef.piecewise_constant` is a ContractError naming it, where
+    first order passes no gradient through it."""
     wrt = check_wrt(graph, wrt)
     for name in seed_outputs:
         value = graph.output_value(name)
@@ -102,7 +107,7 @@ def joint_graph(graph: Graph, wrt: Sequence[str], seed_outputs: Sequence[str], e
             continue
         start = len(b.nodes)
         gy = _accumulate(cotangents.pop(node.name))
-        _backprop_node(graph, node.name, gy, handles, active, cotangents, expand)
+        _backprop_node(graph, node.name, gy, handles, active, cotangents, expand, strict)
         b.tag_since(start, backward_tags(node.name))
 
     outputs = list(graph.outputs)
@@ -135,10 +140,19 @@ def _backprop_node(
     active: set[str],
     cotangents: dict[str, list[Tensor]],
     expand: bool,
+    strict: bool,
 ) -> None:
     node = graph.node(name)
     op = node.opdef
     if op.derivative is None:
+        if strict and not op.piecewise_constant:
+            origin = origin_of(graph, name)
+            loops = " (second order through loops, dp.scan / dp.fori_loop, is not available yet)"
+            raise ContractError(
+                f"second order: node {name!r} (op {op.name!r}{f', {origin}' if origin else ''}) lies on the "
+                f"differentiated path and op {op.name!r} has no derivative entry, so its derivative is unknown; "
+                f"expected ops differentiable to second order{loops if op.kind == 'loop' else ''}"
+            )
         return
     sig = graph.signature(node)
     ins = tuple(handles[i] for i in node.inputs)

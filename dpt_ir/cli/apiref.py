@@ -171,6 +171,9 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
             "Program",
             "Program.run",
             "Program.value_and_grad",
+            "Program.jvp",
+            "Program.hvp",
+            "Program.gnvp",
             "Program.tape_pass",
             "TapePass",
             "TapePass.forward",
@@ -181,8 +184,9 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     (
         "Reference interpreter",
         "The NumPy oracle of every test: the same inputs and the same results as `run` and\n"
-        "`value_and_grad`'s gradients, computed op by op in the declared dtypes.",
-        ["interpret", "interpret_grad"],
+        "`value_and_grad`'s gradients, computed op by op in the declared dtypes; `interpret_jvp`\n"
+        "and `interpret_hvp` are the oracles of `jvp` and `hvp` ([second_order.md](second_order.md)).",
+        ["interpret", "interpret_grad", "interpret_jvp", "interpret_hvp"],
     ),
     (
         "Graphs and the IR",

@@ -40,6 +40,7 @@ from dpt_ir.backends.launches import KernelSource
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.quiet import init_quietly
 from dpt_ir.driver.cache import Built, load_or_build
+from dpt_ir.driver.second_order import DerivedPlanBuilder
 from dpt_ir.ir import records
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
@@ -265,7 +266,8 @@ def _build(
         slots, checks, tape = built.slots[module.name], base["checks"], name == "tape"
         plans[name] = ExecutionPlan(g, mine, module, dev, slots, checks, grad_outputs=tape, threads=target.threads)
     report = _report(graph, plans, built.kernels, cached.cache, time.perf_counter() - start, dev, stem, base)
-    program = Program(graph, wrt, loss, dev, plans, base["checks"], report, stem)
+    derive = DerivedPlanBuilder(graph, wrt, loss, dev, base, target, key, _header(base), out_dir)
+    program = Program(graph, wrt, loss, dev, plans, base["checks"], report, stem, derive)
     log.info("compiled %r on %s in %.2f s (cache %s)", graph.name, dev, report.compile_seconds, cached.cache)
     if out_dir is not None:
         _dump(out_dir, cached.results, plans, built.texts, report)

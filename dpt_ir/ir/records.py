@@ -7,6 +7,10 @@ models and accessors here, as `dpt_ir.ir.kernel_ir` does for the kernel plan:
 
 - `Autodiff` (written by autodiff): the ``wrt`` inputs, the cotangent input of each seeded
   output, the gradient output of each ``wrt`` input, and the seeds fixed at compile time;
+- `Derived` (written by `dpt_ir.api.second_order`): a graph derived for forward mode or
+  second order (jvp, hvp, gnvp): the inputs that carry the vectors and the outputs that carry
+  the products. The intermediate levels of such a graph each carry their own `Autodiff`
+  record while they are built; the finished graph has only this one;
 - `SavedPlan` (written by saved_attributes): the saved values, the recomputed clones and the
   derived attributes, each with its reason;
 - node tags: a node's ``phase`` (forward or backward), the forward node it is the gradient
@@ -32,6 +36,7 @@ Phase = Literal["forward", "backward"]
 # graph meta keys
 WRT, COTANGENTS, GRADIENTS, FIXED_SEEDS = "wrt", "cotangents", "gradients", "fixed_seeds"
 SAVED, SAVED_BYTES, RECOMPUTED, DERIVED = "saved", "saved_bytes", "recomputed", "derived_attributes"
+DERIVED_GRAPH = "derived_from"
 # node meta keys
 PHASE, GRAD_OF, RECOMPUTE_OF, GROUP = "phase", "grad_of", "recompute_of", "group"
 
@@ -49,6 +54,25 @@ class Autodiff(Record):
     cotangents: dict[str, str]
     gradients: dict[str, str]
     fixed_seeds: dict[str, float] = {}
+
+
+DerivedKind = Literal["jvp", "hvp", "gnvp"]
+
+
+class Derived(Record):
+    """A graph derived from a forward graph for forward mode or second order, computed in one
+    forward-only evaluation: ``kind`` jvp (``J v`` of the ``of`` outputs), hvp (``H v`` of the
+    loss ``of[0]``, and its gradient) or gnvp (``J_rᵀ J_r v`` of the residual ``of[0]``).
+    ``vectors`` maps each ``wrt`` input to the input carrying its vector; ``products`` maps each
+    product's subject (jvp: an output; hvp and gnvp: a ``wrt`` input) to its output;
+    ``gradients`` (hvp) each ``wrt`` input to its gradient output."""
+
+    kind: DerivedKind
+    wrt: tuple[str, ...]
+    of: tuple[str, ...]
+    vectors: dict[str, str]
+    products: dict[str, str]
+    gradients: dict[str, str] = {}
 
 
 class SavedValue(Record):
@@ -152,6 +176,26 @@ def with_autodiff(meta: dict[str, Any], record: Autodiff) -> dict[str, Any]:
         doc.pop(FIXED_SEEDS)
     rest = {k: v for k, v in meta.items() if k not in _AUTODIFF_KEYS}
     return {**rest, **doc}
+
+
+def without_autodiff(meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` without an `Autodiff` record (a derived graph's finished levels)."""
+    return {k: v for k, v in meta.items() if k not in _AUTODIFF_KEYS}
+
+
+def derived_of(graph: Graph) -> Derived | None:
+    """The graph's `Derived` record; None for a graph not derived for jvp, hvp or gnvp."""
+    if DERIVED_GRAPH not in graph.meta:
+        return None
+    try:
+        return Derived.model_validate(graph.meta[DERIVED_GRAPH])
+    except ValidationError as exc:
+        raise ContractError(describe_validation_error(exc, f"Derived record of graph {graph.name!r}")) from None
+
+
+def with_derived(meta: dict[str, Any], record: Derived) -> dict[str, Any]:
+    """``meta`` holding ``record`` in place of any earlier one."""
+    return {**meta, DERIVED_GRAPH: record.model_dump(mode="json")}
 
 
 def saved_plan_of(graph: Graph) -> SavedPlan | None:

@@ -370,6 +370,11 @@ class OpDef:
     empty_value: float | None = None
     commutative: bool = False
     involution: bool = False  # op(op(x)) == x
+    # Read by autodiff: a float output that is constant between jumps (floor, ceil, sign), so
+    # its derivative is zero wherever it exists and an op without a derivative entry rightly
+    # passes no gradient. Second order (`dpt_ir.api.second_order`) refuses any other op without
+    # one that it meets on a differentiated path: its derivative is unknown, not zero.
+    piecewise_constant: bool = False
     constant_value: Callable[[Any], Any] | None = None  # the fill value of a constant op
     # Read by the reciprocal pass: (multiply op, reciprocal op) with a op b == multiply(a, reciprocal(b))
     # up to rounding (div: a * (1 / b), one extra rounding)

@@ -226,9 +226,10 @@ _unary(
     np.sign,
     doc="not differentiable",
     cxx="({0} > ({T})0 ? ({T})1 : ({0} < ({T})0 ? ({T})-1 : {0}))",
+    piecewise_constant=True,
 )
-_unary("floor", "float", np.floor, doc="not differentiable", cxx="dp_floor({0})")
-_unary("ceil", "float", np.ceil, doc="not differentiable", cxx="dp_ceil({0})")
+_unary("floor", "float", np.floor, doc="not differentiable", cxx="dp_floor({0})", piecewise_constant=True)
+_unary("ceil", "float", np.ceil, doc="not differentiable", cxx="dp_ceil({0})", piecewise_constant=True)
 _unary("logical_not", "logical", np.logical_not, involution=True, doc="not a (bool)", cxx="(!{0})")
 
 

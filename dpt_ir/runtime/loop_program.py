@@ -320,6 +320,25 @@ class LoopProgram:
         outs = {o.name: results[o.name] for o in self.graph.outputs}
         return outs, {w: results[grads[w]] for w in self.wrt}
 
+    def jvp(self, tangents: Any, **inputs: Any) -> Any:
+        """Refused: forward mode through loops is not available yet (ContractError)."""
+        raise self._no_second_order("jvp")
+
+    def hvp(self, vectors: Any, **inputs: Any) -> Any:
+        """Refused: second order through loops is not available yet (ContractError)."""
+        raise self._no_second_order("hvp")
+
+    def gnvp(self, vectors: Any, output: str, **inputs: Any) -> Any:
+        """Refused: second order through loops is not available yet (ContractError)."""
+        raise self._no_second_order("gnvp")
+
+    def _no_second_order(self, what: str) -> ContractError:
+        loops = [n.name for n in self.graph.nodes if n.opdef.kind == "loop"]
+        return ContractError(
+            f"program {self.graph.name!r}: {what} through loops (dp.scan / dp.fori_loop, node(s) {loops}) is not "
+            "available yet; expected a graph without loops (run, value_and_grad and tape passes work)"
+        )
+
     def tape_pass(self, tape: Any = None) -> LoopTapePass:
         """A new forward + backward pass (`dpt_ir.runtime.loop_tape.LoopTapePass`):
         forward with the inputs, then ``backward(seed=...)`` with a scalar or array seed per

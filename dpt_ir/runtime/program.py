@@ -30,6 +30,7 @@ from dpt_ir.ir.graph import Graph
 from dpt_ir.runtime.modules import BUILD_LOCK, GeneratedModule, load
 from dpt_ir.runtime.plan import ExecutionPlan, Workspace
 from dpt_ir.runtime.report import BuildRow, ProgramReport
+from dpt_ir.runtime.second_order import DerivedPlans, PlanMaker, gnvp, hvp, jvp
 
 
 class Program:
@@ -45,7 +46,10 @@ class Program:
         checks: bool,
         report: ProgramReport,
         module_name: str,
+        derive: PlanMaker | None = None,
     ) -> None:
+        """``derive(kind, residual)``: the driver's builder of the jvp, hvp and gnvp plans
+        (`dpt_ir.driver.second_order`), called on their first use; None: not available."""
         self.graph = graph
         self.wrt = wrt
         self.loss = loss
@@ -56,6 +60,7 @@ class Program:
         self.module_name = module_name  # the stem of the program's module names (and of its cache entry)
         self.launch_count = 0  # launches of the last evaluation (of any thread)
         self._input_types = {i.name: i.type for i in graph.inputs}  # the graph is immutable
+        self.derived = DerivedPlans(derive)  # the jvp, hvp and gnvp plans, built on first use
 
     @property
     def report(self) -> ProgramReport:
@@ -117,6 +122,25 @@ class Program:
             outs = {o.name: _read(plan, o.name, ws, direct) for o in self.graph.outputs}
             grads = {w: _take(plan, g, ws, direct) for w, g in plan.gradients.items()}
             return outs, grads
+
+    def jvp(self, tangents: Mapping[str, Any], **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Forward mode: ``(outputs, output_tangents)``, per float output its Jacobian times
+        ``tangents`` (a dict ``wrt`` input -> array of its shape; the others are zero)."""
+        return jvp(self, tangents, inputs)
+
+    def hvp(
+        self, vectors: Mapping[str, Any], **inputs: Any
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """``(outputs, grads, hvps)``: the gradients `value_and_grad` gives and the Hessian of
+        its loss times ``vectors`` (a dict ``wrt`` input -> array; the others are zero)."""
+        return hvp(self, vectors, inputs)
+
+    def gnvp(
+        self, vectors: Mapping[str, Any], output: str, **inputs: Any
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """``(outputs, products)``: ``J_rᵀ (J_r v)`` per ``wrt`` input, ``J_r`` the Jacobian of
+        float output ``output`` (the residual), fused into one pass with the forward."""
+        return gnvp(self, vectors, output, inputs)
 
     def tape_pass(self, tape: wp.Tape | None = None) -> TapePass:
         """A new forward + backward pass (FirstOrderPass lifecycle; see `TapePass`)."""

@@ -20,7 +20,8 @@ PACKAGE = Path(dp.__file__).parent
 OWNERS = {"ir/records.py", "ir/kernel_ir.py", "ir/kernel_ir_text.py"}
 RECORD_KEYS = {
     records.WRT, records.COTANGENTS, records.GRADIENTS, records.FIXED_SEEDS, records.SAVED, records.SAVED_BYTES,
-    records.RECOMPUTED, records.DERIVED, records.PHASE, records.GRAD_OF, records.RECOMPUTE_OF, records.GROUP,
+    records.RECOMPUTED, records.DERIVED, records.DERIVED_GRAPH, records.PHASE, records.GRAD_OF, records.RECOMPUTE_OF,
+    records.GROUP,
     "groups", "schedule", "rows", "boundaries",
 }  # fmt: skip
 
@@ -114,3 +115,19 @@ def test_no_keyed_read_of_a_pass_result_outside_the_records() -> None:
 def test_the_read_finder_finds_reads() -> None:
     code = 'a = g.meta["saved"]\nb = n.meta.get("phase", "forward")\nc = "groups" in g.meta\nd = g.meta["other"]\n'
     assert [k for _, k in _keyed_reads(ast.parse(code))] == ["saved", "phase", "groups"]
+
+
+def test_derived_record_reads_back_and_survives_the_round_trips() -> None:
+    from dpt_ir.api.second_order import hvp_graph
+
+    derived = hvp_graph(_graph(), ["x"], "loss")
+    record = records.derived_of(derived)
+    assert record is not None and record.kind == "hvp" and record.of == ("loss",)
+    assert record.vectors == {"x": "vector.x"} and record.products == {"x": "hvp.x"}
+    assert record.gradients == {"x": "grad.x"}
+    assert records.autodiff_of(derived) is None and records.derived_of(_graph()) is None
+    for again in (dp.Graph.from_text(derived.to_text()), dp.Graph.model_validate_json(derived.model_dump_json())):
+        assert records.derived_of(again) == record
+    broken = derived.replace(meta={**derived.meta, records.DERIVED_GRAPH: {"kind": "cubic"}})
+    with pytest.raises(dp.ContractError, match=r"Derived record of graph 'records'.*kind"):
+        records.derived_of(broken)

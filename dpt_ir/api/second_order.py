@@ -1,0 +1,203 @@
+"""Forward mode and second order, derived from the table of VJP formulas.
+
+Every graph here is built by `dpt_ir.api.autodiff.joint_graph` applied twice; no op needs an
+entry of its own (docs/second_order.md gives the derivations):
+
+- `jvp_graph`: the transpose of the VJP. The backward ``u ↦ Jᵀu`` is linear in the cotangent
+  ``u``; its VJP with respect to ``u``, seeded with the tangent ``v`` on the gradient outputs,
+  is ``J v`` and reads nothing of ``u``. The cotangents are then replaced by zero constants,
+  so the first backward is dead code and only the forward and the tangent work remain;
+- `hvp_graph`: reverse over reverse. The gradient graph with the loss seed fixed to 1, whose
+  VJP seeded with ``v`` on its gradient outputs is ``H v`` (the Hessian is symmetric);
+- `gnvp_graph`: ``J_rᵀ (J_r v)``: the jvp graph of the residual ``r``, extended with the
+  VJP of ``r`` seeded with the tangent it computes, in one graph that shares the forward.
+
+Each result is a forward-only graph: the original inputs, one vector input per ``wrt`` input
+(``tangent.<x>`` for jvp, ``vector.<x>`` for hvp and gnvp), the original outputs and the
+products (``tangent.<output>``, ``hvp.<x>`` with ``grad.<x>``, ``gnvp.<x>``), described by its
+`Derived` record (`dpt_ir.ir.records`); the levels' `Autodiff` records are consumed on the way.
+Dead nodes are dropped, the inputs kept (the caller passes them all).
+
+Assumes: a valid graph. Guarantees: ContractError for a ``wrt`` that is not a differentiable
+input, a non-float output to differentiate, and an op on a differentiated path whose second
+derivative is unknown (`joint_graph`'s ``strict``: an op without a derivative entry that is
+not piecewise constant, such as a loop's ``scan_vjp``), naming the node, the op and its
+``dp.*`` function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dpt_ir.api.autodiff import check_wrt, joint_graph
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph, Input, Node, Output
+from dpt_ir.ir.records import Derived, joint_record, phase_tag, with_derived, without_autodiff
+from dpt_ir.ir.registry import CONSTANT_OP
+from dpt_ir.ir.types import TensorType, is_float
+
+TANGENT_PREFIX = "tangent."
+VECTOR_PREFIX = "vector."
+HVP_PREFIX = "hvp."
+GNVP_PREFIX = "gnvp."
+GRAD_PREFIX = "grad."
+_FIRST_PREFIX = "first."  # the first level's gradient outputs while the second level is built
+
+
+def float_outputs(graph: Graph, outputs: Sequence[str] | None, what: str) -> tuple[str, ...]:
+    """``outputs`` (default: every float output), checked to name float outputs."""
+    if outputs is None:
+        names = tuple(o.name for o in graph.outputs if is_float(graph.types[o.value].dtype))
+    else:
+        names = tuple(outputs)
+    for name in names:
+        t = graph.types[graph.output_value(name)]
+        if not is_float(t.dtype):
+            raise ContractError(
+                f"{what}: output {name!r} of graph {graph.name!r} has dtype {t.dtype}; expected a float output"
+            )
+    if not names:
+        raise ContractError(f"{what}: graph {graph.name!r} has no float output to differentiate")
+    return names
+
+
+def jvp_graph(graph: Graph, wrt: Sequence[str], outputs: Sequence[str] | None = None, expand: bool = True) -> Graph:
+    """The outputs and ``J v`` of ``outputs`` (default: every float output) for tangents
+    ``tangent.<x>`` of the ``wrt`` inputs, as outputs ``tangent.<output>``."""
+    wrt = check_wrt(graph, wrt)
+    outs = float_outputs(graph, outputs, "jvp")
+    first = joint_graph(graph, wrt, outs, expand)
+    level1 = joint_record(first)
+    cts = set(level1.cotangents.values())
+    # The cotangents become the variables of the second level: the backward is linear in them.
+    inputs = tuple(i.model_copy(update={"requires_grad": True}) if i.name in cts else i for i in first.inputs)
+    first = first.replace(inputs=inputs)
+    grads = [level1.gradients[w] for w in wrt]
+    second = joint_graph(first, list(level1.cotangents.values()), grads, expand, strict=True)
+    level2 = joint_record(second)
+    tangent_in = {w: TANGENT_PREFIX + w for w in wrt}
+    rename = {level2.cotangents[level1.gradients[w]]: tangent_in[w] for w in wrt}
+    products = {o: TANGENT_PREFIX + o for o in outs}
+    out_list = [*graph.outputs]
+    for o in outs:
+        out_list.append(Output(name=products[o], value=second.output_value(level2.gradients[level1.cotangents[o]])))
+    record = Derived(kind="jvp", wrt=wrt, of=outs, vectors=tangent_in, products=products)
+    zeros = {ct: 0.0 for ct in cts}  # any cotangent gives the same J v: zero lets the first backward go
+    return _finish(second, graph, rename, zeros, out_list, record)
+
+
+def hvp_graph(graph: Graph, wrt: Sequence[str], loss: str, expand: bool = True) -> Graph:
+    """The outputs, the gradient ``grad.<x>`` of ``loss`` and ``H v`` (``hvp.<x>``) for vectors
+    ``vector.<x>`` of the ``wrt`` inputs."""
+    wrt = check_wrt(graph, wrt)
+    float_outputs(graph, [loss], "hvp")
+    shape = graph.types[graph.output_value(loss)].shape
+    if shape != ():
+        raise ContractError(
+            f"hvp: output {loss!r} of graph {graph.name!r} has shape {list(shape)}; expected a scalar loss"
+        )
+    first, held = gradient_graph(graph, wrt, loss, expand)
+    second = joint_graph(first, wrt, list(held.values()), expand, strict=True)
+    level2 = joint_record(second)
+    vectors = {w: VECTOR_PREFIX + w for w in wrt}
+    rename = {level2.cotangents[held[w]]: vectors[w] for w in wrt}
+    grads = {w: GRAD_PREFIX + w for w in wrt}
+    products = {w: HVP_PREFIX + w for w in wrt}
+    out_list = [*graph.outputs]
+    out_list += [Output(name=grads[w], value=second.output_value(held[w])) for w in wrt]
+    out_list += [Output(name=products[w], value=second.output_value(level2.gradients[w])) for w in wrt]
+    record = Derived(kind="hvp", wrt=wrt, of=(loss,), vectors=vectors, products=products, gradients=grads)
+    return _finish(second, graph, rename, {}, out_list, record)
+
+
+def gradient_graph(graph: Graph, wrt: tuple[str, ...], loss: str, expand: bool = True) -> tuple[Graph, dict[str, str]]:
+    """The gradient graph of ``loss`` (its seed fixed to 1), its gradient of each ``wrt`` input
+    as output ``first.<x>`` (the returned names), out of the way of a second level's."""
+    first = joint_graph(graph, wrt, [loss], expand)
+    level1 = joint_record(first)
+    held = {w: _FIRST_PREFIX + w for w in wrt}
+    outs = [*graph.outputs, *(Output(name=held[w], value=first.output_value(level1.gradients[w])) for w in wrt)]
+    return _finish(first, first, {}, {level1.cotangents[loss]: 1.0}, outs, None), held
+
+
+def gnvp_graph(graph: Graph, wrt: Sequence[str], residual: str, expand: bool = True) -> Graph:
+    """The outputs and ``J_rᵀ (J_r v)`` (``gnvp.<x>``) of output ``residual`` for vectors
+    ``vector.<x>`` of the ``wrt`` inputs: its JVP, then its VJP seeded with that tangent."""
+    wrt = check_wrt(graph, wrt)
+    float_outputs(graph, [residual], "gnvp")
+    jvp = jvp_graph(graph, wrt, [residual], expand)
+    tangent = jvp.output_value(TANGENT_PREFIX + residual)
+    joint = joint_graph(jvp, wrt, [residual], expand)
+    level = joint_record(joint)
+    vectors = {w: VECTOR_PREFIX + w for w in wrt}
+    rename = {TANGENT_PREFIX + w: vectors[w] for w in wrt}
+    # The seed is the tangent itself: the cotangent input's readers read the tangent's node.
+    rename[level.cotangents[residual]] = rename.get(tangent, tangent)
+    products = {w: GNVP_PREFIX + w for w in wrt}
+    out_list = [*graph.outputs, *(Output(name=products[w], value=joint.output_value(level.gradients[w])) for w in wrt)]
+    record = Derived(kind="gnvp", wrt=wrt, of=(residual,), vectors=vectors, products=products)
+    return _finish(joint, graph, rename, {}, out_list, record)
+
+
+def _finish(
+    graph: Graph,
+    original: Graph,
+    rename: dict[str, str],
+    constants: dict[str, float],
+    outputs: list[Output],
+    record: Derived | None,
+) -> Graph:
+    """``graph`` with the inputs of ``rename`` renamed (or redirected to a node), those of
+    ``constants`` replaced by constants of that value, ``outputs`` as its outputs, the nodes no
+    output needs dropped and ``record`` in place of its `Autodiff` record (None: keep it).
+    The inputs are ``original``'s, then the renamed ones that remain inputs."""
+    taken = set(graph.types)
+    fills: list[Node] = []
+    subst = dict(rename)
+    for name, value in constants.items():
+        t: TensorType = graph.types[name]
+        node = _fresh(f"{name.replace('.', '_')}_fill", taken)
+        attrs = {"value": value, "dtype": t.dtype, "shape": list(t.shape)}
+        fills.append(Node(name=node, op=CONSTANT_OP, attrs=attrs, type=t, meta=phase_tag("forward")))
+        subst[name] = node
+    nodes = [*fills, *(_renamed(n, subst) for n in graph.nodes)]
+    outs = [o.model_copy(update={"value": subst.get(o.value, o.value)}) for o in outputs]
+    kept = _live(nodes, outs)
+    if record is None:  # an intermediate level: its inputs stay, but the replaced ones
+        inputs = tuple(i for i in graph.inputs if i.name not in subst)
+        meta = without_autodiff(graph.meta)
+    else:
+        vectors = set(record.vectors.values())
+        # One input per vector, though several inputs may be redirected to it (gnvp of an output
+        # that is a wrt input: the seed is the tangent input itself).
+        extra = {rename[i.name]: i.type for i in graph.inputs if rename.get(i.name) in vectors}
+        inputs = (*original.inputs, *(Input(name=n, type=t, requires_grad=False) for n, t in extra.items()))
+        meta = with_derived(without_autodiff(graph.meta), record)
+    return Graph(name=graph.name, inputs=inputs, nodes=tuple(kept), outputs=tuple(outs), meta=meta)
+
+
+def _renamed(node: Node, subst: dict[str, str]) -> Node:
+    if not any(i in subst for i in node.inputs):
+        return node
+    return node.model_copy(update={"inputs": tuple(subst.get(i, i) for i in node.inputs)})
+
+
+def _live(nodes: list[Node], outputs: list[Output]) -> list[Node]:
+    """The nodes some output needs, in order: one reverse sweep."""
+    needed = {o.value for o in outputs}
+    kept: list[Node] = []
+    for node in reversed(nodes):
+        if node.name in needed:
+            kept.append(node)
+            needed.update(node.inputs)
+    kept.reverse()
+    return kept
+
+
+def _fresh(stem: str, taken: set[str]) -> str:
+    name, k = stem, 0
+    while name in taken:
+        k += 1
+        name = f"{stem}_{k}"
+    taken.add(name)
+    return name
