@@ -220,12 +220,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--torch", action=argparse.BooleanOptionalAction, default=True, help="compare with PyTorch too (default on)"
     )
+    parser.add_argument(
+        "--opt-level", type=int, choices=(0, 1, 2, 3), help="clang level of the modules (default Warp's; tests use 0)"
+    )
     args = parser.parse_args(argv)
     if args.graphs < 1 or args.batch < 1:
         parser.error("--graphs and --batch must be at least 1")
     if args.torch and importlib.util.find_spec("torch") is None:
         parser.error("--torch needs PyTorch (pip install -e '.[torch]'); or pass --no-torch")
     shapes = Shapes(edges=args.shapes == "edges", zero_size=args.zero_size, torch=args.torch)
+    if args.opt_level is not None:
+        import warp as wp
+
+        wp.config.optimization_level = args.opt_level
     start = time.perf_counter()
     items = draw_graphs(args.graphs, args.seed, shapes)
     drawn = time.perf_counter()

@@ -78,15 +78,16 @@ class _State:
 def _input_shapes(draw: Draw, edges: bool = False, zero_size: bool = False) -> list[tuple[int, ...]]:
     """1-3 shapes that broadcast together: suffixes of one base shape, some dims set to 1
     (``edges``: one dim may be one of `WIDTHS`; ``zero_size``: dims may be 0)."""
-    base = draw(st.lists(st.integers(0 if zero_size else 1, 4), max_size=3))
-    if edges and base and draw(st.integers(0, 3)) > 0:
+    wide = edges or zero_size  # the first input then has the base's full rank (its wide or empty axis)
+    base = draw(st.lists(st.integers(0 if zero_size else 1, 4), min_size=1 if wide else 0, max_size=3))
+    if edges and draw(st.integers(0, 3)) > 0:
         base[draw(st.integers(0, len(base) - 1))] = draw(st.sampled_from(WIDTHS))
         while math.prod(base) > EDGE_MAX_SIZE:
             base[base.index(max(d for d in base if d not in WIDTHS))] = 1
     n = draw(st.integers(1, 3))
     shapes = []
-    for _ in range(n):
-        rank = draw(st.integers(0, len(base)))
+    for k in range(n):
+        rank = len(base) if wide and k == 0 else draw(st.integers(0, len(base)))
         dims = base[len(base) - rank :]
         shapes.append(tuple(1 if draw(st.booleans()) else d for d in dims) if dims else ())
     return shapes

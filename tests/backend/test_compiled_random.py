@@ -30,7 +30,7 @@ from .harness import MODERATE_TOLERANCES, Batch, compare_batch, seeded_batch
 PER_PROGRAM = 50
 PROGRAMS = 4
 MIN_GRAPHS = 200
-EDGE_GRAPHS = 12
+EDGE_GRAPHS = 8
 
 _SEEN: set[str] = set()  # textual IR of every graph compared
 _PROGRAMS: list[str] = []  # names of the compiled batches
