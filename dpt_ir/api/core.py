@@ -30,7 +30,7 @@ from dpt_ir.ir.types import (
 TensorLike = Tensor | Scalar
 
 
-def _builder_of(args: Sequence[object], where: str) -> GraphBuilder:
+def builder_of(args: Sequence[object], where: str) -> GraphBuilder:
     builders = {id(a.builder): a.builder for a in args if isinstance(a, Tensor)}
     if not builders:
         raise ContractError(f"{where}: expected at least one dp tensor argument, found only constants")
@@ -64,7 +64,7 @@ def lift(args: Sequence[TensorLike], where: str, dtype: str | None = None) -> li
     or to ``dtype`` when given."""
     for a in args:
         _check_operand(a, where)
-    b = _builder_of(args, where)
+    b = builder_of(args, where)
     tensors = [a for a in args if isinstance(a, Tensor)]
     if dtype is None:
         dtype = tensors[0].dtype
@@ -78,11 +78,11 @@ def lift(args: Sequence[TensorLike], where: str, dtype: str | None = None) -> li
         if isinstance(a, Tensor):
             out.append(a if a.dtype == dtype else cast(a, dtype))
         else:
-            out.append(b.constant(_coerce(_py(a), dtype), dtype))
+            out.append(b.constant(coerce_scalar(_py(a), dtype), dtype))
     return out
 
 
-def _coerce(value: Scalar, dtype: str) -> Scalar:
+def coerce_scalar(value: Scalar, dtype: str) -> Scalar:
     if dtype == "bool":
         return bool(value)
     if is_float(dtype):
@@ -95,7 +95,7 @@ def _coerce(value: Scalar, dtype: str) -> Scalar:
 def apply(op: str, *args: TensorLike, **attrs: Any) -> Tensor:
     """Emit ``op`` on ``args`` after lifting and promoting them to one dtype."""
     tensors = lift(args, f"op {op!r}")
-    return _builder_of(tensors, f"op {op!r}").emit(op, tensors, attrs)
+    return builder_of(tensors, f"op {op!r}").emit(op, tensors, attrs)
 
 
 def _unary(op: str, doc: str) -> Any:
@@ -160,7 +160,7 @@ def divide(a: TensorLike, b: TensorLike) -> Tensor:
     tensors = lift([a, b], "op 'div'")
     if not is_float(tensors[0].dtype):
         tensors = [cast(t, "float64") for t in tensors]
-    return _builder_of(tensors, "op 'div'").emit("div", tensors)
+    return builder_of(tensors, "op 'div'").emit("div", tensors)
 
 
 div = true_divide = divide
@@ -171,7 +171,7 @@ def where(condition: TensorLike, x: TensorLike, y: TensorLike) -> Tensor:
     where_ = "op 'where'"
     for a in (condition, x, y):
         _check_operand(a, where_)
-    b = _builder_of([condition, x, y], where_)
+    b = builder_of([condition, x, y], where_)
     cond = condition if isinstance(condition, Tensor) else b.constant(bool(_py(condition)), "bool")
     if cond.dtype != "bool":
         raise ContractError(
@@ -181,7 +181,7 @@ def where(condition: TensorLike, x: TensorLike, y: TensorLike) -> Tensor:
         branches = lift([x, y], where_)
     else:
         dtype = promote_scalar(scalar_dtype(_py(x)), _py(y))
-        branches = [b.constant(_coerce(_py(v), dtype), dtype) for v in (x, y)]
+        branches = [b.constant(coerce_scalar(_py(v), dtype), dtype) for v in (x, y)]
     return b.emit("where", [cond, *branches])
 
 
@@ -364,7 +364,7 @@ def concatenate(arrays: Sequence[Tensor], axis: int = 0) -> Tensor:
     ax = normalize_axis(axis, tensors[0].ndim, op_site("concat", tensors))
     if len(tensors) == 1:
         return tensors[0]
-    return _builder_of(tensors, where).emit("concat", tensors, {"axis": ax})
+    return builder_of(tensors, where).emit("concat", tensors, {"axis": ax})
 
 
 concat = concatenate
@@ -477,7 +477,7 @@ def iota(builder: GraphBuilder, shape: Sequence[int], axes: Sequence[int]) -> Te
 
 
 def zeros_like(x: Tensor) -> Tensor:
-    return x.builder.constant(_coerce(0, x.dtype), x.dtype, x.shape)
+    return x.builder.constant(coerce_scalar(0, x.dtype), x.dtype, x.shape)
 
 
 # -- Tensor operators ------------------------------------------------------------------

@@ -54,7 +54,7 @@ def matmul(a: Any, b: Any) -> Tensor:
     broadcast_shapes(a.shape[:-2] if not vec_a else (), b.shape[:-2] if not vec_b else (), where=shapes)
     if is_float(a.dtype):
         # The innermost builder: inside a loop body an operand may be a tensor of the graph around it.
-        return F._builder_of([a, b], where).emit("matmul", [a, b])
+        return F.builder_of([a, b], where).emit("matmul", [a, b])
     return _integer_matmul(a, b)
 
 

@@ -19,8 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dpt_ir.api import core as F
-from dpt_ir.ir import builder as _builder
-from dpt_ir.ir.builder import GraphBuilder, Tensor, records_origin
+from dpt_ir.ir.builder import GraphBuilder, Tensor, fresh_origin, records_origin
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.types import TensorType, is_float
 from dpt_ir.ops import revolve
@@ -124,7 +123,7 @@ def scan(
         raise ContractError(f"{where}: init must hold at least one carry tensor, found None")
     seq, xs_kind = _leaves(xs, f"{where}: xs")
     steps = _length(seq, length, where)
-    outer = F._builder_of([*carries, *seq], where)
+    outer = F.builder_of([*carries, *seq], where)
     for k, t in enumerate(carries):
         if not is_float(t.dtype) or t.dtype != carries[0].dtype:
             raise ContractError(
@@ -158,7 +157,7 @@ def fori_loop(n: int, body: Callable[[Tensor, Any], Any], init: Any) -> Any:
     carries, carry_kind = _leaves(init, f"{where}: init")
     if not carries:
         raise ContractError(f"{where}: init must hold at least one carry tensor, found None")
-    outer = F._builder_of(carries, where)
+    outer = F.builder_of(carries, where)
 
     def step(carry: Any, i: Any) -> tuple[Any, None]:
         return body(i, carry), None
@@ -197,7 +196,7 @@ def _no_steps(outer: GraphBuilder, body: Any, carries: list[Tensor], carry_kind:
     ys = []
     for o in body.outputs[len(carries) :]:
         t = body.types[o.value]
-        ys.append(outer.constant(F._coerce(0, t.dtype), t.dtype, (0, *t.shape)))
+        ys.append(outer.constant(F.coerce_scalar(0, t.dtype), t.dtype, (0, *t.shape)))
     return _rebuild(carries, carry_kind), _rebuild(ys, ys_kind)
 
 
@@ -219,11 +218,8 @@ def _trace(
     x_arg = _rebuild(x_in, xs_kind)
     if index:
         x_arg = b.input("index", (), "int32", requires_grad=False)
-    token = _builder._ORIGIN.set(None)  # body nodes record the dp.* functions the step calls
-    try:
+    with fresh_origin():  # body nodes record the dp.* functions the step calls
         result = step(_rebuild(carry_in, carry_kind), x_arg)
-    finally:
-        _builder._ORIGIN.reset(token)
     if not isinstance(result, tuple | list) or len(result) != 2:
         raise ContractError(f"{where}: step must return a pair (carry, y), found {type(result).__name__}")
     new_carry, new_kind = _leaves(result[0], f"{where}: the carry returned by step")

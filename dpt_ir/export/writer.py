@@ -189,8 +189,8 @@ def _keyed(kind: str, values: dict[str, np.ndarray]) -> list[tuple[str, np.ndarr
 
 
 def _slot(index: int, slot: Any) -> StatusSpec:
-    from dpt_ir.runtime.program import _describe
+    from dpt_ir.runtime.program import describe_slot
 
     return StatusSpec(
-        index=index, kernel=slot.kernel, node=slot.node, op=slot.op, kind=slot.kind, message=_describe(slot)
+        index=index, kernel=slot.kernel, node=slot.node, op=slot.op, kind=slot.kind, message=describe_slot(slot)
     )

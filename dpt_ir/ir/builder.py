@@ -13,10 +13,11 @@ lets a `NumericalError` name the user-level function (`dpt_ir.ir.records.origin_
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from dpt_ir.ir.errors import ContractError
@@ -28,6 +29,17 @@ P = ParamSpec("P")
 R = TypeVar("R")
 # The user-level function being run, if any (a context variable: safe across threads).
 _ORIGIN: contextvars.ContextVar[str | None] = contextvars.ContextVar("dpt_ir_origin", default=None)
+
+
+@contextlib.contextmanager
+def fresh_origin() -> Iterator[None]:
+    """No user-level function is running inside: the nodes emitted record the ``dp.*``
+    functions called within (a loop body traced inside ``dp.scan`` records the step's own)."""
+    token = _ORIGIN.set(None)
+    try:
+        yield
+    finally:
+        _ORIGIN.reset(token)
 
 
 def records_origin(fn: Callable[P, R]) -> Callable[P, R]:

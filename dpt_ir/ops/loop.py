@@ -294,7 +294,7 @@ def _scan_grad(c: GradContext) -> Any:
         if len(_VJPS) > 1024:
             _VJPS.clear()
         ins = [c.input(k) for k in range(len(c.sig.inputs))]
-        vjp = F._builder_of([*ins, c.gy], "scan").emit("scan_vjp", [*ins, c.gy], c.attrs.model_dump(mode="json"))
+        vjp = F.builder_of([*ins, c.gy], "scan").emit("scan_vjp", [*ins, c.gy], c.attrs.model_dump(mode="json"))
         entry = (weakref.ref(c.gy), vjp)
         _VJPS[id(c.gy)] = entry
     vjp = entry[1]

@@ -59,7 +59,7 @@ class Program:
         self._report = report  # the compile's figures; `report` adds the modules' builds as they happen
         self.module_name = module_name  # the stem of the program's module names (and of its cache entry)
         self.launch_count = 0  # launches of the last evaluation (of any thread)
-        self._input_types = {i.name: i.type for i in graph.inputs}  # the graph is immutable
+        self.input_types = {i.name: i.type for i in graph.inputs}  # the graph is immutable
         self.derived = DerivedPlans(derive)  # the jvp, hvp and gnvp plans, built on first use
 
     @property
@@ -97,7 +97,7 @@ class Program:
         """Forward only: a dict output name -> numpy array."""
         plan = self.plans["run"]
         with plan.workspace() as ws:
-            bound = plan.bind(inputs, self._input_types, ws)
+            bound = plan.bind(inputs, self.input_types, ws)
             ws.clear_status()
             self.launch_count = plan.run("forward", bound, ws)
             self.checkpoint("forward", ws)
@@ -114,7 +114,7 @@ class Program:
             )
         plan = self.plans["value_and_grad"]
         with plan.workspace() as ws:
-            bound = plan.bind(inputs, self._input_types, ws)
+            bound = plan.bind(inputs, self.input_types, ws)
             direct = _direct_results(plan, bound)
             ws.clear_status()
             self.launch_count = plan.run("forward", bound, ws) + plan.run("backward", bound, ws)
@@ -154,12 +154,12 @@ class Program:
         raised = [ws.slots[k] for k in ws.raised()]
         if raised:
             ws.clear_status()
-            reasons = "; ".join(_describe(s) for s in raised[:8])
+            reasons = "; ".join(describe_slot(s) for s in raised[:8])
             more = f" (and {len(raised) - 8} more)" if len(raised) > 8 else ""
             raise NumericalError(f"{where} of {self.graph.name!r}: {reasons}{more}")
 
 
-def _describe(slot: StatusSlot) -> str:
+def describe_slot(slot: StatusSlot) -> str:
     what = "out-of-domain input" if slot.kind == "domain" else "non-finite value"
     detail = f": {slot.detail}" if slot.detail else ""
     origin = f" in {slot.origin}" if slot.origin else ""
@@ -257,7 +257,7 @@ class TapePass:
         self._require(("recording",), "run forward")
         if self._bound is not None:
             raise LifecycleError("tape pass: forward already ran in this pass (one evaluation per pass)")
-        types = self.program._input_types
+        types = self.program.input_types
         self._ws = ws = self.plan.checkout()
         try:
             bound = self.plan.bind(inputs, types, ws)

@@ -59,10 +59,11 @@ class DerivedPlans:
 def _evaluate(program: Program, plan: ExecutionPlan, vectors: Any, inputs: dict[str, Any], what: str) -> Arrays:
     """Every output of ``plan`` for ``inputs`` and the ``vectors`` of the ``wrt`` inputs."""
     record = records.derived_of(plan.graph)
-    assert record is not None
+    if record is None:
+        raise ContractError(f"plan of {program.graph.name!r}: expected a derived plan's record, found none")
     vec = vector_arrays(program.graph, program.wrt, vectors, what)
     named = {record.vectors[w]: v for w, v in vec.items()}
-    types = {**program._input_types, **{n: plan.graph.input_map[n].type for n in named}}
+    types = {**program.input_types, **{n: plan.graph.input_map[n].type for n in named}}
     with plan.workspace() as ws:
         bound = plan.bind({**inputs, **named}, types, ws)
         direct = _direct_outputs(plan, bound)
@@ -97,7 +98,8 @@ def jvp(program: Program, tangents: Any, inputs: dict[str, Any]) -> tuple[Arrays
     plan = program.derived.get(program, "jvp")
     values = _evaluate(program, plan, tangents, inputs, "tangent")
     record = records.derived_of(plan.graph)
-    assert record is not None
+    if record is None:
+        raise ContractError(f"plan of {program.graph.name!r}: expected a derived plan's record, found none")
     return {o.name: values[o.name] for o in program.graph.outputs}, {o: values[p] for o, p in record.products.items()}
 
 
@@ -107,7 +109,8 @@ def hvp(program: Program, vectors: Any, inputs: dict[str, Any]) -> tuple[Arrays,
     plan = program.derived.get(program, "hvp")
     values = _evaluate(program, plan, vectors, inputs, "vector")
     record = records.derived_of(plan.graph)
-    assert record is not None
+    if record is None:
+        raise ContractError(f"plan of {program.graph.name!r}: expected a derived plan's record, found none")
     outs = {o.name: values[o.name] for o in program.graph.outputs}
     return outs, {w: values[g] for w, g in record.gradients.items()}, {w: values[p] for w, p in record.products.items()}
 
@@ -121,5 +124,6 @@ def gnvp(program: Program, vectors: Any, output: Any, inputs: dict[str, Any]) ->
     plan = program.derived.get(program, "gnvp", output)
     values = _evaluate(program, plan, vectors, inputs, "vector")
     record = records.derived_of(plan.graph)
-    assert record is not None
+    if record is None:
+        raise ContractError(f"plan of {program.graph.name!r}: expected a derived plan's record, found none")
     return {n: values[n] for n in names}, {w: values[p] for w, p in record.products.items()}
