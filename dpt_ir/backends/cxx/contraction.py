@@ -14,16 +14,18 @@ added in float64 in block order, ``C = (float) s`` (docs/backend.md gives why an
 bound ``|C - AB| <= (KB u + u) |A||B|``). The CPU and CUDA drivers and any thread count give
 the same bits; no atomics.
 
-- CPU (`cpu_driver`, blocks by dtype in `blocking`): a task is an output block of `TM` x `TN`
-  (float32: `TM32` x `TN32`) of one batch. It walks ``k`` in chunks of `KC` (float32: one k
-  block, `KB`, with `MR32` x `NR32` float micro tiles summed from 0 and added to the double
-  buffer per block): packs the chunk's `TM` rows of A and `TN` columns of B as doubles,
-  zero-padded to whole micro tiles (contiguous, in the order the micro kernel reads them),
-  and runs a `MR` x `NR` micro kernel per micro tile: ``MR * NR`` double accumulators in
-  registers, ``p`` ascending, one broadcast of A and ``NR`` contiguous B values per step (the
-  loop over columns is the vectorised one). Accumulators cross chunks through a task-local
-  double buffer (exact), so chunking does not change the order. Padded rows and columns are
-  never stored. The partition depends on the shapes only (`Plan`): tasks split over threads.
+- CPU (`cpu_driver`, blocks by dtype in `blocking`): a task is an output block of one batch
+  (float64 `TM64` x `TN64`, float32 `TM32` x `TN32`). It walks ``k`` in chunks (float64 `KC64`;
+  float32 one k block, `KB`): packs the chunk's columns of B in the accumulation type, zero-padded
+  to whole micro tiles (contiguous, in the order the micro kernel reads them), and runs a micro
+  kernel per micro tile (float64 `MR64` x `NR64` double accumulators continuing the task's
+  double buffer; float32 `MR32` x `NR32` float accumulators from 0, added to it per block), ``p``
+  ascending, one broadcast of A read in place (either transpose flag is a stride; a padded row
+  rereads the last valid one) and a row of contiguous B values per step (the loop over columns
+  is the vectorised one). Accumulators cross chunks through the task-local double buffer
+  (exact), so chunking does not change the order. Padded rows and columns are never stored. The
+  partition depends on the shapes only (`Plan`): tasks split over threads. The CPU build of a
+  CUDA plan (the export's replay) packs A too, in `TILE` x `TILE` blocks of `MR` x `NR` tiles.
 - CUDA (`cuda_driver`): a block of `BLOCK` threads per `TILE` x `TILE` output tile, one thread
   per output element. Per ``k`` tile, each thread loads one element of the A tile and one of
   the B tile into shared memory (the thread index runs along the operand's contiguous axis,
@@ -51,12 +53,11 @@ from dpt_ir.ir.kernel_ir import KernelGroup
 from dpt_ir.ir.records import origin_of
 from dpt_ir.ir.registry import Contraction
 
-TM, TN = 32, 32  # CPU: a task's output block
-MR, NR = 4, 8  # CPU: the micro tile, MR x NR double accumulators (8 AVX2 registers)
-KC = 128  # CPU: the k chunk packed at a time (A and B panels of TM x KC and KC x TN doubles)
+MR, NR, KC = 4, 8, 128  # the CPU build of a CUDA plan (the export's replay): micro tile, float64 k chunk
 # float32: sums in float32 within a k block of KB steps, in float64 across blocks (module docstring)
 KB = 256  # the k block; CPU: also its chunk, so a chunk's sums stay in float32 registers
-TM32, TN32 = 64, 64  # CPU, float32: a task's output block
+TM64, TN64, MR64, NR64, KC64 = 128, 64, 4, 32, 256  # CPU, float64: block, micro tile (16 AVX-512 registers), chunk
+TM32, TN32 = 128, 64  # CPU, float32: a task's output block
 MR32, NR32 = 8, 32  # CPU, float32: the micro tile, MR32 x NR32 float accumulators (16 AVX-512 registers)
 TILE = 16  # CUDA: output tile edge and k tile, one thread per output element
 BLOCK = TILE * TILE  # CUDA: threads per block
@@ -92,7 +93,7 @@ def plan(graph: Graph, root: str, device: str) -> Plan:
         raise ContractError(f"node {root!r}: a contraction needs float32 or float64, found {dtype}")
     batches = math.prod(ct.batch)
     if device == "cpu":
-        tm, tn = (TM32, TN32) if dtype == "float32" else (TM, TN)  # `blocking`'s task blocks
+        tm, tn = (TM32, TN32) if dtype == "float32" else (TM64, TN64)  # `blocking`'s task blocks
         dim = batches * -(-ct.m // tm) * -(-ct.n // tn)
     else:
         dim = batches * -(-ct.m // TILE) * -(-ct.n // TILE) * BLOCK
@@ -129,41 +130,40 @@ def _status(checks: bool) -> list[str]:
     return ["if (bad) st[sb] = 1;"] if checks else ["(void)bad; (void)st; (void)sb;"]
 
 
-def micro_kernel() -> str:
-    """``MR x NR`` accumulators (``acc``, row-major) advanced over ``kc`` packed steps:
-    ``ap[p * MR + r]`` and ``bp[p * NR + c]``, ``p`` ascending."""
-    return f"""DP_FN void {TOKEN}_micro(const double* __restrict__ ap, const double* __restrict__ bp, int kc,
-                              double* __restrict__ acc) {{
-    double s[{MR}][{NR}];
-    for (int r = 0; r < {MR}; ++r)
-        for (int c = 0; c < {NR}; ++c) s[r][c] = acc[r * {NR} + c];
-    for (int p = 0; p < kc; ++p) {{
-        for (int r = 0; r < {MR}; ++r) {{
-            const double av = ap[p * {MR} + r];
-            for (int c = 0; c < {NR}; ++c) s[r][c] = dp_fma_d(av, bp[p * {NR} + c], s[r][c]);
-        }}
-    }}
-    for (int r = 0; r < {MR}; ++r)
-        for (int c = 0; c < {NR}; ++c) acc[r * {NR} + c] = s[r][c];
-}}"""
-
-
-def micro_kernel32(mr: int, nr: int) -> str:
-    """float32: ``mr x nr`` float accumulators from 0 over ``kc`` packed steps (``p`` ascending,
-    one `dp_fma` each), then added to the float64 ``acc``: one k block's sums."""
-    return f"""DP_FN void {TOKEN}_micro32(const float* __restrict__ ap, const float* __restrict__ bp, int kc,
+def micro_kernel_direct(c_type: str, mr: int, nr: int, direct: tuple[int, int] | None) -> str:
+    """``mr x nr`` accumulators over ``kc`` steps (``p`` ascending, one FMA each): float32 sums
+    from 0 in float, added to the float64 ``acc`` (one k block's sums); float64 sums continue
+    ``acc`` in double. ``direct``: A's (row, column) strides, read in place at ``a`` (``rows``
+    valid rows; a padded row rereads the last valid one, and its sums are never stored), else A's
+    packed panel ``ap[p * mr + r]``."""
+    f32 = c_type == "float"
+    if direct is None:
+        head, rows, read = f"const {c_type}* __restrict__ ap", "", f"ap[p * {mr} + r]"
+    else:
+        head, rows = (
+            f"const {c_type}* __restrict__ a, int rows",
+            (
+                f"    const {c_type}* ra[{mr}];\n"
+                f"    for (int r = 0; r < {mr}; ++r) ra[r] = a + (r < rows ? r : rows - 1) * {direct[0]};\n"
+            ),
+        )
+        read = f"ra[r][p * {direct[1]}]"
+    init, fma, done = (
+        ("0.0f", "dp_fma", "+= (double)s[r][c]") if f32 else (f"acc[r * {nr} + c]", "dp_fma_d", "= s[r][c]")
+    )
+    return f"""DP_FN void {TOKEN}_micro_{c_type}({head}, const {c_type}* __restrict__ bp, int kc,
                                 double* __restrict__ acc) {{
-    float s[{mr}][{nr}];
+{rows}    {c_type} s[{mr}][{nr}];
     for (int r = 0; r < {mr}; ++r)
-        for (int c = 0; c < {nr}; ++c) s[r][c] = 0.0f;
+        for (int c = 0; c < {nr}; ++c) s[r][c] = {init};
     for (int p = 0; p < kc; ++p) {{
         for (int r = 0; r < {mr}; ++r) {{
-            const float av = ap[p * {mr} + r];
-            for (int c = 0; c < {nr}; ++c) s[r][c] = dp_fma(av, bp[p * {nr} + c], s[r][c]);
+            const {c_type} av = {read};
+            for (int c = 0; c < {nr}; ++c) s[r][c] = {fma}(av, bp[p * {nr} + c], s[r][c]);
         }}
     }}
     for (int r = 0; r < {mr}; ++r)
-        for (int c = 0; c < {nr}; ++c) acc[r * {nr} + c] += (double)s[r][c];
+        for (int c = 0; c < {nr}; ++c) acc[r * {nr} + c] {done};
 }}"""
 
 
@@ -179,26 +179,32 @@ class Blocking:
     kc: int
     packed: str
     micro: str
+    direct_a: bool = False  # the micro kernel reads A in place (no A panel)
 
 
 def blocking(p: Plan, cuda: bool) -> Blocking:
     """float64: double panels, `MR` x `NR` tiles, chunks of `KC`; float32: float panels, chunks of
     one k block (`KB`), `MR32` x `NR32` tiles; a CUDA plan's replay: `TILE` x `TILE` blocks."""
-    tm, tn = (TILE, TILE) if cuda else ((TM32, TN32) if p.c_type == "float" else (TM, TN))
+    if cuda:  # the replay: the CUDA partition's tiles, packed panels
+        return Blocking(TILE, TILE, MR, NR, KB if p.c_type == "float" else KC, p.c_type, f"micro_{p.c_type}")
     if p.c_type == "float":
-        mr, nr = (MR, NR) if cuda else (MR32, NR32)
-        return Blocking(tm, tn, mr, nr, KB, "float", "micro32")
-    return Blocking(tm, tn, MR, NR, KC, "double", "micro")
+        return Blocking(TM32, TN32, MR32, NR32, KB, "float", "micro_float", direct_a=True)
+    return Blocking(TM64, TN64, MR64, NR64, KC64, "double", "micro_double", direct_a=True)
 
 
 def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
-    """Task ``t``: the `TM` x `TN` output block of one batch (see the module docstring). Built
+    """Task ``t``: one output block of one batch (`blocking`; see the module docstring). Built
     for a CUDA launch (``cuda``: the export's CPU replay of a CUDA plan), task ``t`` is a CUDA
     thread: the first thread of each block computes the block's `TILE` x `TILE` tile, the others
     nothing."""
     ct, bk = p.ct, blocking(p, cuda)
     tm, tn, mr_, nr_, kc_, pk = bk.tm, bk.tn, bk.mr, bk.nr, bk.kc, bk.packed
     zero = "0.0" if pk == "double" else "0.0f"
+    a_arg = (
+        f"a0 + ab + (i0 + mi * {mr_}) * {ct.a_row} + p0 * {ct.a_col}, mr - mi * {mr_}"
+        if bk.direct_a
+        else f"ap + mi * {kc_ * mr_}"
+    )
     blocks_n = max(1, -(-ct.n // tn))  # >= 1: an empty product launches nothing, but its text still compiles
     per_batch = max(1, -(-ct.m // tm) * blocks_n)
     task = [f"if (t % {BLOCK} != 0) return;", f"const int task = t / {BLOCK};"] if cuda else ["const int task = t;"]
@@ -212,17 +218,23 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
         *_bases(ct, "bt"),
         f"double acc[{tm * tn}];",
         f"for (int e = 0; e < {tm * tn}; ++e) acc[e] = 0.0;",
-        f"{pk} ap[{tm * kc_}];",
+        *([] if bk.direct_a else [f"{pk} ap[{tm * kc_}];"]),
         f"{pk} bp[{kc_ * tn}];",
         f"for (int p0 = 0; p0 < {ct.k}; p0 += {kc_}) {{",
         f"    const int kc = {ct.k} - p0 < {kc_} ? {ct.k} - p0 : {kc_};",
-        "    for (int mi = 0; mi < mt; ++mi)",
-        "        for (int p = 0; p < kc; ++p)",
-        f"            for (int r = 0; r < {mr_}; ++r) {{",
-        f"                const int i = mi * {mr_} + r;",
-        f"                ap[(mi * {kc_} + p) * {mr_} + r] = i < mr ? "
-        f"({pk})a0[ab + (i0 + i) * {ct.a_row} + (p0 + p) * {ct.a_col}] : {zero};",
-        "            }",
+        *(
+            []
+            if bk.direct_a
+            else [
+                "    for (int mi = 0; mi < mt; ++mi)",
+                "        for (int p = 0; p < kc; ++p)",
+                f"            for (int r = 0; r < {mr_}; ++r) {{",
+                f"                const int i = mi * {mr_} + r;",
+                f"                ap[(mi * {kc_} + p) * {mr_} + r] = i < mr ? "
+                f"({pk})a0[ab + (i0 + i) * {ct.a_row} + (p0 + p) * {ct.a_col}] : {zero};",
+                "            }",
+            ]
+        ),
         "    for (int nj = 0; nj < nt; ++nj)",
         "        for (int p = 0; p < kc; ++p)",
         f"            for (int c = 0; c < {nr_}; ++c) {{",
@@ -232,7 +244,7 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
         "            }",
         "    for (int mi = 0; mi < mt; ++mi)",
         "        for (int nj = 0; nj < nt; ++nj)",
-        f"            {TOKEN}_{bk.micro}(ap + mi * {kc_ * mr_}, bp + nj * {kc_ * nr_}, kc, "
+        f"            {TOKEN}_{bk.micro}({a_arg}, bp + nj * {kc_ * nr_}, kc, "
         f"acc + (mi * {tn // nr_} + nj) * {mr_ * nr_});",
         "}",
         "int bad = 0;",
@@ -340,7 +352,8 @@ def contraction_kernels(
     sig = f"{unit.sig()}, int* st, int sb, int t"
     cpu = cpu_driver(p, sig, checks, device != "cpu")
     bk = blocking(p, device != "cpu")
-    micro = micro_kernel() if bk.packed == "double" else micro_kernel32(bk.mr, bk.nr)
+    direct = (p.ct.a_row, p.ct.a_col) if bk.direct_a else None
+    micro = micro_kernel_direct(bk.packed, bk.mr, bk.nr, direct)
     pieces = [micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]
     fn, cxx = hashed("\n".join(pieces) + "\n")
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
