@@ -139,17 +139,28 @@ def make_batch(name: str, items: list[Item]) -> Batch:
     return seeded_batch(name, items, len(items))
 
 
+def _non_finite_reference(graph: dp.Graph, inputs: dict[str, np.ndarray]) -> bool:
+    """Does the interpreter give a non-finite value or gradient (an empty logsumexp's -inf)?"""
+    values = list(dp.interpret(graph, **inputs).values())
+    wrt = differentiable_inputs(graph)
+    if wrt:
+        values += list(dp.interpret_grad(graph, wrt, **inputs).values())
+    return any(not np.all(np.isfinite(np.asarray(v, dtype=np.float64))) for v in values)
+
+
 def check_items(name: str, items: list[Item], torch: bool = False) -> list[Mismatch]:
     """Compile ``items`` as one program and compare (``torch``: with PyTorch too); a batch
     that raises is split in halves (an explicit stack, no recursion) until the failing
-    graphs stand alone."""
+    graphs stand alone. A lone graph whose reference is non-finite raises NumericalError by
+    contract (status checks, on by default): it is compiled again with ``checks=False`` and its
+    values compared; only a mismatch there, or any other failure, is a finding."""
     found: list[Mismatch] = []
-    stack = [(name, items)]
+    stack = [(name, items, True)]
     while stack:
-        label, group = stack.pop()
+        label, group, checks = stack.pop()
         batch = make_batch(label, group)
         try:
-            batch.compile()
+            batch.compile(checks=checks)
             problems = compare_batch(batch, MODERATE_TOLERANCES, mixed=True)
             if torch:
                 from torch_oracle import compare_with_torch  # torch only where asked for
@@ -159,9 +170,12 @@ def check_items(name: str, items: list[Item], torch: bool = False) -> list[Misma
         except Exception as exc:  # noqa: BLE001  (any failure is a finding; it is split, then reported)
             if len(group) > 1:
                 half = len(group) // 2
-                stack += [(f"{label}a", group[:half]), (f"{label}b", group[half:])]
+                stack += [(f"{label}a", group[:half], checks), (f"{label}b", group[half:], checks)]
                 continue
             graph, inputs = group[0]
+            if checks and isinstance(exc, dp.NumericalError) and _non_finite_reference(graph, inputs):
+                stack.append((f"{label}_unchecked", group, False))
+                continue
             found.append(Mismatch(label, graph, inputs, [f"{type(exc).__name__}: {exc}"]))
             continue
         for k, (pid, msgs) in enumerate(problems.items()):

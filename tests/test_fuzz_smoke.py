@@ -1,8 +1,8 @@
 """A few graphs through `benchmarks/fuzz.py` (the 2,000-graph run is a script, recorded in
 docs/contracts-and-determinism.md), and its shrinker's cones, which need no compile: the
 small shapes, the edge shapes (wide axes around the lane and block widths, size-one axes)
-against the interpreter and PyTorch, and a fixed sample of zero-size graphs, expected to
-fail until zero-size groups lower (strict: it fails loudly once they do)."""
+against the interpreter and PyTorch, a fixed sample of zero-size graphs, and the checks
+contract on a non-finite reference."""
 
 from __future__ import annotations
 
@@ -85,3 +85,23 @@ def test_cones_compute_each_value_alone() -> None:
     np.testing.assert_allclose(dp.interpret(exp_cone, **inputs)["loss"], np.exp(inputs["x"]).sum(), rtol=1e-6)
     bool_cone = next(c for c in cones if c.outputs[0].name == "out")
     assert dp.interpret(bool_cone, **inputs)["out"].dtype == np.bool_
+
+
+def _empty_logsumexp() -> fuzz.Item:
+    """The 2,000-graph run's finding: logsumexp over an empty input is -inf (NumPy, PyTorch),
+    which the status checks report as a NumericalError."""
+    g = dp.GraphBuilder("empty_lse")
+    x = g.input("x", (0, 1, 1), "float32")
+    g.output("loss", dp.sum(dp.logsumexp(x, axis=(0, 1, 2), keepdims=True)))
+    return g.build(), {"x": np.zeros((0, 1, 1), np.float32)}
+
+
+def test_a_non_finite_reference_is_checked_without_status_checks() -> None:
+    """With checks the compiled program raises NumericalError (the contract), so the fuzz
+    compares it compiled with ``checks=False``: -inf, as the interpreter and PyTorch give."""
+    graph, inputs = _empty_logsumexp()
+    with pytest.raises(dp.NumericalError, match="non-finite"):
+        dp.compile(graph, wrt=["x"], device="cpu").value_and_grad(**inputs)
+    assert fuzz.check_items("empty_lse", [(graph, inputs)], torch=HAS_TORCH) == []
+    out = dp.compile(graph, wrt=["x"], device="cpu", checks=False).run(**inputs)
+    assert out["loss"] == -np.inf
