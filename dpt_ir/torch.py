@@ -12,9 +12,12 @@ Guarantees:
   ``TorchFunction.forward_op`` / ``vjp_op``. Eager calls run the same two
   implementations through a ``torch.autograd.Function`` instead: the custom op's Python
   dispatch costs ~0.1 ms a call on this machine, several times the per-call goal.
-  Double backward is not supported yet: a gradient taken with ``create_graph=True``
-  carries a node whose backward raises a `ContractError` saying so (instead of torch's
-  silent constant or its "does not require grad" error).
+  Double backward: a gradient taken with ``create_graph=True`` of the loss alone (a cotangent
+  on ``program.loss``, none on the other outputs) is differentiable once more, through the
+  program's Hessian-vector product (`Program.hvp`: ``d/dx <g ∇L, v> = g H v`` and
+  ``d/dg = <∇L, v>``). Any other second derivative (a cotangent on another output, a loop
+  program) and third order carry a node whose backward raises a `ContractError` saying so
+  (instead of torch's silent constant or its "does not require grad" error).
 - Gradients reach every input in ``program.wrt`` for cotangents on any subset of the
   outputs; a tensor that requires grad on an input outside ``wrt`` is a `ContractError`
   (a silent zero gradient would be wrong).
@@ -279,27 +282,80 @@ class _Eager(torch.autograd.Function):
             wrt_grads = fn.vjp_impl(list(ctx.saved_tensors), fn.cotangents(grads), ctx.loss_grads)
         input_grads = fn.input_grads(wrt_grads)
         if torch.is_grad_enabled():  # create_graph=True: the caller may differentiate these gradients
+            seed = _loss_seed(fn, grads)
+            if seed is not None:  # the loss alone: differentiable again through program.hvp
+                wrt = _LossGradient.apply(fn, seed, *ctx.saved_tensors)
+                by_name = dict(zip(fn.program.wrt, wrt, strict=True))
+                return (None, None, *[by_name.get(n) for n in fn.inputs])
             # They depend on the inputs (and the cotangents), so they must not look constant to torch.
             depends = [t for t in (*ctx.saved_tensors, *grads) if t is not None and t.requires_grad]
-            input_grads = [g if g is None else _NoSecondOrder.apply(fn, g, *depends) for g in input_grads]
+            why = "of outputs other than the loss" if hasattr(fn.program, "hvp") else "of a loop program"
+            input_grads = [g if g is None else _Refused.apply(fn, why, g, *depends) for g in input_grads]
         return (None, None, *input_grads)
 
 
-class _NoSecondOrder(torch.autograd.Function):
-    """A first-order gradient, passed through, whose own backward refuses: dpt_ir derives
-    no second derivatives yet, and without this node torch would treat the gradient as a
-    constant (a wrong zero second derivative) or fail with a message that hides why."""
+def _loss_seed(fn: TorchFunction, grads: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
+    """The loss's cotangent when it is the only nonzero one and the program has a Hessian-vector
+    product (a `Program` with a loss), else None."""
+    loss = fn.program.loss
+    if loss is None or not hasattr(fn.program, "hvp"):
+        return None
+    by_name = dict(zip(fn.outputs, grads, strict=True))
+    others = [g for n, g in by_name.items() if n != loss and g is not None]
+    if by_name[loss] is None or any(bool(torch.any(g != 0)) for g in others):
+        return None
+    return by_name[loss]
+
+
+class _LossGradient(torch.autograd.Function):
+    """``g ∇L(x)`` per ``wrt`` input (``g``: the loss's cotangent), differentiable once more:
+    its backward of cotangents ``v`` is ``g H v`` per ``wrt`` input (`Program.hvp`) and
+    ``<∇L, v>`` for ``g``. Its own gradients are refused (third order)."""
 
     @staticmethod
-    def forward(ctx: Any, fn: TorchFunction, grad: torch.Tensor, *depends: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: Any, fn: TorchFunction, seed: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         ctx.fn = fn
+        ctx.save_for_backward(seed, *tensors)
+        with torch.no_grad():
+            grads = fn.vjp_impl(
+                list(tensors), fn.cotangents([seed if n == fn.program.loss else None for n in fn.outputs])
+            )
+        return tuple(grads)
+
+    @staticmethod
+    def backward(ctx: Any, *vs: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        fn: TorchFunction = ctx.fn
+        seed, *tensors = ctx.saved_tensors
+        wrt = list(fn.program.wrt)
+        vectors = {w: (torch.zeros_like(tensors[fn.inputs.index(w)]) if v is None else v).detach().cpu().numpy()
+                   for w, v in zip(wrt, vs, strict=True)}  # fmt: skip
+        with torch.no_grad(), fn._stream():
+            _, grads, hvps = fn.program.hvp(vectors, **fn._program_inputs(list(tensors)))
+        g = seed.detach()
+        d_seed = sum(float(np.vdot(grads[w], vectors[w])) for w in wrt)
+        d_inputs = {w: g * fn._tensor(hvps[w]) for w in wrt}
+        out = [d_inputs.get(n) for n in fn.inputs]
+        if torch.is_grad_enabled():  # third order: refused, not a silent constant
+            depends = [t for t in (seed, *tensors, *vs) if t is not None and t.requires_grad]
+            out = [d if d is None else _Refused.apply(fn, "of third order", d, *depends) for d in out]
+        return (None, torch.as_tensor(d_seed, dtype=seed.dtype, device=seed.device), *out)
+
+
+class _Refused(torch.autograd.Function):
+    """A gradient, passed through, whose own backward refuses (``why``: which derivative dpt_ir
+    does not derive): without this node torch would treat it as a constant (a wrong zero
+    derivative) or fail with a message that hides why."""
+
+    @staticmethod
+    def forward(ctx: Any, fn: TorchFunction, why: str, grad: torch.Tensor, *depends: torch.Tensor) -> torch.Tensor:
+        ctx.fn, ctx.why = fn, why
         return grad.clone()  # a new tensor: an autograd.Function must not return its input as is
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[None, ...]:
         raise ContractError(
-            f"dpt_ir.torch.function({ctx.fn.program.graph.name!r}): double backward (differentiating a gradient "
-            "taken with create_graph=True) is not supported yet; dpt_ir derives first-order gradients only"
+            f"dpt_ir.torch.function({ctx.fn.program.graph.name!r}): differentiating this gradient (a derivative "
+            f"{ctx.why}) is not supported yet; dpt_ir derives second derivatives of the loss alone (Program.hvp)"
         )
 
 

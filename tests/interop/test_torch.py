@@ -154,21 +154,46 @@ def test_registered_op_gradcheck_in_eager(pair_program: dp.Program) -> None:
     assert torch.autograd.gradcheck(lambda a, b: tuple(f.forward_op([a, b, t["w"]])[:2]), (t["a"], t["b"]))
 
 
-@pytest.mark.parametrize("output", ["loss", "c"])  # the kept loss gradients; a tape pass
-def test_double_backward_is_refused(pair_program: dp.Program, output: str) -> None:
-    """A gradient taken with create_graph=True is the right first-order value, and
-    differentiating it again is a ContractError saying double backward is not supported
-    yet (not torch's "does not require grad", nor a silent zero)."""
+def test_double_backward_of_the_loss_is_its_hessian_vector_product(pair_program: dp.Program) -> None:
+    """A gradient of the loss taken with create_graph=True differentiates again through
+    program.hvp: the second derivatives equal PyTorch's own on the reference model (float64),
+    for the inputs and for the loss's cotangent; gradgradcheck passes."""
+    f = dpt.function(pair_program)
+    t = tensors(pair_inputs(15), grad=("a", "b"))
+    r = {k: v.detach().clone().requires_grad_(k in ("a", "b")) for k, v in t.items()}
+    (ga, gb) = torch.autograd.grad(f(**t)[0], (t["a"], t["b"]), create_graph=True)
+    (ra, rb) = torch.autograd.grad(pair_reference(**r)[0], (r["a"], r["b"]), create_graph=True)
+    torch.testing.assert_close(ga, ra, rtol=1e-12, atol=1e-12)
+    u = torch.linspace(-1.0, 1.0, ga.numel(), dtype=ga.dtype).reshape(ga.shape)
+    got = torch.autograd.grad((ga * u).sum() + (gb * u).sum(), (t["a"], t["b"]))
+    want = torch.autograd.grad((ra * u).sum() + (rb * u).sum(), (r["a"], r["b"]))
+    for x, y in zip(got, want, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+    a, b, w = (t[k].detach().clone().requires_grad_(k != "w") for k in ("a", "b", "w"))
+    assert torch.autograd.gradgradcheck(lambda a, b: f(a, b, w)[0], (a, b))
+
+
+def test_other_second_derivatives_are_refused(pair_program: dp.Program) -> None:
+    """A gradient of another output (a tape pass), taken with create_graph=True, is the right
+    first-order value; differentiating it again is a ContractError naming what is missing (not
+    torch's "does not require grad", nor a silent zero)."""
     f = dpt.function(pair_program)
     t = tensors(pair_inputs(15), grad=("a",))
-    (first,) = torch.autograd.grad(f(**t)[{"loss": 0, "c": 1}[output]].sum(), t["a"])
-    (ga,) = torch.autograd.grad(f(**t)[{"loss": 0, "c": 1}[output]].sum(), t["a"], create_graph=True)
+    (first,) = torch.autograd.grad(f(**t)[1].sum(), t["a"])
+    (ga,) = torch.autograd.grad(f(**t)[1].sum(), t["a"], create_graph=True)
     torch.testing.assert_close(ga, first, rtol=0, atol=0)
     assert ga.requires_grad
-    with pytest.raises(dp.ContractError, match=r"function\('interop_pair'\): double backward .* is not supported yet"):
+    with pytest.raises(dp.ContractError, match=r"function\('interop_pair'\): .*of outputs other than the loss"):
         ga.sum().backward()
-    with pytest.raises(dp.ContractError, match="double backward"):
-        torch.autograd.grad(ga.sum(), t["a"])
+
+
+def test_third_order_is_refused(pair_program: dp.Program) -> None:
+    f = dpt.function(pair_program)
+    t = tensors(pair_inputs(17), grad=("a",))
+    (ga,) = torch.autograd.grad(f(**t)[0], t["a"], create_graph=True)
+    (gga,) = torch.autograd.grad(ga.sum(), t["a"], create_graph=True)
+    with pytest.raises(dp.ContractError, match="of third order"):
+        gga.sum().backward()
 
 
 def test_backward_twice_with_retained_graph_accumulates_fresh_gradients(pair_program: dp.Program) -> None:
