@@ -31,6 +31,9 @@ from dpt_ir.ir.errors import ContractError
 from dpt_ir.ops.resample import Affine, Coordinates, Radon, ZoomShift
 from dpt_ir.reference import resample_ref as R
 from dpt_ir.reference.radon_ref import radon_shape
+from dpt_ir.reference.spline_ref import FILTER_ORDERS as SPLINE_ORDERS
+
+FILTER_ORDERS = (0, 1, *SPLINE_ORDERS)  # spline_filter / spline_filter1d: every order scipy has
 
 
 def _interpolate(
@@ -193,20 +196,20 @@ def rotate(
 
 @records_origin
 def spline_filter1d(input: Tensor, order: int = 3, axis: int = -1, mode: str = "mirror") -> Tensor:
-    """``scipy.ndimage.spline_filter1d`` (orders 0 and 1 return the input unchanged)."""
+    """``scipy.ndimage.spline_filter1d``, orders 0 to 5 (orders 0 and 1 return the input unchanged)."""
     where = A.where_of("spline_filter1d", input)
     x = A.image(input, where)
-    A.check(order, mode, where)
+    A.check(order, mode, where, orders=FILTER_ORDERS)
     if not -x.ndim <= axis < x.ndim:
         raise ContractError(f"{where}: axis must be in [-{x.ndim}, {x.ndim}), found {axis}")
     if order < 2:
         return x
-    return x.builder.emit("spline_filter1d", [x], {"axis": axis % x.ndim, "mode": mode})
+    return x.builder.emit("spline_filter1d", [x], {"axis": axis % x.ndim, "mode": mode, "order": order})
 
 
 @records_origin
 def spline_filter(input: Tensor, order: int = 3, mode: str = "mirror") -> Tensor:
-    """``scipy.ndimage.spline_filter``: the 1-D filter along every axis in turn."""
+    """``scipy.ndimage.spline_filter``, orders 0 to 5: the 1-D filter along every axis in turn."""
     x = A.image(input, A.where_of("spline_filter", input))
     for axis in range(x.ndim):
         x = spline_filter1d(x, order, axis, mode)
