@@ -26,12 +26,11 @@ import numpy as np
 import scipy
 import scipy.ndimage as ndi
 
-import dpt_ir as dp
-
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: the repository root holds the benchmarks package
+if str(ROOT) not in sys.path:  # run as a script: this checkout's dpt_ir, not an installed one
     sys.path.insert(0, str(ROOT))
 
+import dpt_ir as dp  # noqa: E402
 from benchmarks.bench_registration import build, problem  # noqa: E402
 from benchmarks.rounds import measure  # noqa: E402
 
@@ -72,7 +71,8 @@ def main() -> None:
         "scipy forward": scipy_forward,
     }
     times = measure(steps, args.reps)
-    print(f"one thread, scipy {scipy.__version__}, median of {args.reps} interleaved rounds")
+    where = Path(dp.__file__).parent
+    print(f"one thread, dpt_ir from {where}, scipy {scipy.__version__}, median of {args.reps} rounds")
     print("| case | dpt_ir CPU ms | scipy CPU ms | scipy / dpt_ir (CPU) | scipy / dpt_ir (wall) |")
     print("|---|---:|---:|---:|---:|")
     for case in ("spline_filter", "forward"):

@@ -5,7 +5,7 @@
 family (`dpt_ir.ops.resample`) exactly as scipy composes them: for ``order=3`` with
 ``prefilter``, the input is first extended by 12 elements per side under ``nearest`` and
 ``grid-constant`` (scipy's ``_prepad_for_spline_filter``), then spline-filtered along every
-axis, then interpolated. Orders 0, 1 and 3; every mode; ``cval``.
+axis, then interpolated. Orders 0 to 5; every mode; ``cval``.
 
 Assumes the geometry is a compile-time constant (coordinates as an array, not a graph
 tensor; a constant matrix, offset, shift, zoom, angle or theta): it is stored in the node
@@ -31,9 +31,6 @@ from dpt_ir.ir.errors import ContractError
 from dpt_ir.ops.resample import Affine, Coordinates, Radon, ZoomShift
 from dpt_ir.reference import resample_ref as R
 from dpt_ir.reference.radon_ref import radon_shape
-from dpt_ir.reference.spline_ref import FILTER_ORDERS as SPLINE_ORDERS
-
-FILTER_ORDERS = (0, 1, *SPLINE_ORDERS)  # spline_filter / spline_filter1d: every order scipy has
 
 
 def _interpolate(
@@ -58,7 +55,7 @@ def _interpolate(
             poison = poison + math.nan
         x = x + poison
         for axis in range(x.ndim):
-            attrs = {"axis": axis, "mode": mode, "npad": npad, "cval": float(cval)}
+            attrs = {"axis": axis, "mode": mode, "npad": npad, "cval": float(cval), "order": order}
             x = x.builder.emit("spline_filter1d", [x], attrs)
     if isinstance(geometry, Tensor):
         if math.prod(x.shape) == 0:  # nothing to read: every point is cval (`A.check_empty`)
@@ -199,7 +196,7 @@ def spline_filter1d(input: Tensor, order: int = 3, axis: int = -1, mode: str = "
     """``scipy.ndimage.spline_filter1d``, orders 0 to 5 (orders 0 and 1 return the input unchanged)."""
     where = A.where_of("spline_filter1d", input)
     x = A.image(input, where)
-    A.check(order, mode, where, orders=FILTER_ORDERS)
+    A.check(order, mode, where)
     if not -x.ndim <= axis < x.ndim:
         raise ContractError(f"{where}: axis must be in [-{x.ndim}, {x.ndim}), found {axis}")
     if order < 2:

@@ -70,7 +70,7 @@ class ResampleAttrs(Attrs):
     geometry: Geometry
     in_shape: tuple[int, ...]
     out_shape: tuple[int, ...]
-    order: Literal[0, 1, 3] = 3
+    order: Literal[0, 1, 2, 3, 4, 5] = 3
     mode: Mode = "constant"
     cval: float = 0.0
     npad: int = 0
