@@ -40,12 +40,11 @@ import scipy.ndimage as ndi
 import torch
 import torch.nn.functional as tf
 
-import dpt_ir as dp
-
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: the repository root holds the benchmarks package
+if str(ROOT) not in sys.path:  # run as a script: this checkout's dpt_ir and benchmarks package
     sys.path.insert(0, str(ROOT))
 
+import dpt_ir as dp  # noqa: E402
 from benchmarks.rounds import measure  # noqa: E402
 
 Step = Callable[[], tuple[float, np.ndarray]]

@@ -2,7 +2,7 @@
 
 One table: each case builds a graph with a mistake and names the three parts its
 ContractError must hold: the culprit (the function or op node and its input), what was
-expected and what was found. The issue's list (a float index array, ``order=2``,
+expected and what was found. The issue's list (a float index array, an order scipy lacks (``order=2`` until issue 29),
 coordinates with the wrong leading dimension, an unknown mode, mismatched matmul shapes)
 is covered for every public function that takes that argument, plus the other argument
 errors of the same functions. Nothing compiles: these errors come from the builder.
@@ -26,7 +26,7 @@ def _in(g: dp.GraphBuilder, name: str, shape: tuple[int, ...], dtype: str = "flo
 
 
 MODE_LIST = "constant, nearest, reflect, mirror, wrap, grid-constant, grid-mirror, grid-wrap"
-ORDER_EXPECTED = "order must be one of 0, 1, 3"
+ORDER_EXPECTED = "order must be one of 0, 1, 2, 3, 4, 5"
 # (id, build, culprit, expected, found)
 CASES: list[tuple[str, Build, str, str, str]] = [
     # A float index array (constant or graph tensor), for every gather/scatter entry point.
@@ -45,18 +45,18 @@ CASES: list[tuple[str, Build, str, str, str]] = [
      "expected one of 'raise', 'wrap', 'clip'", "unknown mode 'edge'"),
     ("take_out_of_range", lambda g, a: dp.take(a, np.array([30])), "op 'take' on %a", "-30 <= index < 30",
      "index 30 is out of bounds"),
-    # order=2 (and 4, 5) for every interpolating function.
-    ("mc_order2", lambda g, a: dp.map_coordinates(a, C2, order=2), "dp.map_coordinates on %a", ORDER_EXPECTED,
-     "found 2"),
-    ("mc_order2_tensor", lambda g, a: dp.map_coordinates(a, _in(g, "c", (2, 3)), order=2),
-     "dp.map_coordinates on %a", ORDER_EXPECTED, "found 2"),
-    ("affine_order2", lambda g, a: dp.affine_transform(a, np.eye(2), order=2), "dp.affine_transform on %a",
-     ORDER_EXPECTED, "found 2"),
-    ("shift_order5", lambda g, a: dp.shift(a, 1.0, order=5), "dp.shift on %a", ORDER_EXPECTED, "found 5"),
-    ("zoom_order4", lambda g, a: dp.zoom(a, 2.0, order=4), "dp.zoom on %a", ORDER_EXPECTED, "found 4"),
-    ("rotate_order2", lambda g, a: dp.rotate(a, 10.0, order=2), "dp.rotate on %a", ORDER_EXPECTED, "found 2"),
-    ("spline_order2", lambda g, a: dp.spline_filter(a, order=2), "dp.spline_filter1d on %a", ORDER_EXPECTED,
-     "found 2"),
+    # An order scipy does not have (every order from 0 to 5 is accepted), for every function.
+    ("mc_order6", lambda g, a: dp.map_coordinates(a, C2, order=6), "dp.map_coordinates on %a", ORDER_EXPECTED,
+     "found 6"),
+    ("mc_order6_tensor", lambda g, a: dp.map_coordinates(a, _in(g, "c", (2, 3)), order=6),
+     "dp.map_coordinates on %a", ORDER_EXPECTED, "found 6"),
+    ("affine_order6", lambda g, a: dp.affine_transform(a, np.eye(2), order=6), "dp.affine_transform on %a",
+     ORDER_EXPECTED, "found 6"),
+    ("shift_order7", lambda g, a: dp.shift(a, 1.0, order=7), "dp.shift on %a", ORDER_EXPECTED, "found 7"),
+    ("zoom_order_neg", lambda g, a: dp.zoom(a, 2.0, order=-1), "dp.zoom on %a", ORDER_EXPECTED, "found -1"),
+    ("rotate_order6", lambda g, a: dp.rotate(a, 10.0, order=6), "dp.rotate on %a", ORDER_EXPECTED, "found 6"),
+    ("spline_order6", lambda g, a: dp.spline_filter(a, order=6), "dp.spline_filter1d on %a", ORDER_EXPECTED,
+     "found 6"),
     ("mc_order_bool", lambda g, a: dp.map_coordinates(a, C2, order=True), "dp.map_coordinates on %a",
      ORDER_EXPECTED, "found True"),
     # Coordinates with the wrong leading dimension (or dtype), constant and graph tensor.
@@ -124,11 +124,11 @@ def test_bad_input_names_culprit_expectation_and_finding(build: Build, culprit: 
 
 def test_valid_neighbours_of_the_bad_cases_build() -> None:
     """The table's arguments one step from an error are accepted, so each case fails for
-    the reason it names: orders 0/1/3, every mode, a NaN or NumPy-scalar cval, int64
+    the reason it names: orders 0 to 5, every mode, a NaN or NumPy-scalar cval, int64
     indices, matching matmul shapes."""
     g = dp.GraphBuilder("good")
     a = _in(g, "a", (5, 6))
-    for order in (0, 1, 3):
+    for order in range(6):
         dp.map_coordinates(a, C2, order=order)
     for mode in MODE_LIST.split(", "):
         dp.shift(a, 0.5, order=1, mode=mode, cval=float("nan"))

@@ -5,7 +5,7 @@
 family (`dpt_ir.ops.resample`) exactly as scipy composes them: for ``order=3`` with
 ``prefilter``, the input is first extended by 12 elements per side under ``nearest`` and
 ``grid-constant`` (scipy's ``_prepad_for_spline_filter``), then spline-filtered along every
-axis, then interpolated. Orders 0, 1 and 3; every mode; ``cval``.
+axis, then interpolated. Orders 0 to 5; every mode; ``cval``.
 
 Assumes the geometry is a compile-time constant (coordinates as an array, not a graph
 tensor; a constant matrix, offset, shift, zoom, angle or theta): it is stored in the node
@@ -55,7 +55,7 @@ def _interpolate(
             poison = poison + math.nan
         x = x + poison
         for axis in range(x.ndim):
-            attrs = {"axis": axis, "mode": mode, "npad": npad, "cval": float(cval)}
+            attrs = {"axis": axis, "mode": mode, "npad": npad, "cval": float(cval), "order": order}
             x = x.builder.emit("spline_filter1d", [x], attrs)
     if isinstance(geometry, Tensor):
         if math.prod(x.shape) == 0:  # nothing to read: every point is cval (`A.check_empty`)
@@ -193,7 +193,7 @@ def rotate(
 
 @records_origin
 def spline_filter1d(input: Tensor, order: int = 3, axis: int = -1, mode: str = "mirror") -> Tensor:
-    """``scipy.ndimage.spline_filter1d`` (orders 0 and 1 return the input unchanged)."""
+    """``scipy.ndimage.spline_filter1d``, orders 0 to 5 (orders 0 and 1 return the input unchanged)."""
     where = A.where_of("spline_filter1d", input)
     x = A.image(input, where)
     A.check(order, mode, where)
@@ -201,12 +201,12 @@ def spline_filter1d(input: Tensor, order: int = 3, axis: int = -1, mode: str = "
         raise ContractError(f"{where}: axis must be in [-{x.ndim}, {x.ndim}), found {axis}")
     if order < 2:
         return x
-    return x.builder.emit("spline_filter1d", [x], {"axis": axis % x.ndim, "mode": mode})
+    return x.builder.emit("spline_filter1d", [x], {"axis": axis % x.ndim, "mode": mode, "order": order})
 
 
 @records_origin
 def spline_filter(input: Tensor, order: int = 3, mode: str = "mirror") -> Tensor:
-    """``scipy.ndimage.spline_filter``: the 1-D filter along every axis in turn."""
+    """``scipy.ndimage.spline_filter``, orders 0 to 5: the 1-D filter along every axis in turn."""
     x = A.image(input, A.where_of("spline_filter", input))
     for axis in range(x.ndim):
         x = spline_filter1d(x, order, axis, mode)

@@ -20,7 +20,7 @@ from dpt_ir.ir.errors import ContractError
 from dpt_ir.ops.resample import Affine, ZoomShift
 from dpt_ir.reference import resample_ref as R
 
-ORDERS = (0, 1, 3)
+ORDERS = (0, 1, 2, 3, 4, 5)  # every order scipy has
 
 
 def where_of(fn: str, x: Any) -> str:
@@ -38,10 +38,10 @@ def image(x: Any, where: str) -> Tensor:
 
 
 def check(order: Any, mode: Any, where: str, cval: Any = 0.0) -> None:
-    """``order`` one of 0, 1, 3 (not a bool), ``mode`` one of scipy's, ``cval`` a real
-    scalar (NaN and infinities included, as scipy takes them), not a graph tensor."""
+    """``order`` one of 0 to 5 (not a bool), ``mode`` one of scipy's, ``cval`` a real scalar
+    (NaN and infinities included, as scipy takes them), not a graph tensor."""
     if isinstance(order, bool) or order not in ORDERS:
-        raise ContractError(f"{where}: order must be one of 0, 1, 3, found {order!r}")
+        raise ContractError(f"{where}: order must be one of {', '.join(map(str, ORDERS))}, found {order!r}")
     if mode not in R.MODES:
         raise ContractError(f"{where}: unknown mode {mode!r}; expected one of {', '.join(R.MODES)}")
     if isinstance(cval, Tensor):

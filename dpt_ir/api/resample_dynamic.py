@@ -5,7 +5,7 @@ Assumes the (prefiltered) image ``x`` and float coordinates ``c`` of shape
 (`dpt_ir.reference.resample_ref`, which this mirrors formula by formula): the mode's mapping of an
 out-of-range coordinate (with C's truncating divisions), the footprint start, the folding
 of footprint taps (``mirror`` for ``constant`` and ``wrap``), the B-spline weights of
-orders 0, 1 and 3, and the cval rules; built from elementwise ops, one ``dp.take`` of
+orders 0 to 5, and the cval rules; built from elementwise ops, one ``dp.take`` of
 every footprint tap and a sum over the footprint in scipy's order.
 
 Gradients: wrt the image, the gradient of ``take``, an ``add_at`` of the weighted
@@ -26,7 +26,7 @@ import numpy as np
 from dpt_ir.api import core as F
 from dpt_ir.api.gather import take
 from dpt_ir.ir.builder import Tensor
-from dpt_ir.reference.resample_ref import canonical_mode
+from dpt_ir.reference.resample_ref import canonical_mode, knot_weights
 
 
 def _trunc(v: Tensor) -> Tensor:
@@ -72,15 +72,8 @@ def spline_weights(cc: Tensor, order: int) -> list[Tensor]:
     """`dpt_ir.reference.resample_ref.spline_weights` on a tensor: one tensor per footprint tap."""
     if order == 0:
         return [F.zeros_like(cc) + 1.0]
-    x = cc - F.floor(cc)
-    if order == 1:
-        w0 = 1.0 - x
-        return [w0, 1.0 - w0]
-    y, z = x, 1.0 - x
-    w1 = (y * y * (y - 2.0) * 3.0 + 4.0) / 6.0
-    w2 = (z * z * (z - 2.0) * 3.0 + 4.0) / 6.0
-    w0 = z * z * z / 6.0
-    return [w0, w1, w2, ((1.0 - w0) - w1) - w2]
+    x = cc - F.floor(cc if order & 1 else cc + 0.5)
+    return knot_weights(x, order)
 
 
 def _axis_taps(cc: Tensor, n: int, order: int, mode: str) -> tuple[Tensor | None, list[Tensor], list[Tensor], list]:

@@ -134,7 +134,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ),
     (
         "Interpolation and projection",
-        "`scipy.ndimage` interpolation (orders 0, 1, 3; every mode with `cval`) and\n"
+        "`scipy.ndimage` interpolation (orders 0 to 5; every mode with `cval`) and\n"
         "`skimage.transform.radon`, with a compile-time constant geometry: each is a constant\n"
         "sparse map whose gradient is its exact transpose, an ordered gather (no atomics).\n"
         "See [resampling.md](resampling.md).",

@@ -22,8 +22,9 @@ from dpt_ir.ir.types import TensorType
 if TYPE_CHECKING:
     from dpt_ir.ir.builder import Tensor
     from dpt_ir.ir.indexing import Affine, Coords, ImageMap
+    from dpt_ir.ir.recurrence import Recurrence
 
-OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter", "contraction", "loop"]
+OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter", "contraction", "recurrence", "loop"]
 Cost = Literal["cheap", "expensive"]
 AttrValue = Any
 CONSTANT_OP = "constant"  # the op the IR uses for literals (Python scalars, folded values)
@@ -139,15 +140,13 @@ class Derivative:
 class SparseRows:
     """A constant sparse linear map in CSR form, sorted by destination: output element
     ``o`` is ``sum(vals[k] * x[cols[k]] for k in range(rowptr[o], rowptr[o + 1])) + bias[o]``,
-    summed in that order (an ordered gather: no scatter, no atomics). With ``axis`` None,
-    ``o`` and ``cols`` are flat row-major offsets into the output and the input; with an
-    ``axis``, the map acts along that axis of every line (the other indices are kept)."""
+    summed in that order (an ordered gather: no scatter, no atomics); ``o`` and ``cols`` are
+    flat row-major offsets into the output and the input."""
 
     rowptr: np.ndarray
     cols: np.ndarray
     vals: np.ndarray
     bias: np.ndarray | None = None
-    axis: int | None = None
 
 
 @dataclass(frozen=True)
@@ -300,7 +299,8 @@ class OpDef:
       giving the `SparseRows` (CSR) each output element sums in order;
     - ``gather_affine``, ``scatter``, ``table``: data-dependent reads (`GatherCoords`),
       scatters (`ScatterLayout`) and constant integer tables;
-    - ``contraction``: batched matrix products: how they read their operands (`Contraction`).
+    - ``contraction``: batched matrix products: how they read their operands (`Contraction`);
+    - ``recurrence``: linear recurrences along an axis (line filters): their program (`Recurrence`).
 
     An op with none of these (`lowered` False) runs under `dp.interpret` only; compiling a
     graph that holds it is a ContractError naming it. The import-time check
@@ -351,6 +351,9 @@ class OpDef:
     scatter: Callable[[Any, tuple[int, ...], tuple[int, ...]], ScatterLayout] | None = None
     # Batched matrix products (kind "contraction", matmul): from (attrs, input shapes).
     contraction: Callable[[Any, tuple[tuple[int, ...], ...]], Contraction] | None = None
+    # Linear recurrences along an axis (kind "recurrence", the spline prefilter): from (attrs,
+    # input shape), the line program (`dpt_ir.ir.recurrence.Recurrence`).
+    recurrence: Callable[[Any, tuple[int, ...]], Recurrence] | None = None
     # Source ops whose elements are a constant table (index_array): the table from the
     # attributes; kernels read it from a constant array.
     table: Callable[[Any], np.ndarray] | None = None
@@ -389,7 +392,8 @@ class OpDef:
         """Whether the op table gives the C++ backend a lowering of this op (any of the
         fields above); an op without one runs under `dp.interpret` only."""
         fields = (self.cxx, self.cxx_reduce, self.view_affine, self.axis_images, self.join_axis, self.weights,
-                  self.sparse_rows, self.gather_affine, self.table, self.scatter, self.contraction)  # fmt: skip
+                  self.sparse_rows, self.gather_affine, self.table, self.scatter, self.contraction,
+                  self.recurrence)  # fmt: skip
         return any(f is not None for f in fields)
 
     @property

@@ -70,7 +70,7 @@ class ResampleAttrs(Attrs):
     geometry: Geometry
     in_shape: tuple[int, ...]
     out_shape: tuple[int, ...]
-    order: Literal[0, 1, 3] = 3
+    order: Literal[0, 1, 2, 3, 4, 5] = 3
     mode: Mode = "constant"
     cval: float = 0.0
     npad: int = 0
@@ -142,12 +142,12 @@ def _resample_adjoint_ref(a: ResampleAttrs, g: np.ndarray) -> np.ndarray:
 
 def _resample_rows(a: ResampleAttrs, shape: tuple[int, ...]) -> SparseRows:
     m = sparse_map(a)
-    return SparseRows(m.rowptr, m.cols, m.vals, m.bias(a.cval), None)
+    return SparseRows(m.rowptr, m.cols, m.vals, m.bias(a.cval))
 
 
 def _resample_adjoint_rows(a: ResampleAttrs, shape: tuple[int, ...]) -> SparseRows:
     m = sparse_map(a, transpose=True)
-    return SparseRows(m.rowptr, m.cols, m.vals, None, None)
+    return SparseRows(m.rowptr, m.cols, m.vals, None)
 
 
 register_op(

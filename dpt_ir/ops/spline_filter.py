@@ -1,47 +1,55 @@
-"""The cubic B-spline prefilter of scipy.ndimage along one axis, and its adjoint, as ops.
+"""scipy.ndimage's B-spline prefilter along one axis, and its adjoint, as ops of kind ``recurrence``.
 
-- ``spline_filter1d(x; axis, mode, npad, cval)``: ``npad`` elements of prepadding per side
-  (edge values under ``nearest``, ``cval`` under ``grid-constant``: scipy's
-  ``_prepad_for_spline_filter``), then the filter along ``axis``;
+- ``spline_filter1d(x; axis, mode, npad, cval, order)``: ``npad`` elements of prepadding per
+  side (edge values under ``nearest``, ``cval`` under ``grid-constant``: scipy's
+  ``_prepad_for_spline_filter``), then the recursive filter of ``order`` along ``axis``;
 - ``spline_filter1d_adjoint``: its transpose. Each is the other's derivative.
 
-Both are the line matrix of (pad, then filter): built by running the recursion of
-`dpt_ir.reference.spline_ref` on the unit vectors (for the adjoint, the transposed recursion: each
-step transposed, in reverse order), without the entries below `FILTER_DROP` of their row's
-largest (the pole is -0.268: a row keeps at most ~63 entries, and what is dropped is below
-float64 resolution). Interpreter and kernels apply that matrix as a CSR along the axis,
-each output element summing its row in order (`apply_rows`), so they agree bit for bit,
-special values included; the truncation means a non-finite input reaches ~30 samples to
-either side, not the whole line as in scipy's recursion (the interpolating functions of
-`dpt_ir.api.resample` add ``sum(0 * x)`` before filtering, which gives scipy's NaNs). Adjoint form: the compile-time
-transpose (`ADJOINT_FORM`), an ordered gather.
+Both are a `Recurrence` (`dpt_ir.ir.recurrence`), the line program of scipy's ``ni_splines.c``
+(`dpt_ir.reference.spline_ref`): the gain, then per pole the boundary initialisation of the
+first coefficient (a linear functional of the line, its weights computed here once), the
+causal pass, the initialisation of the last one and the anti-causal pass; the adjoint runs
+each step transposed, in reverse order, and folds the prepadding back. O(1) work per element
+per pole and exact: no truncation, and a non-finite value reaches the whole line, as in
+scipy. Interpreter (`dpt_ir.reference.recurrence_ref`) and kernels run the same operations,
+so they agree bit for bit. Adjoint form: the transposed recursion, run along the same lines.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
+from pydantic import field_validator
 
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ir.registry import Derivative, GradContext, OpDef, SparseRows, register_op
+from dpt_ir.ir.recurrence import RecStep, Recurrence, init_step
+from dpt_ir.ir.registry import Derivative, GradContext, OpDef, register_op
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import TensorType
-from dpt_ir.ops.resample import ADJOINT_FORM, Mode, check_float
+from dpt_ir.ops.resample import Mode, check_float
+from dpt_ir.reference import recurrence_ref
 from dpt_ir.reference import spline_ref as spline
-
-FILTER_DROP = 2.0**-60
 
 
 class FilterAttrs(Attrs):
     """``npad`` > 0 first extends the axis by ``npad`` per side (``nearest``: edge values;
-    ``grid-constant``: ``cval``), scipy's prepadding before the filter."""
+    ``grid-constant``: ``cval``), scipy's prepadding before the filter; ``order`` 2 to 5."""
 
     axis: int
     mode: Mode = "mirror"
     npad: int = 0
     cval: float = 0.0
+    order: int = 3
+
+    @field_validator("order")
+    @classmethod
+    def _order(cls, v: int) -> int:
+        if v not in spline.FILTER_ORDERS:
+            raise ValueError(f"order must be one of {spline.FILTER_ORDERS}, found {v}")
+        return v
 
 
 def _infer_filter(inputs: tuple[TensorType, ...], a: FilterAttrs, where: str, sign: int = 1) -> TensorType:
@@ -58,78 +66,59 @@ def _infer_filter(inputs: tuple[TensorType, ...], a: FilterAttrs, where: str, si
     return TensorType(shape=tuple(shape), dtype=x.dtype)
 
 
-def _embedding(n: int, npad: int, mode: str) -> np.ndarray:
-    """The (n + 2 npad, n) matrix of the prepadding (edge copies under nearest, zeros else)."""
-    e = np.zeros((n + 2 * npad, n))
-    e[npad : npad + n] = np.eye(n)
-    if npad and mode == "nearest":
-        e[:npad, 0] = 1.0
-        e[npad + n :, n - 1] = 1.0
-    return e
+@functools.lru_cache(maxsize=128)
+def _steps(m: int, mode: str, order: int, adjoint: bool) -> tuple[RecStep, ...]:
+    """The filter's steps on a work line of ``m`` (none for ``m`` <= 1: scipy skips such a line);
+    the adjoint's are the transposes, in reverse order."""
+    if m <= 1:
+        return ()
+    poles, family = spline.filter_poles(order), spline.filter_family(mode)
+    gain = RecStep("scale", z=spline.filter_gain(poles))
+    forward: list[RecStep] = [gain]
+    backward: list[RecStep] = []
+    for z in poles:
+        first = spline.init_functional(m, z, family, True)
+        last = spline.init_functional(m, z, family, False)
+        forward += [init_step("init", 0, first), RecStep("causal", z=z), init_step("init", m - 1, last),
+                    RecStep("anticausal", z=z)]  # fmt: skip
+        backward = [RecStep("anticausal_t", z=z), init_step("init_t", m - 1, last), RecStep("causal_t", z=z),
+                    init_step("init_t", 0, first), *backward]  # fmt: skip
+    return (*backward, gain) if adjoint else tuple(forward)
 
 
-@functools.lru_cache(maxsize=64)
-def _filter_matrix(n: int, mode: str, npad: int, adjoint: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The line matrix of pad-then-filter (its transpose when ``adjoint``, built from the
-    transposed recursion), and the forward's response to ``cval = 1``."""
-    e = _embedding(n, npad, mode)
-    forward = spline.filter_matrix(n + 2 * npad, mode)
-    m = e.T @ spline.filter_matrix(n + 2 * npad, mode, adjoint=True) if adjoint else forward @ e
-    unit = forward @ (1.0 - e.sum(axis=1)) if mode == "grid-constant" else np.zeros(n + 2 * npad)
-    return m, unit
-
-
-def _filter_rows(a: FilterAttrs, n: int, adjoint: bool) -> SparseRows:
-    m, unit = _filter_matrix(n, a.mode, a.npad, adjoint)
-    keep = np.abs(m) >= FILTER_DROP * np.abs(m).max(axis=1, keepdims=True, initial=0.0)
-    rows, cols = np.nonzero(keep)
-    rowptr = np.searchsorted(rows, np.arange(m.shape[0] + 1))
-    bias = a.cval * unit if not adjoint and a.cval != 0.0 and bool(unit.any()) else None
-    return SparseRows(rowptr, cols, m[rows, cols], bias, a.axis)
-
-
-def apply_rows(rows: SparseRows, x: np.ndarray) -> np.ndarray:
-    """``rows`` applied along ``rows.axis`` of ``x`` in float64, each output element summing
-    its row in CSR order, as the kernels do (`dpt_ir.backends.cxx.sparse`)."""
-    lines = np.moveaxis(np.asarray(x, dtype=np.float64), rows.axis, -1)
-    counts = np.diff(rows.rowptr)
-    acc = np.zeros((*lines.shape[:-1], len(counts)))
-    for j in range(int(counts.max(initial=0))):
-        live = counts > j
-        k = np.minimum(rows.rowptr[:-1] + j, len(rows.cols) - 1)
-        term = rows.vals[k] * lines[..., rows.cols[k]]
-        acc = np.where(live, acc + term, acc)
-    if rows.bias is not None:
-        acc = acc + rows.bias
-    return np.moveaxis(acc, -1, rows.axis)
+def program(a: FilterAttrs, in_shape: tuple[int, ...], adjoint: bool) -> Recurrence:
+    """The `Recurrence` of the node: forward, load with the prepadding and filter; adjoint,
+    the transposed filter, then crop the padding (folding the edge copies back under nearest)."""
+    n_in = in_shape[a.axis]
+    m = n_in if adjoint else n_in + 2 * a.npad
+    n_out = n_in - 2 * a.npad if adjoint else m
+    outer, inner = math.prod(in_shape[: a.axis]), math.prod(in_shape[a.axis + 1 :])
+    fill = None if a.mode == "nearest" else a.cval
+    pad, crop = (0, a.npad) if adjoint else (a.npad, 0)
+    steps = _steps(m, a.mode, a.order, adjoint)
+    return Recurrence(a.axis, outer, inner, n_in, n_out, m, pad, fill, crop, a.mode == "nearest", steps)
 
 
 def _filter_op(name: str, adjoint: bool, partner: str, doc: str) -> OpDef:
     def reference(a: FilterAttrs, x: np.ndarray) -> np.ndarray:
-        shape = list(x.shape)
-        shape[a.axis] += (-2 if adjoint else 2) * a.npad
-        return apply_rows(rows(a, tuple(shape)), x).astype(x.dtype)
+        return recurrence_ref.run(program(a, x.shape, adjoint), x)
 
     def grad(c: GradContext) -> Any:
         return c.gy.builder.emit(partner, [c.gy], {**c.attrs.model_dump(), "cval": 0.0})
-
-    def rows(a: FilterAttrs, shape: tuple[int, ...]) -> SparseRows:
-        # the unpadded line length: the adjoint's output, the forward's output less the padding
-        return _filter_rows(a, shape[a.axis] if adjoint else shape[a.axis] - 2 * a.npad, adjoint)
 
     def infer(inputs: tuple[TensorType, ...], a: FilterAttrs, where: str) -> TensorType:
         return _infer_filter(inputs, a, where, -1 if adjoint else 1)
 
     return OpDef(
         name=name,
-        kind="stencil",
+        kind="recurrence",
         arity=1,
         attrs=FilterAttrs,
         infer=infer,
         reference=reference,
         derivative=Derivative({0: grad}),
-        sparse_rows=rows,
-        reads_per_element=lambda a, shape: max(int(np.diff(rows(a, shape).rowptr).max(initial=0)), 1),
+        recurrence=lambda a, shape: program(a, shape, adjoint),
+        cost="expensive",
         doc=doc,
     )
 
@@ -139,8 +128,8 @@ register_op(
         "spline_filter1d",
         False,
         "spline_filter1d_adjoint",
-        "scipy.ndimage's cubic spline prefilter along axis (causal + anti-causal recursion, per-mode "
-        "initialisation), after npad elements of prepadding per side",
+        "scipy.ndimage's spline prefilter of order 2-5 along axis (gain, then per pole a causal and an "
+        "anti-causal recursion from scipy's per-mode initialisations), after npad elements of prepadding per side",
     )
 )
 register_op(
@@ -148,7 +137,7 @@ register_op(
         "spline_filter1d_adjoint",
         True,
         "spline_filter1d",
-        f"the transpose of spline_filter1d (the transposed recursion, then the prepadding folded back); "
-        f"adjoint form: {ADJOINT_FORM}",
+        "the transpose of spline_filter1d (each step of the recursion transposed, in reverse order, "
+        "then the prepadding folded back); adjoint form: the transposed recursion along the same lines",
     )
 )

@@ -1,31 +1,30 @@
 """fusion: group the nodes of each phase into kernels.
 
 Assumes: every node is tagged with a phase (`saved_attributes` ran).
-Guarantees: the graph's kernel plan (`kernel_ir.KernelPlan`, read with
-`kernel_ir.plan_of`; an earlier plan and its schedule are dropped) lists the kernels of
-the program, each a `kernel_ir.KernelGroup` with ``id``, ``phase``, ``kind``
-(``pointwise``, ``reduction``, ``scatter``: one scatter node, never merged, with
-``scatter``: how it is made deterministic and why, or ``contraction``: one matrix
-product, never merged, whose operands are written to memory first: its kernel loads them
-as tiles), ``space`` (the iteration space: the output shape, or the reduced input's
-shape), ``axes`` (reduced axes), ``nodes`` (topological order), ``roots`` (the values it
-computes for others), ``inputs``/``outputs`` (values read from / written to memory) and
-bytes moved; its ``boundaries`` say why each materialised value was not fused into its
-readers, its ``halo`` which producers are recomputed over a stencil's halo; ``meta["rows"]``
-lists the row sets (`fusion_rows`, `kernel_ir.RowSet`: groups one CPU task runs row by row
-while the row is in cache), whose members are consecutive in the groups. Nested
-inlining emits at most `MAX_CODE_COPIES` copies of any producer's code
-(ops declare their copies with ``code_copies``), and a kernel inlines a bounded number of
-nodes (`fusion_steps.MAX_KERNEL_NODES` per value, every strand a cut cone carries on cut
-with it); a repeated step (`fusion_steps.step_cuts`) is one kernel, the same for every
-step, merged with no other. Every node belongs to at least one
-group; a cheap elementwise or shape node read by several groups is recomputed in each
-(at most ``max_inline_consumers``) rather than written and read back, unless its inline
-code holds a stencil: recomputing that in several kernels widens the halo each of them
-recomputes, step after step in a time-stepped model. Decisions use op
-kinds and costs only, never op names. Values are unchanged; only ``meta`` (graph and
-nodes) is added.
-"""
+Guarantees: the graph's kernel plan (`kernel_ir.KernelPlan`, read with `kernel_ir.plan_of`;
+an earlier plan and its schedule are dropped) lists the kernels of the program, each a
+`kernel_ir.KernelGroup` with ``id``, ``phase``, ``kind`` (``pointwise``, ``reduction``,
+``scatter``: one scatter node, never merged, with ``scatter``: how it is made deterministic
+and why, or ``contraction``: one matrix product, never merged, whose operands are written to
+memory first: its kernel loads them as tiles, or ``recurrence``: one line filter, never
+merged, whose input is written to memory first: its kernel runs the recursion along whole
+lines), ``space`` (the iteration space: the output shape, or the reduced input's shape),
+``axes`` (reduced axes), ``nodes`` (topological order), ``roots`` (the values it computes
+for others), ``inputs``/``outputs`` (values read from / written to memory) and bytes moved;
+its ``boundaries`` say why each materialised value was not fused into its readers, its
+``halo`` which producers are recomputed over a stencil's halo; ``meta["rows"]`` lists the
+row sets (`fusion_rows`, `kernel_ir.RowSet`: groups one CPU task runs row by row while the
+row is in cache), whose members are consecutive in the groups. Nested inlining emits at most
+`MAX_CODE_COPIES` copies of any producer's code (ops declare their copies with
+``code_copies``), and a kernel inlines a bounded number of nodes
+(`fusion_steps.MAX_KERNEL_NODES` per value, every strand a cut cone carries on cut with it);
+a repeated step (`fusion_steps.step_cuts`) is one kernel, the same for every step, merged
+with no other. Every node belongs to at least one group; a cheap elementwise or shape node
+read by several groups is recomputed in each (at most ``max_inline_consumers``) rather than
+written and read back, unless its inline code holds a stencil: recomputing that in several
+kernels widens the halo each of them recomputes, step after step in a time-stepped model.
+Decisions use op kinds and costs only, never op names. Values are unchanged; only ``meta``
+(graph and nodes) is added. """
 
 from __future__ import annotations
 
@@ -205,16 +204,25 @@ def _materialised(
     return sorted(reasons, key=order.__getitem__), reasons, notes, steps
 
 
+# Kinds whose kernels read their operands straight from memory: the operands are materialised.
+_LOADS_OPERANDS = {
+    "contraction": "its kernel loads operand tiles",
+    "recurrence": "its kernel runs the recursion along lines loaded from memory",
+}
+
+
 def _contraction_operands(graph: Graph, reasons: dict[str, str]) -> None:
-    """Materialise the operands of every contraction (matmul): its kernels load operand
-    tiles straight from memory (`dpt_ir.backends.cxx.contraction`), so nothing is inlined
-    into them; each operand element is read many times, which inlining would recompute."""
+    """Materialise the operands of every contraction (matmul) and recurrence (a line filter):
+    their kernels load operands straight from memory (`dpt_ir.backends.cxx.contraction`,
+    `dpt_ir.backends.cxx.recurrence`), so nothing is inlined into them; a contraction reads
+    each operand element many times, which inlining would recompute."""
     for node in graph.nodes:
-        if node.opdef.kind != "contraction":
+        why = _LOADS_OPERANDS.get(node.opdef.kind)
+        if why is None:
             continue
         for value in node.inputs:
             if value in graph.node_map and value not in reasons:
-                reasons[value] = f"an operand of the contraction {node.name}: its kernel loads operand tiles"
+                reasons[value] = f"an operand of the {node.opdef.kind} {node.name}: {why}"
 
 
 def _inlined_stencils(graph: Graph, reasons: dict[str, str]) -> dict[str, str]:
@@ -262,7 +270,7 @@ def _closures(graph: Graph, roots: list[str], steps: set[str]) -> list[Group]:
         node = graph.node_map[r]
         if traits.is_pointwise(node):
             g = Group(f"g{k}", phase_of(node), "pointwise", node.type.shape)
-        elif node.opdef.kind in ("scatter", "contraction"):
+        elif node.opdef.kind in ("scatter", "contraction", "recurrence"):
             g = Group(f"g{k}", phase_of(node), node.opdef.kind, node.type.shape)
         else:
             attrs = node.opdef.parse_attrs(node.attrs, r)

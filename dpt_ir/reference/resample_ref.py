@@ -1,6 +1,6 @@
 """NumPy reference of scipy.ndimage's interpolation maths, as constant sparse linear maps.
 
-Assumes float64 coordinates. Guarantees, for spline orders 0, 1 and 3 and every mode, the
+Assumes float64 coordinates. Guarantees, for spline orders 0 to 5 and every mode, the
 (source index, weight) taps scipy's ``ni_interpolation.c`` reads for each output point:
 how each mode maps an out-of-range coordinate (`map_coordinate`, with scipy's truncating
 integer divisions), where the filter footprint starts, how footprint taps outside the
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -136,20 +137,54 @@ def map_coordinate(c: np.ndarray, n: int, mode: str) -> np.ndarray:
     return c
 
 
+def knot_weights(x: Any, order: int) -> list[Any]:
+    """scipy's ``get_spline_interpolation_weights`` for ``order`` >= 1, operation for operation:
+    ``x`` the coordinate's delta to the middle knot (``c - floor(c)``, even orders
+    ``c - floor(c + 0.5)``), an array or a graph tensor (the same arithmetic either way); the
+    last weight is 1 minus the others, subtracted in order."""
+    y, z = x, 1.0 - x
+    if order == 1:
+        w = [1.0 - x]
+    elif order == 2:
+        y = 0.5 - x
+        w = [0.5 * y * y, 0.75 - x * x]
+    elif order == 3:
+        w = [z * z * z / 6.0, (y * y * (y - 2.0) * 3.0 + 4.0) / 6.0, (z * z * (z - 2.0) * 3.0 + 4.0) / 6.0]
+    elif order == 4:
+        t = x * x
+        w2 = t * (t * 0.25 - 0.625) + 115.0 / 192.0
+        y = 1.0 + x
+        w1 = y * (y * (y * (5.0 - y) / 6.0 - 1.25) + 5.0 / 24.0) + 55.0 / 96.0
+        w3 = z * (z * (z * (5.0 - z) / 6.0 - 1.25) + 5.0 / 24.0) + 55.0 / 96.0
+        y = 0.5 - x
+        t = y * y
+        w = [t * t / 24.0, w1, w2, w3]
+    elif order == 5:
+        t = y * y
+        w2 = t * (t * (0.25 - y / 12.0) - 0.5) + 0.55
+        t = z * z
+        w3 = t * (t * (0.25 - z / 12.0) - 0.5) + 0.55
+        y = y + 1.0
+        w1 = y * (y * (y * (y * (y / 24.0 - 0.375) + 1.25) - 1.75) + 0.625) + 0.425
+        z = z + 1.0
+        w4 = z * (z * (z * (z * (z / 24.0 - 0.375) + 1.25) - 1.75) + 0.625) + 0.425
+        y = 1.0 - x
+        t = y * y
+        w = [y * t * t / 120.0, w1, w2, w3, w4]
+    else:
+        raise ValueError(f"no spline interpolation of order {order}")
+    last = 1.0 - w[0]
+    for v in w[1:]:
+        last = last - v
+    return [*w, last]
+
+
 def spline_weights(cc: np.ndarray, order: int) -> np.ndarray:
     """scipy's ``get_spline_interpolation_weights`` for each coordinate: (len, order + 1)."""
     if order == 0:
         return np.ones((len(cc), 1))
-    x = cc - np.floor(cc)
-    if order == 1:
-        w0 = 1.0 - x
-        return np.stack([w0, 1.0 - w0], axis=1)
-    y, z = x, 1.0 - x
-    w1 = (y * y * (y - 2.0) * 3.0 + 4.0) / 6.0
-    w2 = (z * z * (z - 2.0) * 3.0 + 4.0) / 6.0
-    w0 = z * z * z / 6.0
-    w3 = ((1.0 - w0) - w1) - w2
-    return np.stack([w0, w1, w2, w3], axis=1)
+    x = cc - np.floor(cc if order & 1 else cc + 0.5)
+    return np.stack(knot_weights(x, order), axis=1)
 
 
 def axis_taps(cc: np.ndarray, n: int, order: int, mode: str):

@@ -15,6 +15,7 @@ from tests.resample.cases import coordinates
 
 SHAPE, OUT = (10, 11), (5, 6)  # lines of >= 10: scipy < 1.18's reflect init error (gh-24550) stays < 1e-11
 CASES = [(1, "constant"), (1, "grid-wrap"), (3, "reflect"), (3, "grid-constant"), (3, "nearest"), (0, "mirror")]
+CASES += [(2, "mirror"), (4, "wrap"), (5, "grid-constant")]  # the even orders' footprint, every weight formula
 # (order, mode, with an affine_transform too): each map adds ~3-6 s of -O0 build
 COMPILED = [(0, "wrap", False), (1, "constant", True), (3, "grid-constant", False)]
 

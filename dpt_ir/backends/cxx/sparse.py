@@ -1,5 +1,5 @@
 """Constant sparse linear maps on the C++ path: ``SparseRows`` members (resample, its adjoint,
-radon, spline_filter1d and its adjoint) as an ordered row loop in the element function.
+radon) as an ordered row loop in the element function.
 
 Assumes: a member whose op has ``OpDef.sparse_rows`` (the destination-sorted CSR of the node,
 backend-neutral NumPy data: no target syntax), float32 or float64 data. Guarantees:
@@ -51,17 +51,14 @@ def rows_of(node: Node) -> SparseRows:
     return op.sparse_rows(op.parse_attrs(node.attrs, node.name), tuple(node.type.shape))  # type: ignore[misc]
 
 
-def _flat_read(members: set[str], node: Node, in_shape: tuple[int, ...], rows: SparseRows) -> bool:
+def _flat_read(members: set[str], node: Node, in_shape: tuple[int, ...]) -> bool:
     """Whether the input is read at one flat coordinate (a memory read of a flat map)."""
-    return rows.axis is None and (node.inputs[0] not in members or len(in_shape) <= 1)
+    return node.inputs[0] not in members or len(in_shape) <= 1
 
 
-def _source_coords(coords: Coords, in_shape: tuple[int, ...], rows: SparseRows, flat: bool, new: Any) -> Coords:
+def _source_coords(coords: Coords, in_shape: tuple[int, ...], flat: bool, new: Any) -> Coords:
     """The input coordinates of a row's column: ``new(expr_part, extent)`` makes a coordinate
     from the column (``None``: the column itself; else (stride, extent) of one axis of it)."""
-    if rows.axis is not None:
-        q = new(None, in_shape[rows.axis])
-        return tuple(q if a == rows.axis else c for a, c in enumerate(coords))
     if flat:
         return (new(None, math.prod(in_shape)),)
     return tuple(new((s, n), n) for s, n in zip(idx.strides(in_shape), in_shape, strict=True))
@@ -73,12 +70,11 @@ def children(graph: Graph, node: Node, coords: Coords, variable: Variable) -> li
     element, so the walk's forms need not be the ones `row_sum` renders (a memory read there
     takes the flat column directly)."""
     in_shape = tuple(graph.types[node.inputs[0]].shape)
-    rows = rows_of(node)
 
     def new(_part: Any, extent: int) -> Any:
         return variable(idx.zero(0), extent, str)
 
-    return [(node.inputs[0], _source_coords(coords, in_shape, rows, len(in_shape) <= 1, new))]
+    return [(node.inputs[0], _source_coords(coords, in_shape, len(in_shape) <= 1, new))]
 
 
 def _flat_coords(at: Coords, in_shape: tuple[int, ...]) -> Coords:
@@ -107,19 +103,19 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
         key = f"${part}:{node.name}"
         w.constants[key] = (DTYPE_OF_C[c_type], values)
         p[part] = w.param(key)
-    o = _row_index(w, node, coords, rows)
+    o = _row_index(w, node, coords)
     n = len(w.lines)
     s, k = f"sp{n}", f"k{n}"
     w.lines.append(f"{acc} {s} = 0.0;")
     w.lines.append(f"for (int {k} = {p['rowptr']}[{o}]; {k} < {p['rowptr']}[{o} + 1]; ++{k}) {{")
     outside = dict(w.vars)  # the row's values stay in the loop's scope
-    flat = _flat_read(set(w.nest.group.nodes), node, in_shape, rows)
+    flat = _flat_read(set(w.nest.group.nodes), node, in_shape)
 
     def new(part: tuple[int, int] | None, extent: int) -> Any:
         col = f"{p['cols']}[{k}]"
         return w.variable(col if part is None else f"(({col} / {part[0]}) % {part[1]})", extent)
 
-    at = _source_coords(coords, in_shape, rows, flat, new)
+    at = _source_coords(coords, in_shape, flat, new)
     if flat and len(in_shape) != 1:
         at = _flat_coords(at, in_shape)
     v = w.value(node.inputs[0], at)
@@ -132,11 +128,8 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
     return w.define(out_t, f"({out_t}){s}")
 
 
-def _row_index(w: Any, node: Node, coords: Coords, rows: SparseRows) -> str:
-    """The CSR row of the output element at ``coords``: its flat offset, or its index along
-    the map's axis."""
-    if rows.axis is not None:
-        return w.render(coords[rows.axis])
+def _row_index(w: Any, node: Node, coords: Coords) -> str:
+    """The CSR row of the output element at ``coords``: its flat offset."""
     form = offset(coords, tuple(node.type.shape), w.ext())
     if not w.at_output and not w.edge and form == flat_index(w.space()):
         return "i"

@@ -1,0 +1,217 @@
+"""The C++ lowering of recurrence groups (line filters such as the spline prefilter): the
+line program of a `Recurrence` run along whole lines, one C++ unit for CPU and CUDA.
+
+Assumes: a fusion group of kind ``recurrence``: one node whose op has ``OpDef.recurrence``
+(`dpt_ir.ir.recurrence`: the program, backend-neutral data), float32 or float64, reading its
+materialised row-major input (fusion writes it first) and writing its output; flat buffers.
+No op is named here: the program is the op's data.
+
+Guarantees: each line is computed by one task or thread, in a float64 work line, with the
+operations of `dpt_ir.ir.recurrence`'s formulas in their order, one product or one sum per
+statement (so no compiler contracts them into an FMA on the CPU), rounded once to the
+output type at the store: the NumPy reference's (`dpt_ir.reference.recurrence_ref`) bits, on
+either device and for any thread count; no atomics. The boundary functionals' weights are one
+float64 launch constant (``$rec:<node>``).
+
+- CPU (`_entry` with `LANES` lanes): a task runs `LANES` neighbouring lines at once (line ``q``
+  is ``(q / inner, q % inner)``: the lines of one outer index are neighbours in memory, so the
+  lanes of a load are contiguous), the work line lane-interleaved (``w[j * LANES + l]``) so the
+  lane loops vectorise; lanes past the last line compute zeros and store nothing.
+- CUDA: one thread per line (the same code with one lane), the work line in local memory. A
+  CUDA plan's CPU entry (the export's host replay) runs its partition: one line per task.
+
+A work line holds at most `MAX_WORK` doubles per task (CPU stack, CUDA local memory): a
+longer line is a ContractError naming the node.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, TOKEN
+from dpt_ir.backends.cxx.units import Unit, hashed, launch
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.kernel_ir import KernelGroup
+from dpt_ir.ir.records import origin_of
+from dpt_ir.ir.recurrence import RecStep, Recurrence
+
+LANES = 8  # CPU: lines per task (8 doubles: one AVX-512 register per lane loop)
+MAX_WORK = 32768  # doubles of work line per task: 256 KiB of stack or CUDA local memory
+
+
+def recurrence_of(graph: Graph, root: str) -> Recurrence:
+    """The `Recurrence` of node ``root`` (its op's program for its attributes and input shape)."""
+    node = graph.node_map[root]
+    op = node.opdef
+    if op.recurrence is None:
+        raise ContractError(f"node {root!r}: expected an op with a recurrence program, found op {op.name!r}")
+    return op.recurrence(op.parse_attrs(node.attrs, root), tuple(graph.types[node.inputs[0]].shape))
+
+
+def _check(graph: Graph, root: str, rec: Recurrence) -> None:
+    """ContractError when a buffer overflows the 32-bit indices or a work line `MAX_WORK`."""
+    sizes = [graph.types[v].size for v in (*graph.node_map[root].inputs, root)]
+    who = origin_of(graph, root) or f"op {graph.node_map[root].opdef.name!r}"
+    if max(sizes) > INDEX_LIMIT:
+        raise ContractError(
+            f"{who} (node {root!r}): the C++ backend indexes a recurrence's input and output with 32-bit "
+            f"integers, at most {INDEX_LIMIT} elements each; found sizes {sizes}"
+        )
+    if rec.m > MAX_WORK:
+        raise ContractError(
+            f"{who} (node {root!r}): a recurrence's work line holds at most {MAX_WORK} elements on the C++ "
+            f"path, found {rec.m} along axis {rec.axis}"
+        )
+
+
+def _lanes(rec: Recurrence) -> int:
+    return max(1, min(LANES, MAX_WORK // max(rec.m, 1)))
+
+
+def _lit(v: float) -> str:
+    """A C++ double of ``v``: the shortest round-trip decimal (parsed back exactly), or
+    dp_math.h's infinity and NaN."""
+    v = float(v)
+    if math.isnan(v):
+        return "((double)dp_nan())"
+    if math.isinf(v):
+        return f"({'-' if v < 0 else ''}(double)dp_inf())"
+    return f"({v!r})"
+
+
+def _step(s: RecStep, m: int, L: int, off: int) -> list[str]:
+    """C++ statements of step ``s`` on ``w`` (``L`` lanes), its weights at ``wt[off + j]``."""
+    lanes = f"for (int l = 0; l < {L}; ++l)"
+    z = _lit(s.z)
+    if s.kind == "scale":
+        return [f"for (int j = 0; j < {m * L}; ++j) w[j] = {z} * w[j];"]
+    if s.kind == "init":
+        return [
+            f"{{ double acc[{L}]; {lanes} acc[l] = 0.0;",
+            f"  for (int j = {s.lo}; j < {s.hi}; ++j) {{ const double c = wt[{off} + j];",
+            f"    {lanes} {{ const double p = c * w[j * {L} + l]; acc[l] = acc[l] + p; }} }}",
+            f"  {lanes} w[{s.at * L} + l] = acc[l]; }}",
+        ]
+    if s.kind == "init_t":
+        return [
+            f"{{ double v[{L}]; {lanes} v[l] = w[{s.at * L} + l];",
+            f"  for (int j = {s.lo}; j < {s.hi}; ++j) {{ if (j == {s.at}) continue; const double c = wt[{off} + j];",
+            f"    {lanes} {{ const double p = c * v[l]; w[j * {L} + l] = w[j * {L} + l] + p; }} }}",
+            f"  {lanes} w[{s.at * L} + l] = wt[{off + s.at}] * v[l]; }}",
+        ]
+    if s.kind == "causal":
+        body = f"const double p = {z} * w[(i - 1) * {L} + l]; w[i * {L} + l] = w[i * {L} + l] + p;"
+        return [f"for (int i = 1; i < {m}; ++i) {lanes} {{ {body} }}"]
+    if s.kind == "causal_t":
+        body = f"const double p = {z} * w[i * {L} + l]; w[(i - 1) * {L} + l] = w[(i - 1) * {L} + l] + p;"
+        return [f"for (int i = {m - 1}; i > 0; --i) {lanes} {{ {body} }}"]
+    if s.kind == "anticausal":
+        body = f"const double d = w[(i + 1) * {L} + l] - w[i * {L} + l]; w[i * {L} + l] = {z} * d;"
+        return [f"for (int i = {m - 2}; i >= 0; --i) {lanes} {{ {body} }}"]
+    if s.kind == "anticausal_t":
+        body = (
+            f"const double p = {z} * w[i * {L} + l]; w[(i + 1) * {L} + l] = w[(i + 1) * {L} + l] + p; "
+            f"w[i * {L} + l] = {_lit(-s.z)} * w[i * {L} + l];"
+        )
+        return [f"for (int i = 0; i < {m - 1}; ++i) {lanes} {{ {body} }}"]
+    raise ContractError(f"recurrence step: expected one of dpt_ir.ir.recurrence's kinds, found {s.kind!r}")
+
+
+def _load(rec: Recurrence, L: int) -> list[str]:
+    """``w`` from the input lines (lane ``l`` reads from ``xb[l]``; a lane past the end loads 0)."""
+    outside = f"j < {rec.pad} ? x[xb[l]] : x[xb[l] + {(rec.n_in - 1) * rec.inner}]"
+    fill = outside if rec.fill is None else _lit(rec.fill)
+    return [
+        f"for (int j = 0; j < {rec.m}; ++j) for (int l = 0; l < {L}; ++l) {{",
+        f"    const int s = j - {rec.pad};",
+        f"    w[j * {L} + l] = !live[l] ? 0.0 : (s >= 0 && s < {rec.n_in}) ? (double)x[xb[l] + s * {rec.inner}]"
+        f" : (double)({fill});",
+        "}",
+    ]
+
+
+def _store(rec: Recurrence, L: int, c_type: str, checks: bool) -> list[str]:
+    """The output lines from ``w`` (the ends folded back under ``fold``), rounded once."""
+
+    def total(lo: int, hi: int) -> str:  # v = w[lo] + ... + w[hi - 1], ascending
+        return f"{{ v = w[{lo * L} + l]; for (int j = {lo + 1}; j < {hi}; ++j) v = v + w[j * {L} + l]; }}"
+
+    n, c = rec.n_out, rec.crop
+    plain = f"v = w[(i + {c}) * {L} + l];"
+    if rec.fold and c and n == 1:
+        pick = total(0, rec.m)
+    elif rec.fold and c:
+        pick = f"if (i == 0) {total(0, c + 1)} else if (i == {n - 1}) {total(n - 1 + c, rec.m)} else {plain}"
+    else:
+        pick = plain
+    at = f"y[yb[l] + i * {rec.inner}]"
+    return [
+        f"for (int i = 0; i < {n}; ++i) for (int l = 0; l < {L}; ++l) {{",
+        "    if (!live[l]) continue;",
+        "    double v;",
+        f"    {pick}",
+        f"    {at} = ({c_type})v;",
+        *([f"    bad |= dp_nonfinite({at});"] if checks else []),
+        "}",
+    ]
+
+
+def _entry(rec: Recurrence, sig: str, args: tuple[str, str, str], c_type: str, checks: bool, L: int, fn: str) -> str:
+    """Entry point ``fn``: task ``t`` runs lines ``t * L .. t * L + L - 1`` (module docstring)."""
+    x, wt, y = args
+    body = [
+        f"const {c_type}* x = {x}; {c_type}* y = {y}; const double* wt = {wt}; (void)wt;",
+        f"double w[{max(rec.m, 1) * L}];",
+        f"int xb[{L}], yb[{L}], live[{L}];",
+        f"for (int l = 0; l < {L}; ++l) {{",
+        f"    const int q = t * {L} + l;",
+        f"    live[l] = q < {rec.lines};",
+        f"    const int o = live[l] ? q / {rec.inner} : 0, i = live[l] ? q % {rec.inner} : 0;",
+        f"    xb[l] = o * {rec.n_in * rec.inner} + i;",
+        f"    yb[l] = o * {rec.n_out * rec.inner} + i;",
+        "}",
+        "int bad = 0;",
+        *_load(rec, L),
+    ]
+    off = 0
+    for s in rec.steps:
+        body += _step(s, rec.m, L, off)
+        off += rec.m if s.weights is not None else 0
+    body += _store(rec, L, c_type, checks)
+    body += ["if (bad) st[sb] = 1;"] if checks else ["(void)bad; (void)st; (void)sb;"]
+    return "\n".join([f"DP_FN void {fn}({sig}) {{", *("    " + s for s in body), "}"])
+
+
+def recurrence_kernels(
+    graph: Graph, group: KernelGroup, name: str, slots: list[Any], checks: bool, device: str
+) -> tuple[list[Any], dict[str, tuple[str, str]]]:
+    """The one launch of recurrence group ``group`` on ``device`` and its native definition
+    (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
+    from dpt_ir.backends.launches import StatusSlot
+
+    (root,) = group.roots
+    node = graph.node_map[root]
+    rec = recurrence_of(graph, root)
+    _check(graph, root, rec)
+    c_type = C_TYPES[graph.types[root].dtype]
+    weights = [s.weights for s in rec.steps if s.weights is not None]
+    key = f"$rec:{root}"
+    constants = {key: ("float64", np.concatenate(weights))} if weights else {}
+    params = [node.inputs[0], *constants, root]
+    unit = Unit(graph, params, {root}, {}, constants)
+    args = ("a0", "a1" if weights else "(const double*)0", f"a{len(params) - 1}")
+    slot_base = len(slots)
+    if checks:
+        slots.append(StatusSlot(name, root, node.opdef.name, "nonfinite", "", origin_of(graph, root)))
+    sig = f"{unit.sig()}, int* st, int sb, int t"
+    L = _lanes(rec) if device == "cpu" else 1  # a CUDA plan's CPU entry (host replay) takes its partition
+    cpu = _entry(rec, sig, args, c_type, checks, L, f"{TOKEN}_cpu")
+    cuda = _entry(rec, sig, args, c_type, checks, 1, f"{TOKEN}_cuda")
+    fn, cxx = hashed(cpu + "\n" + cuda + "\n")
+    natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
+    dim = -(-rec.lines // L) if device == "cpu" else rec.lines
+    return [launch(name, unit, fn, checks, dim, group.id, {}, slot_base)], natives
