@@ -289,7 +289,7 @@ class _Eager(torch.autograd.Function):
                 return (None, None, *[by_name.get(n) for n in fn.inputs])
             # They depend on the inputs (and the cotangents), so they must not look constant to torch.
             depends = [t for t in (*ctx.saved_tensors, *grads) if t is not None and t.requires_grad]
-            why = "of outputs other than the loss" if hasattr(fn.program, "hvp") else "of a loop program"
+            why = "of outputs other than the loss"  # a loop program's hvp refuses by itself, naming its loops
             input_grads = [g if g is None else _Refused.apply(fn, why, g, *depends) for g in input_grads]
         return (None, None, *input_grads)
 
