@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, TOKEN
-from dpt_ir.backends.cxx.units import Unit, hashed, launch
+from dpt_ir.backends.cxx.units import Unit, single_launch, status_flag
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
@@ -124,10 +124,6 @@ def _bases(ct: Contraction, bt: str) -> list[str]:
 def _store(checks: bool) -> list[str]:
     """Store ``v`` (the rounded sum) at output offset ``co`` and OR its non-finite test into ``bad``."""
     return ["a2[co] = v;", *(["bad |= dp_nonfinite(v);"] if checks else [])]
-
-
-def _status(checks: bool) -> list[str]:
-    return ["if (bad) st[sb] = 1;"] if checks else ["(void)bad; (void)st; (void)sb;"]
 
 
 def micro_kernel_direct(c_type: str, mr: int, nr: int, direct: tuple[int, int] | None) -> str:
@@ -261,7 +257,7 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
         *("                " + s for s in _store(checks)),
         "            }",
         "    }",
-        *_status(checks),
+        *status_flag(checks),
     ]
     return "\n".join([f"DP_FN void {TOKEN}_cpu({sig}) {{", *("    " + s for s in body), "}"])
 
@@ -333,7 +329,7 @@ def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
         f"    const int co = (bt * {ct.m} + i0 + ty) * {ct.n} + j0 + tx;",
         *("    " + s for s in _store(checks)),
         "}",
-        *_status(checks),
+        *status_flag(checks),
     ]
     return "\n".join([f"DP_FN void {TOKEN}_cuda({sig}) {{", *("    " + s for s in body), "}"])
 
@@ -343,23 +339,16 @@ def contraction_kernels(
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
     """The one launch of contraction group ``group`` on ``device`` and its native definition
     (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
-    from dpt_ir.backends.launches import StatusSlot
-
     (root,) = group.roots
-    node = graph.node_map[root]
     p = plan(graph, root, device)
-    a, b = node.inputs
-    params = [a, b, root]  # a0, a1, a2: the drivers name the operands by position
-    unit = Unit(graph, params, {root}, {})
-    slot_base = len(slots)
-    if checks:
-        slots.append(StatusSlot(name, root, node.opdef.name, "nonfinite", "", origin_of(graph, root)))
-    sig = f"{unit.sig()}, int* st, int sb, int t"
-    cpu = cpu_driver(p, sig, checks, device != "cpu")
+    a, b = graph.node_map[root].inputs
+    unit = Unit(graph, [a, b, root], {root}, {})  # a0, a1, a2: the drivers name the operands by position
     bk = blocking(p, device != "cpu")
     direct = (p.ct.a_row, p.ct.a_col) if bk.direct_a else None
-    micro = micro_kernel_direct(bk.packed, bk.mr, bk.nr, direct)
-    pieces = [micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]
-    fn, cxx = hashed("\n".join(pieces) + "\n")
-    natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
-    return [launch(name, unit, fn, checks, p.dim, group.id, {}, slot_base)], natives
+
+    def drivers(sig: str) -> str:
+        micro = micro_kernel_direct(bk.packed, bk.mr, bk.nr, direct)
+        cpu = cpu_driver(p, sig, checks, device != "cpu")
+        return "\n".join([micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]) + "\n"
+
+    return single_launch(unit, root, name, slots, checks, p.dim, group.id, drivers)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, TOKEN
-from dpt_ir.backends.cxx.units import Unit, hashed, launch
+from dpt_ir.backends.cxx.units import Unit, single_launch, status_flag
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
@@ -182,7 +182,7 @@ def _entry(rec: Recurrence, sig: str, args: tuple[str, str, str], c_type: str, c
         body += _step(s, rec.m, L, off)
         off += rec.m if s.weights is not None else 0
     body += _store(rec, L, c_type, checks)
-    body += ["if (bad) st[sb] = 1;"] if checks else ["(void)bad; (void)st; (void)sb;"]
+    body += status_flag(checks)
     return "\n".join([f"DP_FN void {fn}({sig}) {{", *("    " + s for s in body), "}"])
 
 
@@ -191,8 +191,6 @@ def recurrence_kernels(
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
     """The one launch of recurrence group ``group`` on ``device`` and its native definition
     (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
-    from dpt_ir.backends.launches import StatusSlot
-
     (root,) = group.roots
     node = graph.node_map[root]
     rec = recurrence_of(graph, root)
@@ -204,14 +202,11 @@ def recurrence_kernels(
     params = [node.inputs[0], *constants, root]
     unit = Unit(graph, params, {root}, {}, constants)
     args = ("a0", "a1" if weights else "(const double*)0", f"a{len(params) - 1}")
-    slot_base = len(slots)
-    if checks:
-        slots.append(StatusSlot(name, root, node.opdef.name, "nonfinite", "", origin_of(graph, root)))
-    sig = f"{unit.sig()}, int* st, int sb, int t"
     L = _lanes(rec) if device == "cpu" else 1  # a CUDA plan's CPU entry (host replay) takes its partition
-    cpu = _entry(rec, sig, args, c_type, checks, L, f"{TOKEN}_cpu")
-    cuda = _entry(rec, sig, args, c_type, checks, 1, f"{TOKEN}_cuda")
-    fn, cxx = hashed(cpu + "\n" + cuda + "\n")
-    natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
+
+    def drivers(sig: str) -> str:
+        cpu = _entry(rec, sig, args, c_type, checks, L, f"{TOKEN}_cpu")
+        return cpu + "\n" + _entry(rec, sig, args, c_type, checks, 1, f"{TOKEN}_cuda") + "\n"
+
     dim = -(-rec.lines // L) if device == "cpu" else rec.lines
-    return [launch(name, unit, fn, checks, dim, group.id, {}, slot_base)], natives
+    return single_launch(unit, root, name, slots, checks, dim, group.id, drivers)

@@ -10,11 +10,13 @@ Guarantees: `hashed` names a text by its content; `Unit` writes the signature, t
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from dpt_ir.backends.cxx.common import STATE_TYPES, TOKEN
 from dpt_ir.backends.warp.spelling import launch_kernel, native_stub
 from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.records import origin_of
 
 TASK0 = "$task0"  # scalar kernel argument: the launch's first task
 
@@ -101,3 +103,34 @@ def launch(
     text, params = unit.kernel(name, fn, checks), unit.launch_params(checks)
     constants = {p: (t, constant_array(t, v)) for p, (t, v) in unit.constants.items()}
     return KernelSource(name, text, params, dim, group, partials, constants, name, slot_base)
+
+
+def status_flag(checks: bool) -> list[str]:
+    """The statements ending a driver that ORs non-finite results into ``bad``: the status word
+    at ``sb`` when it checks, else nothing read."""
+    return ["if (bad) st[sb] = 1;"] if checks else ["(void)bad; (void)st; (void)sb;"]
+
+
+def single_launch(
+    unit: Unit,
+    root: str,
+    name: str,
+    slots: list[Any],
+    checks: bool,
+    dim: int,
+    group: str,
+    drivers: Callable[[str], str],
+) -> tuple[list[Any], dict[str, tuple[str, str]]]:
+    """The one launch of a group lowered as one C++ unit (a contraction, a recurrence) that writes
+    ``root`` and reports non-finite results in one status slot: ``drivers(sig)`` gives the unit's
+    C++ (named with `TOKEN`, entry points ``_cpu`` and ``_cuda``); the launch and its native
+    definition (stub name -> C++ and stub text), as `kernels.group_kernels` gives them."""
+    from dpt_ir.backends.launches import StatusSlot
+
+    slot_base = len(slots)
+    if checks:
+        op = unit.graph.node_map[root].opdef.name
+        slots.append(StatusSlot(name, root, op, "nonfinite", "", origin_of(unit.graph, root)))
+    fn, cxx = hashed(drivers(f"{unit.sig()}, int* st, int sb, int t"))
+    natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
+    return [launch(name, unit, fn, checks, dim, group, {}, slot_base)], natives
