@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from dpt_ir.api.autodiff import check_wrt, joint_graph
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ir.graph import Graph, Input, Node, Output
+from dpt_ir.ir.graph import Graph, Input, Node, Output, unique_name
 from dpt_ir.ir.records import Derived, joint_record, phase_tag, with_derived, without_autodiff
 from dpt_ir.ir.registry import CONSTANT_OP
 from dpt_ir.ir.types import TensorType, is_float
@@ -156,7 +156,7 @@ def _finish(
     subst = dict(rename)
     for name, value in constants.items():
         t: TensorType = graph.types[name]
-        node = _fresh(f"{name.replace('.', '_')}_fill", taken)
+        node = unique_name(f"{name.replace('.', '_')}_fill", taken)
         attrs = {"value": value, "dtype": t.dtype, "shape": list(t.shape)}
         fills.append(Node(name=node, op=CONSTANT_OP, attrs=attrs, type=t, meta=phase_tag("forward")))
         subst[name] = node
@@ -192,12 +192,3 @@ def _live(nodes: list[Node], outputs: list[Output]) -> list[Node]:
             needed.update(node.inputs)
     kept.reverse()
     return kept
-
-
-def _fresh(stem: str, taken: set[str]) -> str:
-    name, k = stem, 0
-    while name in taken:
-        k += 1
-        name = f"{stem}_{k}"
-    taken.add(name)
-    return name

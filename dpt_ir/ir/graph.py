@@ -238,6 +238,16 @@ class Graph(FrozenModel):
         return Graph(**data)
 
 
+def unique_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_<k>`` with the smallest k making it new; the name is added to ``taken``."""
+    candidate, k = base, 0
+    while candidate in taken:
+        k += 1
+        candidate = f"{base}_{k}"
+    taken.add(candidate)
+    return candidate
+
+
 ORIGIN = "origin"  # node meta key: the user-level dp.* function that emitted the node
 
 

@@ -183,6 +183,15 @@ def without_autodiff(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k not in _AUTODIFF_KEYS}
 
 
+def derived_record(graph: Graph) -> Derived:
+    """The `Derived` record of a jvp, hvp or gnvp graph; ContractError naming the graph when it
+    has none."""
+    record = derived_of(graph)
+    if record is None:
+        raise ContractError(f"graph {graph.name!r}: expected a derived graph (jvp, hvp or gnvp record), found none")
+    return record
+
+
 def derived_of(graph: Graph) -> Derived | None:
     """The graph's `Derived` record; None for a graph not derived for jvp, hvp or gnvp."""
     if DERIVED_GRAPH not in graph.meta:

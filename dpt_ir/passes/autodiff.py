@@ -12,11 +12,11 @@ no ``wrt`` the graph is returned unchanged.
 from __future__ import annotations
 
 from dpt_ir.api.autodiff import joint_graph
-from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.graph import Graph, Node, unique_name
 from dpt_ir.ir.records import Autodiff, backward_tags, joint_record, phase_of, with_autodiff
 from dpt_ir.ir.registry import CONSTANT_OP
 from dpt_ir.passes.options import CompileOptions
-from dpt_ir.passes.util import substitute, unique_name
+from dpt_ir.passes.util import substitute
 
 NAME = "autodiff"
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.graph import Graph, Node, unique_name
 from dpt_ir.ir.registry import get_op
 from dpt_ir.ir.types import TensorType
 from dpt_ir.passes.options import CompileOptions, PassOptions
-from dpt_ir.passes.util import substitute, unique_name
+from dpt_ir.passes.util import substitute
 
 NAME = "reciprocal"
 MIN_RATIO = 2  # the result has at least this many elements per divisor element

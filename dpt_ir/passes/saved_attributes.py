@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.graph import Graph, Node, unique_name
 from dpt_ir.ir.records import (
     DerivedAttribute,
     Phase,
@@ -49,7 +49,6 @@ from dpt_ir.ir.records import (
     with_saved_plan,
 )
 from dpt_ir.passes.options import CompileOptions, PassOptions
-from dpt_ir.passes.util import unique_name
 
 NAME = "saved_attributes"
 NOT_RECOMPUTED = ("reduction", "stencil")

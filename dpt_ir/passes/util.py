@@ -38,16 +38,6 @@ def substitute(graph: Graph, subst: Mapping[str, str], nodes: Iterable[Node] | N
     return graph.replace(nodes=tuple(new_nodes), outputs=outputs)
 
 
-def unique_name(base: str, taken: set[str]) -> str:
-    """``base``, or ``base_<k>`` with the smallest k making it new; the name is added to ``taken``."""
-    candidate, k = base, 0
-    while candidate in taken:
-        k += 1
-        candidate = f"{base}_{k}"
-    taken.add(candidate)
-    return candidate
-
-
 def live_ranges(groups: Sequence[KernelGroup], sets: Sequence[RowSet] = ()) -> tuple[dict[str, int], dict[str, int]]:
     """For kernels in order: the index of the kernel that writes each value, and of the
     last kernel that reads it (values never read have no entry). Each row set (`sets`,

@@ -105,8 +105,7 @@ def interpret_jvp(
         raise ContractError(f"interpret_jvp: expected a non-empty dict input name -> tangent, found {tangents!r}")
     wrt = check_wrt(graph, list(tangents))
     derived = jvp_graph(graph, wrt)
-    record = records.derived_of(derived)
-    assert record is not None
+    record = records.derived_record(derived)
     vec = vector_arrays(graph, wrt, tangents, "tangent")
     values = interpret(derived, **inputs, **{record.vectors[w]: v for w, v in vec.items()})
     outs = {o.name: values[o.name] for o in graph.outputs}
@@ -121,8 +120,7 @@ def interpret_hvp(
     missing: zero)."""
     wrt = check_wrt(graph, [wrt] if isinstance(wrt, str) else wrt)
     derived = hvp_graph(graph, wrt, default_loss(graph) if loss is None else loss)
-    record = records.derived_of(derived)
-    assert record is not None
+    record = records.derived_record(derived)
     vec = vector_arrays(graph, wrt, vectors, "vector")
     values = interpret(derived, **inputs, **{record.vectors[w]: v for w, v in vec.items()})
     outs = {o.name: values[o.name] for o in graph.outputs}

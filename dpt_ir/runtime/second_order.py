@@ -56,11 +56,12 @@ class DerivedPlans:
             return {kind if of is None else f"{kind}-{of}": p for (kind, of), p in self._plans.items()}
 
 
-def _evaluate(program: Program, plan: ExecutionPlan, vectors: Any, inputs: dict[str, Any], what: str) -> Arrays:
-    """Every output of ``plan`` for ``inputs`` and the ``vectors`` of the ``wrt`` inputs."""
-    record = records.derived_of(plan.graph)
-    if record is None:
-        raise ContractError(f"plan of {program.graph.name!r}: expected a derived plan's record, found none")
+def _evaluate(
+    program: Program, plan: ExecutionPlan, vectors: Any, inputs: dict[str, Any], what: str
+) -> tuple[Arrays, records.Derived]:
+    """Every output of ``plan`` for ``inputs`` and the ``vectors`` of the ``wrt`` inputs, and the
+    plan's `Derived` record (which names them)."""
+    record = records.derived_record(plan.graph)
     vec = vector_arrays(program.graph, program.wrt, vectors, what)
     named = {record.vectors[w]: v for w, v in vec.items()}
     types = {**program.input_types, **{n: plan.graph.input_map[n].type for n in named}}
@@ -70,7 +71,8 @@ def _evaluate(program: Program, plan: ExecutionPlan, vectors: Any, inputs: dict[
         ws.clear_status()
         program.launch_count = plan.run("forward", bound, ws)
         program.checkpoint(what, ws)
-        return {name: direct[v] if v in direct else plan.output_copy(name, ws) for name, v in plan.outputs.items()}
+        values = {name: direct[v] if v in direct else plan.output_copy(name, ws) for name, v in plan.outputs.items()}
+    return values, record
 
 
 def _direct_outputs(plan: ExecutionPlan, bound: dict[str, Any]) -> Arrays:
@@ -96,10 +98,7 @@ def jvp(program: Program, tangents: Any, inputs: dict[str, Any]) -> tuple[Arrays
     """``(outputs, output_tangents)``: per float output, its Jacobian times ``tangents``."""
     _require_wrt(program, "jvp")
     plan = program.derived.get(program, "jvp")
-    values = _evaluate(program, plan, tangents, inputs, "tangent")
-    record = records.derived_of(plan.graph)
-    if record is None:
-        raise ContractError(f"plan of {program.graph.name!r}: expected a derived plan's record, found none")
+    values, record = _evaluate(program, plan, tangents, inputs, "tangent")
     return {o.name: values[o.name] for o in program.graph.outputs}, {o: values[p] for o, p in record.products.items()}
 
 
@@ -107,10 +106,7 @@ def hvp(program: Program, vectors: Any, inputs: dict[str, Any]) -> tuple[Arrays,
     """``(outputs, grads, hvps)``: the loss's gradient and its Hessian times ``vectors``."""
     _require_wrt(program, "hvp")
     plan = program.derived.get(program, "hvp")
-    values = _evaluate(program, plan, vectors, inputs, "vector")
-    record = records.derived_of(plan.graph)
-    if record is None:
-        raise ContractError(f"plan of {program.graph.name!r}: expected a derived plan's record, found none")
+    values, record = _evaluate(program, plan, vectors, inputs, "vector")
     outs = {o.name: values[o.name] for o in program.graph.outputs}
     return outs, {w: values[g] for w, g in record.gradients.items()}, {w: values[p] for w, p in record.products.items()}
 
@@ -122,8 +118,5 @@ def gnvp(program: Program, vectors: Any, output: Any, inputs: dict[str, Any]) ->
     if not isinstance(output, str) or output not in names:
         raise ContractError(f"gnvp: output={output!r} is not an output of {program.graph.name!r}; outputs are {names}")
     plan = program.derived.get(program, "gnvp", output)
-    values = _evaluate(program, plan, vectors, inputs, "vector")
-    record = records.derived_of(plan.graph)
-    if record is None:
-        raise ContractError(f"plan of {program.graph.name!r}: expected a derived plan's record, found none")
+    values, record = _evaluate(program, plan, vectors, inputs, "vector")
     return {n: values[n] for n in names}, {w: values[p] for w, p in record.products.items()}
