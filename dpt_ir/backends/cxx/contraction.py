@@ -166,7 +166,7 @@ def micro_kernel_direct(c_type: str, mr: int, nr: int, direct: tuple[int, int] |
 @dataclass(frozen=True)
 class Blocking:
     """A CPU driver's blocks: the task's output block ``tm x tn``, the micro tile ``mr x nr``, the
-    k chunk ``kc``, the packed element type and its micro kernel."""
+    k chunk ``kc`` and the packed element type (its micro kernel is ``_micro_<packed>``)."""
 
     tm: int
     tn: int
@@ -174,7 +174,6 @@ class Blocking:
     nr: int
     kc: int
     packed: str
-    micro: str
     direct_a: bool = False  # the micro kernel reads A in place (no A panel)
 
 
@@ -182,10 +181,10 @@ def blocking(p: Plan, cuda: bool) -> Blocking:
     """float64: double panels, `MR` x `NR` tiles, chunks of `KC`; float32: float panels, chunks of
     one k block (`KB`), `MR32` x `NR32` tiles; a CUDA plan's replay: `TILE` x `TILE` blocks."""
     if cuda:  # the replay: the CUDA partition's tiles, packed panels
-        return Blocking(TILE, TILE, MR, NR, KB if p.c_type == "float" else KC, p.c_type, f"micro_{p.c_type}")
+        return Blocking(TILE, TILE, MR, NR, KB if p.c_type == "float" else KC, p.c_type)
     if p.c_type == "float":
-        return Blocking(TM32, TN32, MR32, NR32, KB, "float", "micro_float", direct_a=True)
-    return Blocking(TM64, TN64, MR64, NR64, KC64, "double", "micro_double", direct_a=True)
+        return Blocking(TM32, TN32, MR32, NR32, KB, "float", direct_a=True)
+    return Blocking(TM64, TN64, MR64, NR64, KC64, "double", direct_a=True)
 
 
 def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
@@ -240,7 +239,7 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
         "            }",
         "    for (int mi = 0; mi < mt; ++mi)",
         "        for (int nj = 0; nj < nt; ++nj)",
-        f"            {TOKEN}_{bk.micro}({a_arg}, bp + nj * {kc_ * nr_}, kc, "
+        f"            {TOKEN}_micro_{pk}({a_arg}, bp + nj * {kc_ * nr_}, kc, "
         f"acc + (mi * {tn // nr_} + nj) * {mr_ * nr_});",
         "}",
         "int bad = 0;",
