@@ -9,11 +9,13 @@ constants `benchmarks.case_data` copies are checked against their dpt_ir sources
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import dpt_ir as dp
 from benchmarks import case_data
@@ -47,6 +49,10 @@ assert not bad, bad
 """
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None or importlib.util.find_spec("jax") is None,
+    reason="the peers need PyTorch and JAX (pip install -e '.[peers]'; .ci/run installs them)",
+)
 def test_peers_run_where_dpt_ir_and_warp_do_not_import(tmp_path: Path) -> None:
     refs = {}
     for case in ("beer", "imaging"):
