@@ -169,9 +169,10 @@ def _epilogue_fits(graph: Graph, red: Group, ep: Group) -> bool:
     """Can ``ep`` run after ``red``'s loop, one element per reduction output ``o``?
 
     The reduction results, and layout-preserving views of them (reshape, squeeze), are
-    known only at flat position ``o``; ``ep`` must iterate over a space of that size and
-    read them only there: through such views, or elementwise at its own index (no
-    broadcast, no other view). It must not read what ``red`` writes at its input space.
+    known only at flat position ``o``, and so is everything ``ep`` computes from them;
+    ``ep`` must iterate over a space of that size and read all of these only there: through
+    such views, or elementwise at its own index (no broadcast, no other view). It must not
+    read what ``red`` writes at its input space.
     """
     if red.kind != "reduction" or ep.kind != "pointwise" or ep.phase != red.phase or ep.epilogue or ep.pinned:
         return False
@@ -190,14 +191,15 @@ def _epilogue_fits(graph: Graph, red: Group, ep: Group) -> bool:
                 continue
             read = True
             node = graph.node_map[user]
-            if node.opdef.preserves_layout:
-                if user not in at_o:
-                    at_o.add(user)
-                    frontier.append(user)
-            elif (
+            if not node.opdef.preserves_layout and (
                 node.opdef.kind != "elementwise" or ep.space != node.type.shape or ep.space != graph.types[value].shape
             ):
                 return False
+            # What is computed from a result at ``o`` is known at ``o`` only too: its readers
+            # are held to the same rule (a reversed slice of ``result + 1`` reads elsewhere).
+            if user not in at_o:
+                at_o.add(user)
+                frontier.append(user)
     return read
 
 

@@ -211,8 +211,8 @@ def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
     seeds = [*(graph.node_map[r].inputs[0] for r in roots), *stores]
     if any(_squeezed(graph.types[v].shape) != _squeezed(space) for v in stores):
         return None  # a store is written at the iteration index: its flat order must be the space's
-    after_shape = _after_shape(graph, after, roots)
-    if after_shape is None or (after and sites.walk(graph, members, after, after_shape, frozenset(roots)) is None):
+    after_shape = _walked_after(graph, members, after, roots)
+    if after_shape is None:
         return None
     found: list[sites.Guard] = []
     walked = sites.walk(graph, members, seeds, space, guards=found)
@@ -365,6 +365,22 @@ def _descendants(graph: Graph, members: set[str], roots: list[str]) -> set[str]:
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
     """``shape`` without its unit axes: shapes equal so have the same flat element order."""
     return tuple(d for d in shape if d != 1)
+
+
+def _walked_after(graph: Graph, members: set[str], after: list[str], roots: list[str]) -> tuple[int, ...] | None:
+    """The space the epilogue ``after`` iterates over: `_after_shape`, or the refinement of it
+    that makes its views affine (`sites.refine`: a transpose between two reshapes of a
+    reduction's output), the same flat order either way; None when neither walks."""
+    shape = _after_shape(graph, after, roots)
+    if shape is None or not after:
+        return shape
+    terminals = frozenset(roots)
+    if sites.walk(graph, members, after, shape, terminals) is not None:
+        return shape
+    finer = sites.refine(graph, members, shape)
+    if finer is None or sites.walk(graph, members, after, finer, terminals) is None:
+        return None
+    return finer
 
 
 def _after_shape(graph: Graph, after: list[str], roots: list[str]) -> tuple[int, ...] | None:
