@@ -297,7 +297,8 @@ def main() -> None:
                 row["grad_rel"] = float(np.max(np.abs(grad - against)) / np.max(np.abs(against)))
         vs_scheme = float(np.max(np.abs(dw_ref - ref)) / np.max(np.abs(ref))) if dw_ref is not None else float("nan")
     print(f"value_and_grad wrt v of {args.steps} wave steps on {args.size}x{args.size}, {args.shots} shot(s) "
-          f"(float32, CPU, one thread each; median of {args.rounds} interleaved rounds x {args.repeat} calls)\n")  # fmt: skip
+          f"(float32, CPU, one thread each; median of {args.rounds} interleaved rounds "
+          f"x {args.repeat} calls)\n")  # fmt: skip
     print("| contender | first call (s) | time (ms) | its time / dpt_ir's (store-all / K16) | peak memory (MiB) "
           "| grad rel. diff |")  # fmt: skip
     print("|---|---|---|---|---|---|")
