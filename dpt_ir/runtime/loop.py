@@ -24,6 +24,11 @@ Guarantees:
   same evaluation (`keep`/``source``), it reads the carries the forward kept instead.
   Closed-over gradients are summed in reverse step order inside the vjp kernel
   (`vjp_piece`): deterministic, bit-identical for every policy;
+- on the CPU, each direction (forward, reverse with its checkpoint schedule) runs as one
+  native call (`dpt_ir.runtime.loop_native`): the step logic above runs once, at the first
+  call, to record an op table of the kernel calls, pointer rewrites and copies it makes, and
+  every call replays that table natively, bit-identical to running the steps one by one. CUDA
+  plans run step by step (their recorded launches are Warp commands, not native entry points);
 - the body's status words are checked after each node (`NumericalError` naming the loop).
 """
 
@@ -38,6 +43,7 @@ from dpt_ir.ir import records
 from dpt_ir.ir.graph import Node
 from dpt_ir.ir.types import TensorType, is_float
 from dpt_ir.ops.loop import ScanAttrs, body_vjp, checkpoint_plan, grad_layout, result_types
+from dpt_ir.runtime.loop_native import NativeSteps
 from dpt_ir.runtime.loop_pieces import ACC_PREFIX, piece_names
 from dpt_ir.runtime.plan import WP_DTYPES
 
@@ -100,6 +106,10 @@ class Loop:
             found = self.vjp_plan.direct_outputs([self.grad_outputs[self._name(k)] for k in wanted])
             self.vjp_direct = {wanted[j]: v for j, v in found.items()}
         self._keeps = False  # `keep` asked for the trajectory
+        # The op table of each direction ("forward", "reverse"), recorded at its first call
+        # (`loop_native`); `_emit` is the table being recorded, None when running.
+        self._tables: dict[str, NativeSteps] = {}
+        self._emit: NativeSteps | None = None
         self._allocated = False  # the buffers are allocated at the first use (`ready`), never at compile
 
     # -- buffers --
@@ -225,10 +235,45 @@ class Loop:
         for k, value in self.direct.items():
             if k < a.carries:
                 bound[value] = into[k]
-        self.fwd_plan.run("forward", bound, self.fwd_ws)
+        self._run(self.fwd_plan, bound, self.fwd_ws)
         for k in range(a.carries):
             if k not in self.direct:
-                wp.copy(into[k], self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten())
+                self._copy(into[k], self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten())
+
+    def _run(self, plan: Any, bound: dict[str, wp.array], ws: Any) -> None:
+        if self._emit is not None:
+            self._emit.phase(plan, bound, ws)
+        else:
+            plan.run("forward", bound, ws)
+
+    def _copy(self, dst: wp.array, src: wp.array, dest_offset: int = 0, count: int | None = None) -> None:
+        if self._emit is not None:
+            self._emit.copy(dst, src, dest_offset, count)
+        elif count is None:
+            wp.copy(dst, src, dest_offset=dest_offset)
+        else:
+            wp.copy(dst, src, dest_offset=dest_offset, count=count)
+
+    def _native(self, direction: str, arrays: list[wp.array], steps: Any) -> bool:
+        """Run ``steps(arrays)`` (the step logic of ``direction``) as one native call of its op
+        table, recorded at the first call (`loop_native`); False where the loop cannot (its
+        plans are CUDA's: their steps are not native entry points), and then nothing ran."""
+        if self.device != "cpu":
+            return False
+        table = self._tables.get(direction)
+        if table is None or not table.fits(arrays):
+            table = NativeSteps(arrays)
+            self._emit = table
+            try:
+                steps(arrays)
+            finally:
+                self._emit = None
+            table.finish()
+            self._tables[direction] = table
+        if not table.ok:
+            return False
+        table.run(arrays)
+        return True
 
     def _check(self, program: Any, ws: Any) -> None:
         if ws is not None:
@@ -244,8 +289,14 @@ class Loop:
     def forward(self, arrays: list[wp.array]) -> wp.array:
         """The packed results of ``scan`` on its input arrays (flat)."""
         self.ready()
-        a = self.attrs
         self._begin(self.fwd_ws)
+        if not self._native("forward", arrays, self._forward_steps):
+            self._forward_steps(arrays)
+        self._check(self.body, self.fwd_ws)
+        return self.packed
+
+    def _forward_steps(self, arrays: list[wp.array]) -> None:
+        a = self.attrs
         carry, at = list(arrays[: a.carries]), 1  # at: the pool buffer holding the carry
         final = [
             _view(self.packed, self.result_offsets[k], self.result_offsets[k] + self.results[k].size)
@@ -270,18 +321,24 @@ class Loop:
                 if k not in self.direct:
                     row = self.results[k].size // a.length
                     y = self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten()
-                    wp.copy(self.packed, y, dest_offset=self.result_offsets[k] + i * row, count=row)
+                    self._copy(self.packed, y, dest_offset=self.result_offsets[k] + i * row, count=row)
             carry = into
-        self._check(self.body, self.fwd_ws)
-        return self.packed
 
     def reverse(self, arrays: list[wp.array]) -> wp.array:
         """The packed gradients of ``scan_vjp`` (inputs: the scan's, then its cotangent)."""
         self.ready()
+        self._begin(self.fwd_ws, self.vjp_ws)
+        if not self._native("reverse", arrays, self._reverse_steps):
+            self._reverse_steps(arrays)
+        self._check(self.body, self.fwd_ws)
+        if self.vjp is not None:
+            self._check(self.vjp, self.vjp_ws)
+        return self.grads
+
+    def _reverse_steps(self, arrays: list[wp.array]) -> None:
         a = self.attrs
         gy = arrays[-1]
         forward = arrays[:-1]
-        self._begin(self.fwd_ws, self.vjp_ws)
         self.sums = dict(self.zeros)  # read only: each step writes the new sum into `sum_pool`
         g_carry = [
             _view(gy, self.result_offsets[k], self.result_offsets[k] + self.results[k].size) for k in range(a.carries)
@@ -291,13 +348,14 @@ class Loop:
             kept = [list(forward[: a.carries]), *self.source.trajectory]
             for i in range(a.length - 1, -1, -1):
                 g_carry, g_at = self._reverse_step(kept[i], None, forward, g_carry, g_at, gy, i)
-            return self._finish(g_carry)
+            self._finish(g_carry)
+            return
         initial = list(forward[: a.carries])  # slot 0 always holds c_0: the input itself, never copied
         carry, c_at = initial, None
         for act in self.schedule.actions:
             if act.kind == "store" and act.slot > 0:
                 for k in range(a.carries):
-                    wp.copy(self.slots[act.slot - 1][k], carry[k])
+                    self._copy(self.slots[act.slot - 1][k], carry[k])
             elif act.kind == "restore":
                 carry, c_at = (initial if act.slot == 0 else list(self.slots[act.slot - 1])), None
             elif act.kind == "advance":
@@ -307,19 +365,15 @@ class Loop:
                     carry = self.pool[c_at]
             elif act.kind == "reverse":
                 g_carry, g_at = self._reverse_step(carry, c_at, forward, g_carry, g_at, gy, act.at)
-        return self._finish(g_carry)
+        self._finish(g_carry)
 
-    def _finish(self, g_carry: list[wp.array]) -> wp.array:
-        """Pack the initial carries' and the closures' gradients; check the status words."""
+    def _finish(self, g_carry: list[wp.array]) -> None:
+        """Pack the initial carries' and the closures' gradients."""
         a = self.attrs
         for k in range(a.carries):
-            wp.copy(self.grads, g_carry[k], dest_offset=self.grad_offsets[k], count=self.in_types[k].size)
+            self._copy(self.grads, g_carry[k], dest_offset=self.grad_offsets[k], count=self.in_types[k].size)
         for k, total in self.sums.items():
-            wp.copy(self.grads, total, dest_offset=self.grad_offsets[k], count=total.shape[0])
-        self._check(self.body, self.fwd_ws)
-        if self.vjp is not None:
-            self._check(self.vjp, self.vjp_ws)
-        return self.grads
+            self._copy(self.grads, total, dest_offset=self.grad_offsets[k], count=total.shape[0])
 
     def _reverse_step(
         self,
@@ -358,10 +412,10 @@ class Loop:
             bound[value] = targets[k]
         plan, ws = self.vjp_plan, self.vjp_ws
         assert plan is not None and ws is not None  # a scan_vjp node's loop
-        plan.run("forward", bound, ws)
+        self._run(plan, bound, ws)
         for k, target in targets.items():
             if k not in self.vjp_direct:
-                wp.copy(target, plan.output_array(self.grad_outputs[self._name(k)], ws).flatten())
+                self._copy(target, plan.output_array(self.grad_outputs[self._name(k)], ws).flatten())
         for k in self.sums:
             self.sums[k] = targets[k]
         return [targets[k] for k in range(a.carries)], out

@@ -61,6 +61,9 @@ class RecordedPhase:
         self.fallback: dict[str, int] = {}  # direct value -> the workspace buffer's pointer
         self.modules: list[Any] = []  # the loaded modules the commands run, held loaded
         self.steps: list[Callable[[], None]] = []
+        # Each step as a native entry point or split launch, for a loop that replays the phase
+        # from native code (`dpt_ir.runtime.loop_native`); None where a step is not one (CUDA).
+        natives: list[tasks.Part | tasks.SplitLaunch | None] = []
         launches = plan.launches_of(phase)
         self.count = len(launches)
         for launch in launches:
@@ -68,9 +71,13 @@ class RecordedPhase:
             parts = tasks.ranges(launch.dim, plan.threads) if split else [(0, launch.dim)]
             steps = [self._record(plan, launch, ws, bound, first, count) for first, count in parts]
             if len(steps) == 1:
-                self.steps.append(steps[0].call if isinstance(steps[0], tasks.Part) else steps[0])
+                part = steps[0] if isinstance(steps[0], tasks.Part) else None
+                self.steps.append(part.call if part is not None else steps[0])
+                natives.append(part)
             else:
                 self.steps.append(tasks.SplitLaunch(_entry_points(launch, steps), plan.threads, self.modules[-1]))
+                natives.append(self.steps[-1])
+        self.natives = natives if all(n is not None for n in natives) else None
         self.names = list(self.targets.items())
 
     def _record(

@@ -23,12 +23,12 @@ extern "C" int sched_yield(void);
 #define DP_PAUSE() __asm__ __volatile__("yield")
 #endif
 
+typedef void (*dp_entry_t)(void*, void*);
+struct dp_part { dp_entry_t fn; void* bounds; void* args; };
+
 #ifdef DP_SYS_FUTEX
 #define DP_FUTEX_WAIT 128  // FUTEX_WAIT | FUTEX_PRIVATE_FLAG
 #define DP_FUTEX_WAKE 129  // FUTEX_WAKE | FUTEX_PRIVATE_FLAG
-
-typedef void (*dp_entry_t)(void*, void*);
-struct dp_part { dp_entry_t fn; void* bounds; void* args; };
 
 // One cache line per field that another thread writes, so spinning readers share nothing else.
 struct dp_pool_t {
@@ -94,4 +94,35 @@ extern "C" WP_API void dp_pool_stop(dp_pool_t* p) {
     syscall(DP_SYS_FUTEX, &p->gen, DP_FUTEX_WAKE, 0x7fffffff, (void*)0, (void*)0, 0);
 }
 #endif  // DP_SYS_FUTEX
+
+// dp_loop_run: a compiled loop's whole sequence of steps in one native call (runtime/loop_native.py
+// builds the table once per loop and direction). Each op is one of: 0 call entry point x(y, z);
+// 1 run the n = y parts at x, on `pool` when given (else in order here: the parts decide which
+// thread runs a task, never what it computes); 2 store the pointer bases[y] + z (y < 0: z itself)
+// into the argument field at x; 3 copy n bytes from bases[z] + w to bases[x] + y. `bases` holds this
+// call's input addresses, so one table serves every call.
+struct dp_loop_op { long long kind, x, y, z, w, n; };
+
+static inline char* dp_loop_at(const long long* bases, long long base, long long off) {
+    return (char*)((base < 0 ? 0 : bases[base]) + off);
+}
+
+extern "C" WP_API void dp_loop_run(const dp_loop_op* ops, long long count, const long long* bases, void* pool) {
+    for (long long k = 0; k < count; ++k) {
+        const dp_loop_op& op = ops[k];
+        if (op.kind == 0) {
+            ((dp_entry_t)op.x)((void*)op.y, (void*)op.z);
+        } else if (op.kind == 1) {
+            const dp_part* parts = (const dp_part*)op.x;
+#ifdef DP_SYS_FUTEX
+            if (pool) { dp_pool_run((dp_pool_t*)pool, parts, (int)op.y); continue; }
+#endif
+            for (int j = 0; j < (int)op.y; ++j) parts[j].fn(parts[j].bounds, parts[j].args);
+        } else if (op.kind == 2) {
+            *(char**)op.x = dp_loop_at(bases, op.y, op.z);
+        } else {
+            __builtin_memcpy(dp_loop_at(bases, op.x, op.y), dp_loop_at(bases, op.z, op.w), (unsigned long)op.n);
+        }
+    }
+}
 #endif  // DP_POOL_H

@@ -102,6 +102,12 @@ def _symbol(host: Any, name: str, restype: Any, *argtypes: Any) -> Any:
     return ctypes.CFUNCTYPE(restype, *argtypes)(address) if address else None
 
 
+def native(host: Any, name: str, restype: Any, *argtypes: Any) -> Any:
+    """The C function ``name`` of the loaded module ``host`` (``dp_pool.h``'s, in every CPU
+    module), or None where the module has none."""
+    return _symbol(host, name, restype, *argtypes)
+
+
 def pool(workers: int, host: Any) -> Pool | None:
     """This process's pool of ``workers`` threads, created once with ``host`` as its
     native side; None where ``host`` has no native pool (a platform without futexes)."""
