@@ -105,3 +105,18 @@ def test_equals_torch_func(case: dict[str, Any]) -> None:
     np.testing.assert_allclose(tangent["loss"], jv.numpy(), rtol=1e-10)
     for w, want in zip(WRT, hv, strict=True):
         np.testing.assert_allclose(hvps[w], want.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_torch_double_backward_of_the_loss_goes_through_hvp(case: dict[str, Any]) -> None:
+    torch = pytest.importorskip("torch")
+    import dpt_ir.torch as dt
+
+    x, v = case["x"], case["v"]
+    t = {n: torch.tensor(a, requires_grad=n in WRT) for n, a in x.items()}
+    loss, _ = dt.function(case["program"])(**t)
+    grads = torch.autograd.grad(loss, [t[w] for w in WRT], create_graph=True)
+    dot = sum((g * torch.from_numpy(v[w])).sum() for g, w in zip(grads, WRT, strict=True))
+    hv = torch.autograd.grad(dot, [t[w] for w in WRT])
+    _, _, want = case["program"].hvp(v, **x)
+    for w, h in zip(WRT, hv, strict=True):
+        np.testing.assert_allclose(h.numpy(), want[w], rtol=1e-12, atol=1e-12)
