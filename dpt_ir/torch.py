@@ -15,8 +15,8 @@ Guarantees:
   Double backward: a gradient taken with ``create_graph=True`` of the loss alone (a cotangent
   on ``program.loss``, none on the other outputs) is differentiable once more, through the
   program's Hessian-vector product (`Program.hvp`: ``d/dx <g ∇L, v> = g H v`` and
-  ``d/dg = <∇L, v>``). Any other second derivative (a cotangent on another output, a loop
-  program) and third order carry a node whose backward raises a `ContractError` saying so
+  ``d/dg = <∇L, v>``; loop programs too). Any other second derivative (a cotangent on another
+  output) and third order carry a node whose backward raises a `ContractError` saying so
   (instead of torch's silent constant or its "does not require grad" error).
 - Gradients reach every input in ``program.wrt`` for cotangents on any subset of the
   outputs; a tensor that requires grad on an input outside ``wrt`` is a `ContractError`
@@ -289,7 +289,7 @@ class _Eager(torch.autograd.Function):
                 return (None, None, *[by_name.get(n) for n in fn.inputs])
             # They depend on the inputs (and the cotangents), so they must not look constant to torch.
             depends = [t for t in (*ctx.saved_tensors, *grads) if t is not None and t.requires_grad]
-            why = "of outputs other than the loss"  # a loop program's hvp refuses by itself, naming its loops
+            why = "of outputs other than the loss"
             input_grads = [g if g is None else _Refused.apply(fn, why, g, *depends) for g in input_grads]
         return (None, None, *input_grads)
 

@@ -1083,7 +1083,7 @@ def _scan_vjp_expect(a: np.ndarray, xs: np.ndarray, w: np.ndarray, ct: np.ndarra
 
 def loop_cases() -> list[OpCase]:
     loop_args = [Arg((3,), uniform()), Arg((LOOP_ROWS, 3), uniform()), Arg((3,), uniform())]
-    cotangent = Arg((3 + 3 * LOOP_ROWS,), uniform(), grad=False)
+    cotangent = Arg((3 + 3 * LOOP_ROWS,), uniform())  # scan_vjp is differentiable in it too (linear)
     return [
         case("scan", "4_rows", loop_args, _scan, _scan_expect),
         case("scan_vjp", "4_rows", [*loop_args, cotangent], _scan_vjp, _scan_vjp_expect),

@@ -147,11 +147,10 @@ def _backprop_node(
     if op.derivative is None:
         if strict and not op.piecewise_constant:
             origin = origin_of(graph, name)
-            loops = " (second order through loops, dp.scan / dp.fori_loop, is not available yet)"
             raise ContractError(
                 f"second order: node {name!r} (op {op.name!r}{f', {origin}' if origin else ''}) lies on the "
                 f"differentiated path and op {op.name!r} has no derivative entry, so its derivative is unknown; "
-                f"expected ops differentiable to second order{loops if op.kind == 'loop' else ''}"
+                "expected ops differentiable to second order"
             )
         return
     sig = graph.signature(node)

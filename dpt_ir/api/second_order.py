@@ -75,9 +75,11 @@ def jvp_graph(graph: Graph, wrt: Sequence[str], outputs: Sequence[str] | None = 
     grads = [level1.gradients[w] for w in wrt]
     second = joint_graph(first, list(level1.cotangents.values()), grads, expand, strict=True)
     level2 = joint_record(second)
-    tangent_in = {w: TANGENT_PREFIX + w for w in wrt}
+    # Unique names: a tangent scan's body is itself differentiated, and already holds tangent.<x>.
+    taken, taken_out = set(second.types), {o.name for o in graph.outputs}
+    tangent_in = {w: unique_name(TANGENT_PREFIX + w, taken) for w in wrt}
     rename = {level2.cotangents[level1.gradients[w]]: tangent_in[w] for w in wrt}
-    products = {o: TANGENT_PREFIX + o for o in outs}
+    products = {o: unique_name(TANGENT_PREFIX + o, taken_out) for o in outs}
     out_list = [*graph.outputs]
     for o in outs:
         out_list.append(Output(name=products[o], value=second.output_value(level2.gradients[level1.cotangents[o]])))

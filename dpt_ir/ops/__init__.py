@@ -20,6 +20,7 @@ from dpt_ir.ops import (  # noqa: F401  (registration)
     gather,
     linalg,
     loop,
+    loop_reverse,
     objective,
     reduction,
     resample,

@@ -1,4 +1,5 @@
-"""The loop ops: ``scan`` (a ``jax.lax.scan`` over a body graph) and its reverse, ``scan_vjp``.
+"""The loop op ``scan`` (a ``jax.lax.scan`` over a body graph); its reverse ``scan_vjp`` is
+defined in `dpt_ir.ops.loop_reverse`.
 
 IR form (see ``docs/loops.md``). A ``scan`` node's inputs are the initial carries, then the
 stacked ``xs`` (step ``i`` reads ``xs[i]``), then the tensors of the outer graph its body
@@ -15,7 +16,7 @@ gradients of the scan's float inputs (`grad_layout`), in the carries' dtype. It 
 the forward from the initial carry with the node's checkpoint policy (`dpt_ir.ops.revolve`)
 and runs the body's vjp (its joint graph from the derivative table) each step in reverse.
 Gradients of closed-over tensors are summed over the steps in reverse step order
-(deterministic). Both ops have kind ``loop``; ``scan_vjp`` is not differentiable itself.
+(deterministic). Both ops have kind ``loop``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import weakref
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -87,7 +89,7 @@ def _body_from_document(doc: str) -> Any:
 
 
 # -- types ---------------------------------------------------------------------------------
-def _split_inputs(n: int, a: ScanAttrs, where: str) -> tuple[range, range, range]:
+def split_inputs(n: int, a: ScanAttrs, where: str) -> tuple[range, range, range]:
     if n < a.carries + a.xs:
         raise ContractError(f"{where}: expected {a.carries} carries and {a.xs} xs inputs, found {n} inputs in all")
     return range(a.carries), range(a.carries, a.carries + a.xs), range(a.carries + a.xs, n)
@@ -96,7 +98,7 @@ def _split_inputs(n: int, a: ScanAttrs, where: str) -> tuple[range, range, range
 def _check_body(inputs: tuple[TensorType, ...], a: ScanAttrs, where: str) -> str:
     """Check the body against the node's inputs; the carries' dtype."""
     body = a.body
-    carry, xs, closure = _split_inputs(len(inputs), a, where)
+    carry, xs, closure = split_inputs(len(inputs), a, where)
     expected = [inputs[k] for k in carry]
     for k in xs:
         t = inputs[k]
@@ -142,7 +144,7 @@ def result_types(body: Any, a: ScanAttrs) -> list[TensorType]:
     return outs[: a.carries] + [TensorType(shape=(a.length, *t.shape), dtype=t.dtype) for t in outs[a.carries :]]
 
 
-def _infer_scan(inputs: tuple[TensorType, ...], a: ScanAttrs, where: str) -> TensorType:
+def infer_scan(inputs: tuple[TensorType, ...], a: ScanAttrs, where: str) -> TensorType:
     dtype = _check_body(inputs, a, where)
     return TensorType(shape=(sum(t.size for t in result_types(a.body, a)),), dtype=dtype)
 
@@ -155,16 +157,6 @@ def grad_layout(inputs: tuple[TensorType, ...]) -> list[tuple[int, int, int]]:
             layout.append((k, offset, t.size))
             offset += t.size
     return layout
-
-
-def _infer_vjp(inputs: tuple[TensorType, ...], a: ScanAttrs, where: str) -> TensorType:
-    if not inputs:
-        raise ContractError(f"{where}: expected the scan's inputs and its packed cotangent, found no input")
-    forward = inputs[:-1]
-    out = _infer_scan(forward, a, where)
-    if inputs[-1] != out:
-        raise ContractError(f"{where}: the packed cotangent has type {inputs[-1]}; expected {out}, the scan's")
-    return TensorType(shape=(sum(size for _, _, size in grad_layout(forward)),), dtype=out.dtype)
 
 
 # -- NumPy references -------------------------------------------------------------------------
@@ -180,7 +172,7 @@ def unpack(flat: np.ndarray, types: list[TensorType]) -> list[np.ndarray]:
     return out
 
 
-class _Stepper:
+class Stepper:
     """Runs the body's forward and its vjp at step ``i`` (NumPy, via the interpreter)."""
 
     def __init__(self, a: ScanAttrs, arrays: tuple[np.ndarray, ...]) -> None:
@@ -189,7 +181,7 @@ class _Stepper:
         self.evaluate = evaluate
         self.a = a
         self.body = a.body
-        carry, xs, closure = _split_inputs(len(arrays), a, "scan")
+        carry, xs, closure = split_inputs(len(arrays), a, "scan")
         self.xs = [arrays[k] for k in xs]
         self.closure = [arrays[k] for k in closure]
         self.names = [i.name for i in self.body.inputs]
@@ -232,7 +224,7 @@ def _body_vjp(doc: str) -> Any:
 
 
 def _scan_ref(a: ScanAttrs, *arrays: np.ndarray) -> np.ndarray:
-    stepper = _Stepper(a, arrays)
+    stepper = Stepper(a, arrays)
     carry = list(arrays[: a.carries])
     rows: list[list[np.ndarray]] = []
     for i in range(a.length):
@@ -248,56 +240,32 @@ def checkpoint_plan(a: ScanAttrs, inputs: tuple[TensorType, ...]) -> revolve.Che
     return revolve.plan(a.length, carry_bytes, a.checkpoint, a.memory_budget, "scan")
 
 
-def _scan_vjp_ref(a: ScanAttrs, *arrays: np.ndarray) -> np.ndarray:
-    forward, gy = arrays[:-1], arrays[-1]
-    types = tuple(TensorType(shape=x.shape, dtype=x.dtype.name) for x in forward)
-    stepper = _Stepper(a, forward)
-    results = unpack(gy, result_types(a.body, a))
-    g_carry = [r.copy() for r in results[: a.carries]]
-    g_ys = results[a.carries :]
-    names = stepper.names
-    g_xs = [np.zeros_like(x) for x in stepper.xs]
-    n_fixed = a.carries + a.xs + (1 if a.index else 0)
-    g_closure = [np.zeros_like(c) if is_float(c.dtype.name) else None for c in stepper.closure]
-    slots: list[list[np.ndarray]] = []
-    carry = list(forward[: a.carries])
-    for act in checkpoint_plan(a, types).actions:
-        if act.kind == "store":
-            slots[act.slot :] = [list(carry)]
-        elif act.kind == "restore":
-            carry = list(slots[act.slot])
-        elif act.kind == "advance":
-            for i in range(act.at, act.at + act.count):
-                carry = stepper.forward(carry, i)[0]
-        else:
-            grads = stepper.vjp(carry, act.at, [*g_carry, *(y[act.at] for y in g_ys)])
-            g_carry = [grads[names[k]] for k in range(a.carries)]
-            for j, g in enumerate(g_xs):
-                g[act.at] = grads[names[a.carries + j]]
-            for j, g in enumerate(g_closure):
-                if g is not None:
-                    g += grads[names[n_fixed + j]]
-    parts = [*g_carry, *g_xs, *g_closure]
-    return pack([p for p, t in zip(parts, types, strict=True) if is_float(t.dtype)], gy.dtype.name)
-
-
 # -- the derivative entry ------------------------------------------------------------------------
-# One scan_vjp node serves the gradients of all of a scan's inputs: the formulas for the
-# inputs of one node see the same cotangent handle, so the node built for the first is
-# reused (keyed by the handle's identity, held weakly).
-_VJPS: dict[int, tuple[weakref.ref[Any], Any]] = {}
+# One loop node built by a formula serves the gradients of all the inputs of the node being
+# differentiated: the formulas for the inputs of one node see the same cotangent handle, so
+# the node built for the first is reused (keyed by the handle's identity, held weakly, and a tag).
+_SHARED: dict[tuple[int, str], tuple[weakref.ref[Any], Any]] = {}
+
+
+def once_per_cotangent(gy: Any, tag: str, build: Callable[[], Any]) -> Any:
+    """``build()`` the first time a formula of the node whose cotangent is ``gy`` asks for
+    ``tag``; the same result for the formulas of that node's other inputs."""
+    entry = _SHARED.get((id(gy), tag))
+    if entry is None or entry[0]() is not gy:
+        if len(_SHARED) > 1024:
+            _SHARED.clear()
+        entry = (weakref.ref(gy), build())
+        _SHARED[(id(gy), tag)] = entry
+    return entry[1]
 
 
 def _scan_grad(c: GradContext) -> Any:
-    entry = _VJPS.get(id(c.gy))
-    if entry is None or entry[0]() is not c.gy:
-        if len(_VJPS) > 1024:
-            _VJPS.clear()
-        ins = [c.input(k) for k in range(len(c.sig.inputs))]
-        vjp = F.builder_of([*ins, c.gy], "scan").emit("scan_vjp", [*ins, c.gy], c.attrs.model_dump(mode="json"))
-        entry = (weakref.ref(c.gy), vjp)
-        _VJPS[id(c.gy)] = entry
-    vjp = entry[1]
+    ins = [c.input(k) for k in range(len(c.sig.inputs))]
+    vjp = once_per_cotangent(
+        c.gy,
+        "scan_vjp",
+        lambda: F.builder_of([*ins, c.gy], "scan").emit("scan_vjp", [*ins, c.gy], c.attrs.model_dump(mode="json")),
+    )
     for k, offset, size in grad_layout(c.sig.inputs):
         if k == c.index:
             return F.reshape(vjp[offset : offset + size], c.input_type(k).shape)
@@ -310,22 +278,10 @@ register_op(
         kind="loop",
         arity=None,
         attrs=ScanAttrs,
-        infer=_infer_scan,
+        infer=infer_scan,
         reference=_scan_ref,
         derivative=Derivative(formulas={ALL_INPUTS: _scan_grad}, saved_inputs=ALL_INPUTS),
         cost="expensive",
         doc="jax.lax.scan of a body graph; the final carries and stacked ys packed in one vector (dp.scan)",
-    )
-)
-register_op(
-    OpDef(
-        name="scan_vjp",
-        kind="loop",
-        arity=None,
-        attrs=ScanAttrs,
-        infer=_infer_vjp,
-        reference=_scan_vjp_ref,
-        cost="expensive",
-        doc="reverse sweep of a scan with its checkpoint policy: packed gradients of its float inputs",
     )
 )

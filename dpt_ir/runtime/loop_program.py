@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,6 +36,7 @@ from dpt_ir.ir.contracts import check_inputs
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Input, Node, Output
 from dpt_ir.ops.loop import ScanAttrs
+from dpt_ir.runtime import loop_derived
 from dpt_ir.runtime.loop import Loop
 from dpt_ir.runtime.loop_pieces import check_loop_dtypes, piece_names, vjp_piece
 from dpt_ir.runtime.loop_tape import LoopTapePass, PassLock, tape_graph
@@ -220,6 +222,8 @@ class LoopProgram:
         self._base = base
         self._compile_pieces = compile_pieces
         self._tape: Segments | None = None  # compiled at the first tape_pass
+        self._derived: dict[tuple[str, str | None], Segments] = {}  # jvp, hvp, gnvp: compiled at first use
+        self._dump_dir = dump_dir
         self._tape_lock = PassLock()  # held by the open tape pass, from forward to close
         modules = sorted({p.module_name for p in programs.values()})
         self.module_name = "+".join(modules)
@@ -286,6 +290,12 @@ class LoopProgram:
             for k, v in values.items()
         }
 
+    def evaluate(self, segments: Segments, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The outputs of ``segments`` (one of this program's) for checked host ``values``;
+        one evaluation at a time (the loops' buffers are shared)."""
+        with self._lock:
+            return self._evaluate(segments, values)
+
     def _evaluate(self, segments: Segments, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         env = self.device_arrays(values)
         held: list[tuple[Any, Any]] = []
@@ -320,24 +330,33 @@ class LoopProgram:
         outs = {o.name: results[o.name] for o in self.graph.outputs}
         return outs, {w: results[grads[w]] for w in self.wrt}
 
-    def jvp(self, tangents: Any, **inputs: Any) -> Any:
-        """Refused: forward mode through loops is not available yet (ContractError)."""
-        raise self._no_second_order("jvp")
+    def jvp(self, tangents: Any, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """``(outputs, output_tangents)``: per float output, its Jacobian times ``tangents``
+        (a dict ``wrt`` input -> array; missing: zero), carried through the loops by tangent scans."""
+        return loop_derived.jvp(self, tangents, inputs)
 
-    def hvp(self, vectors: Any, **inputs: Any) -> Any:
-        """Refused: second order through loops is not available yet (ContractError)."""
-        raise self._no_second_order("hvp")
+    def hvp(self, vectors: Any, **inputs: Any) -> tuple[dict[str, np.ndarray], ...]:
+        """``(outputs, grads, hvps)``: the loss's gradient and its Hessian times ``vectors``."""
+        return loop_derived.hvp(self, vectors, inputs)
 
-    def gnvp(self, vectors: Any, output: str, **inputs: Any) -> Any:
-        """Refused: second order through loops is not available yet (ContractError)."""
-        raise self._no_second_order("gnvp")
+    def gnvp(self, vectors: Any, output: str, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """``(outputs, products)``: ``J_rᵀ (J_r v)`` per ``wrt`` input for residual ``output``."""
+        return loop_derived.gnvp(self, vectors, output, inputs)
 
-    def _no_second_order(self, what: str) -> ContractError:
-        loops = [n.name for n in self.graph.nodes if n.opdef.kind == "loop"]
-        return ContractError(
-            f"program {self.graph.name!r}: {what} through loops (dp.scan / dp.fori_loop, node(s) {loops}) is not "
-            "available yet; expected a graph without loops (run, value_and_grad and tape passes work)"
-        )
+    def derived_segments(self, kind: str, of: str | None, derive: Callable[[], Graph]) -> Segments:
+        """The stages of the ``kind`` plan (gnvp: of output ``of``), the graph ``derive()``
+        gives cut and compiled at the first call (`dpt_ir.runtime.loop_derived`)."""
+        with self._lock:
+            segments = self._derived.get((kind, of))
+            if segments is None:
+                segments = Segments(derive(), kind)
+                plan = kind if of is None else f"{kind}-{of}"
+                folder = None if self._dump_dir is None else self._dump_dir / plan
+                programs = self._compile_pieces(f"{self.graph.name}.{plan}", segments.pieces(), self.device, self._base,
+                                               folder)  # fmt: skip
+                segments.bind(programs, self.device)
+                self._derived[(kind, of)] = segments
+        return segments
 
     def tape_pass(self, tape: Any = None) -> LoopTapePass:
         """A new forward + backward pass (`dpt_ir.runtime.loop_tape.LoopTapePass`):

@@ -49,8 +49,8 @@ def with_loss(graph: dp.Graph) -> dp.Graph:
 
 def problems(loops: bool = False) -> list[Problem]:
     """Every case that differentiates something and outputs floats, in float64; with
-    ``loops``, only those whose graph holds a loop (whose second order is refused), else only
-    the others."""
+    ``loops``, only those whose graph holds a loop (compiled as loop programs, not in the
+    batched op-table programs), else only the others."""
     out: list[Problem] = []
     for case in CASES:
         if not case.wrt or "float64" not in case.dtypes:

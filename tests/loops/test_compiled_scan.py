@@ -201,17 +201,3 @@ def test_carry_pairs_and_ys_that_alias_inputs_or_each_other(kind: str) -> None:
     expected = dp.interpret_grad(graph, wrt, **x)
     for name in wrt:
         np.testing.assert_allclose(grads[name], expected[name], rtol=1e-5, atol=1e-6)
-
-
-def test_second_order_through_a_loop_is_refused_naming_it(compiled: dict[str, Any]) -> None:
-    """Forward mode and second order through dp.scan are not available yet: a ContractError
-    naming the loop nodes, before anything runs (docs/second_order.md)."""
-    program, args = compiled["program"], inputs()
-    vectors = {w: np.zeros_like(args[w]) for w in WRT}
-    for call in (
-        lambda: program.jvp(vectors, **args),
-        lambda: program.hvp(vectors, **args),
-        lambda: program.gnvp(vectors, output="loss", **args),
-    ):
-        with pytest.raises(dp.ContractError, match=r"through loops \(dp\.scan / dp\.fori_loop, node\(s\) \['scan"):
-            call()
