@@ -11,7 +11,9 @@ Adjoint form: both lower through ``sparse_rows``, a destination-sorted CSR built
 attributes at compile time; the adjoint's CSR is the forward's transpose sorted by its
 own destination (Halide's scatter -> gather conversion), so every output sums its row in
 a fixed order: no scatter, no float atomics, bit-identical run to run. The interpreter
-sums the same rows in the same order.
+sums the same rows in the same order, except for radon, which it evaluates matrix-free
+(`radon_ref.radon_apply` and its ordered-gather transpose: the same taps and weights, summed
+per rotated column and per pixel; equal to the CSR to rounding).
 
 The geometry is stored (coordinates, matrix and offset, zoom and shift, or angles), not
 the CSR: the IR stays small and the CSR is rebuilt deterministically, once per process
@@ -133,10 +135,17 @@ def _infer_resample_adjoint(inputs: tuple[TensorType, ...], a: ResampleAttrs, wh
 
 
 def _resample_ref(a: ResampleAttrs, x: np.ndarray) -> np.ndarray:
+    g = a.geometry
+    if isinstance(g, Radon):  # matrix-free: the interpreter builds no table at large N
+        return radon_ref.radon_apply(x, g.theta, g.circle).astype(x.dtype)
     return sparse_map(a).apply(x, a.cval).reshape(a.out_shape).astype(x.dtype)
 
 
 def _resample_adjoint_ref(a: ResampleAttrs, g: np.ndarray) -> np.ndarray:
+    geo = a.geometry
+    if isinstance(geo, Radon):
+        shape = a.in_shape
+        return radon_ref.radon_adjoint_apply(g, shape, geo.theta, geo.circle).astype(g.dtype)  # type: ignore[arg-type]
     return sparse_map(a, transpose=True).apply(g).reshape(a.in_shape).astype(g.dtype)
 
 
