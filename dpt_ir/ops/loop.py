@@ -159,6 +159,15 @@ def grad_layout(inputs: tuple[TensorType, ...]) -> list[tuple[int, int, int]]:
     return layout
 
 
+def packed_part(vjp: Any, inputs: tuple[TensorType, ...], k: int, shape: tuple[int, ...], op: str) -> Any:
+    """Float input ``k``'s gradient, in ``shape``, out of the packed gradient ``vjp`` of a
+    loop op (``op``) over ``inputs`` (`grad_layout`)."""
+    for at, offset, size in grad_layout(inputs):
+        if at == k:
+            return F.reshape(vjp[offset : offset + size], shape)
+    raise AssertionError(f"{op} input {k} is not a float input")  # autodiff only asks for float inputs
+
+
 # -- NumPy references -------------------------------------------------------------------------
 def pack(arrays: list[np.ndarray], dtype: str) -> np.ndarray:
     return np.concatenate([np.asarray(x, dtype=dtype).ravel() for x in arrays]) if arrays else np.zeros(0, dtype)
@@ -266,10 +275,7 @@ def _scan_grad(c: GradContext) -> Any:
         "scan_vjp",
         lambda: F.builder_of([*ins, c.gy], "scan").emit("scan_vjp", [*ins, c.gy], c.attrs.model_dump(mode="json")),
     )
-    for k, offset, size in grad_layout(c.sig.inputs):
-        if k == c.index:
-            return F.reshape(vjp[offset : offset + size], c.input_type(k).shape)
-    raise AssertionError(f"scan input {c.index} is not a float input")  # autodiff only asks for float inputs
+    return packed_part(vjp, c.sig.inputs, c.index, c.input_type(c.index).shape, "scan")
 
 
 register_op(

@@ -42,6 +42,7 @@ from dpt_ir.ops.loop import (
     infer_scan,
     once_per_cotangent,
     pack,
+    packed_part,
     result_types,
     split_inputs,
     unpack,
@@ -191,10 +192,7 @@ def _scan_vjp_grad(c: GradContext) -> Any:
 
     vjp = once_per_cotangent(c.gy, "tangent_scan_vjp", reverse)
     types = tuple(TensorType(shape=x.shape, dtype=x.dtype) for x in order)
-    for at, offset, size in grad_layout(types):
-        if at == position[c.index]:
-            return F.reshape(vjp[offset : offset + size], c.input_type(c.index).shape)
-    raise AssertionError(f"scan_vjp input {c.index} is not a float input")  # autodiff only asks for float inputs
+    return packed_part(vjp, types, position[c.index], c.input_type(c.index).shape, "scan_vjp")
 
 
 register_op(

@@ -29,7 +29,6 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.backends.warp import tasks
-from dpt_ir.ir.errors import ContractError
 from dpt_ir.runtime.recorded import RecordedPhase, address
 
 CALL, SPLIT, SET, COPY = 0, 1, 2, 3
@@ -84,10 +83,7 @@ class NativeSteps:
 
     def phase(self, plan: Any, bound: dict[str, Any], ws: Any) -> None:
         """The ops of ``plan.run("forward", bound, ws)``."""
-        plan.ready()
-        if not plan.rebindable.issuperset(bound):
-            unknown = sorted(set(bound) - plan.rebindable)
-            raise ContractError(f"plan of {plan.graph.name!r}: values {unknown} cannot be bound (not inputs)")
+        plan.ready_to_bind(bound)
         for value, dst in ws.copies.items():
             if value in bound:
                 self.copy(dst, bound[value], count=plan.graph.types[value].size)

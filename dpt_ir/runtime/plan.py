@@ -263,16 +263,20 @@ class ExecutionPlan:
         """The launches of ``phase`` that run (launch size above 0), in order."""
         return self._phases.get(phase, ())
 
+    def ready_to_bind(self, bound: dict[str, Any]) -> None:
+        """`ready`, and every value of ``bound`` is one a run may rebind (an input)."""
+        self.ready()
+        if not self.rebindable.issuperset(bound):
+            unknown = sorted(set(bound) - self.rebindable)
+            raise ContractError(f"plan of {self.graph.name!r}: values {unknown} cannot be bound (not inputs)")
+
     def run(self, phase: str, bound: dict[str, Any], ws: Workspace) -> int:
         """Launch every kernel of ``phase`` with the arrays ``bound`` (value name -> a
         `wp.array` on the plan's device or, on the CPU, a C-contiguous NumPy array, of the
         value's type: `bind`'s, or a loop step's) in workspace ``ws``, through the launches
         recorded for ``ws`` (`RecordedPhase`, recorded at its first run of the phase);
         returns the launch count."""
-        self.ready()
-        if not self.rebindable.issuperset(bound):
-            unknown = sorted(set(bound) - self.rebindable)
-            raise ContractError(f"plan of {self.graph.name!r}: values {unknown} cannot be bound (not inputs)")
+        self.ready_to_bind(bound)
         for value, dst in ws.copies.items():
             if value in bound:
                 src = bound[value]
