@@ -29,7 +29,7 @@ import numpy as np
 import warp as wp
 
 from dpt_ir.backends.warp import tasks
-from dpt_ir.runtime.recorded import RecordedPhase, address
+from dpt_ir.runtime.recorded import address
 
 CALL, SPLIT, SET, COPY = 0, 1, 2, 3
 _DATA = wp._src.types.array_t.data.offset  # the data pointer's offset in an array descriptor
@@ -83,13 +83,7 @@ class NativeSteps:
 
     def phase(self, plan: Any, bound: dict[str, Any], ws: Any) -> None:
         """The ops of ``plan.run("forward", bound, ws)``."""
-        plan.ready_to_bind(bound)
-        for value, dst in ws.copies.items():
-            if value in bound:
-                self.copy(dst, bound[value], count=plan.graph.types[value].size)
-        recorded = ws.phases.get("forward")
-        if recorded is None:
-            recorded = ws.phases["forward"] = RecordedPhase(plan, "forward", ws, bound)
+        recorded = plan.recorded_phase("forward", bound, ws, lambda dst, src, n: self.copy(dst, src, count=n))
         if recorded.natives is None:
             self.ok = False
             return

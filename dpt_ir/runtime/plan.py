@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,15 +276,23 @@ class ExecutionPlan:
         value's type: `bind`'s, or a loop step's) in workspace ``ws``, through the launches
         recorded for ``ws`` (`RecordedPhase`, recorded at its first run of the phase);
         returns the launch count."""
+        return self.recorded_phase(phase, bound, ws).run(bound)
+
+    def recorded_phase(
+        self, phase: str, bound: dict[str, Any], ws: Workspace, copy: Callable[[Any, Any, int], None] = copy_into
+    ) -> RecordedPhase:
+        """What `run` does before it launches: checks ``bound`` (`ready_to_bind`), ``copy``s
+        each bound input that ``ws`` holds a copy of (``copy(dst, src, elements)``; a native
+        loop records it instead), and returns ``ws``'s recorded ``phase``, recording it at
+        its first use."""
         self.ready_to_bind(bound)
         for value, dst in ws.copies.items():
             if value in bound:
-                src = bound[value]
-                copy_into(dst, src, self.graph.types[value].size)
+                copy(dst, bound[value], self.graph.types[value].size)
         recorded = ws.phases.get(phase)
         if recorded is None:
             recorded = ws.phases[phase] = RecordedPhase(self, phase, ws, bound)
-        return recorded.run(bound)
+        return recorded
 
     def direct_outputs(self, names: list[str]) -> dict[int, str]:
         """The outputs ``names`` (by position) whose value is a direct value (`_direct_values`),

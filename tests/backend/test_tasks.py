@@ -115,12 +115,12 @@ def test_without_a_native_pool_the_ranges_run_in_order(
     three = programs[3]
     key = (os.getpid(), 2)
     monkeypatch.delitem(tasks._pools, key, raising=False)
-    real = tasks._symbol
+    real = tasks.native
 
     def symbol(host: object, name: str, *types: object) -> object:
         return None if name == "dp_pool_size" else real(host, name, *types)
 
-    monkeypatch.setattr(tasks, "_symbol", symbol)
+    monkeypatch.setattr(tasks, "native", symbol)
     got = _results(three, 7)
     assert tasks._pools[key] is None
     _assert_same(got, _results(programs[1], 7), "3 threads, no native pool")

@@ -72,13 +72,13 @@ class Pool:
     def __init__(self, workers: int, host: Any) -> None:
         self.host = host
         self.lock = threading.Lock()
-        size = _symbol(host, "dp_pool_size", ctypes.c_int)()
+        size = native(host, "dp_pool_size", ctypes.c_int)()
         self._memory = ctypes.create_string_buffer(size + 64)
         self.state = (ctypes.addressof(self._memory) + 63) & ~63  # alignas(64) in dp_pool.h
-        _symbol(host, "dp_pool_init", None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)(self.state, workers, SPIN)
-        self.dispatch = _symbol(host, "dp_pool_run", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
-        self._stop = _symbol(host, "dp_pool_stop", None, ctypes.c_void_p)
-        work = _symbol(host, "dp_pool_work", None, ctypes.c_void_p, ctypes.c_int)
+        native(host, "dp_pool_init", None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)(self.state, workers, SPIN)
+        self.dispatch = native(host, "dp_pool_run", None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+        self._stop = native(host, "dp_pool_stop", None, ctypes.c_void_p)
+        work = native(host, "dp_pool_work", None, ctypes.c_void_p, ctypes.c_int)
         self.threads = [
             threading.Thread(target=work, args=(self.state, w), name=f"dpt_ir_cpu_{w}", daemon=True)
             for w in range(1, workers + 1)
@@ -97,15 +97,11 @@ _pools: dict[tuple[int, int], Pool | None] = {}
 _lock = threading.Lock()
 
 
-def _symbol(host: Any, name: str, restype: Any, *argtypes: Any) -> Any:
-    address = warp_context.runtime.llvm.wp_lookup(host.handle.encode("utf-8"), name.encode("utf-8"))
-    return ctypes.CFUNCTYPE(restype, *argtypes)(address) if address else None
-
-
 def native(host: Any, name: str, restype: Any, *argtypes: Any) -> Any:
     """The C function ``name`` of the loaded module ``host`` (``dp_pool.h``'s, in every CPU
     module), or None where the module has none."""
-    return _symbol(host, name, restype, *argtypes)
+    address = warp_context.runtime.llvm.wp_lookup(host.handle.encode("utf-8"), name.encode("utf-8"))
+    return ctypes.CFUNCTYPE(restype, *argtypes)(address) if address else None
 
 
 def pool(workers: int, host: Any) -> Pool | None:
@@ -116,7 +112,7 @@ def pool(workers: int, host: Any) -> Pool | None:
         return _pools[key]
     with _lock:
         if key not in _pools:
-            ready = _symbol(host, "dp_pool_size", ctypes.c_int) is not None
+            ready = native(host, "dp_pool_size", ctypes.c_int) is not None
             _pools[key] = Pool(workers, host) if ready else None
         return _pools[key]
 
