@@ -194,3 +194,21 @@ def _live(nodes: list[Node], outputs: list[Output]) -> list[Node]:
             needed.update(node.inputs)
     kept.reverse()
     return kept
+
+
+def derived_graph(graph: Graph, wrt: Sequence[str], loss: str | None, kind: str, of: str | None,
+                  expand: bool = True) -> Graph:  # fmt: skip
+    """The derived graph of ``kind`` ("jvp", "hvp", "gnvp": of residual output ``of``) of a
+    program over ``graph`` differentiating ``wrt`` with loss ``loss``; a ContractError for an
+    hvp without a loss (no single scalar float output, and none named)."""
+    if kind == "jvp":
+        return jvp_graph(graph, wrt, expand=expand)
+    if kind == "hvp":
+        if loss is None:
+            raise ContractError(
+                f"program {graph.name!r}: hvp needs the loss that value_and_grad differentiates; the graph "
+                "has no single scalar float output, so compile with loss='<output name>'"
+            )
+        return hvp_graph(graph, wrt, loss, expand=expand)
+    assert kind == "gnvp" and of is not None
+    return gnvp_graph(graph, wrt, of, expand=expand)

@@ -17,11 +17,10 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpt_ir.api.second_order import gnvp_graph, hvp_graph, jvp_graph
+from dpt_ir.api.second_order import derived_graph
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.warp import codegen
 from dpt_ir.driver.cache import Built, load_or_build
-from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.passes import dumps
 from dpt_ir.runtime.modules import content_key
@@ -58,17 +57,7 @@ class DerivedPlanBuilder:
     def derive(self, kind: str, of: str | None) -> Graph:
         """The derived graph of ``kind`` (gnvp: of residual output ``of``), its formulas in the
         form `EXPAND` chooses for the kind (the pipeline then keeps that form)."""
-        if kind == "jvp":
-            return jvp_graph(self.graph, self.wrt, expand=EXPAND[kind])
-        if kind == "hvp":
-            if self.loss is None:
-                raise ContractError(
-                    f"program {self.graph.name!r}: hvp needs the loss that value_and_grad differentiates; the graph "
-                    "has no single scalar float output, so compile with loss='<output name>'"
-                )
-            return hvp_graph(self.graph, self.wrt, self.loss, expand=EXPAND[kind])
-        assert kind == "gnvp" and of is not None
-        return gnvp_graph(self.graph, self.wrt, of, expand=EXPAND[kind])
+        return derived_graph(self.graph, self.wrt, self.loss, kind, of, expand=EXPAND[kind])
 
     def __call__(self, kind: str, of: str | None = None) -> ExecutionPlan:
         """Compile (or read from the disk cache) the plan of ``kind``; ContractError, nothing

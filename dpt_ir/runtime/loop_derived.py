@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpt_ir.api.second_order import gnvp_graph, hvp_graph, jvp_graph
+from dpt_ir.api.second_order import derived_graph
 from dpt_ir.ir import records
 from dpt_ir.ir.contracts import check_inputs
 from dpt_ir.ir.errors import ContractError
@@ -30,21 +30,6 @@ if TYPE_CHECKING:
     from dpt_ir.runtime.loop_program import LoopProgram, Segments
 
 Arrays = dict[str, np.ndarray]
-
-
-def _derive(program: LoopProgram, kind: str, of: str | None) -> Any:
-    graph, wrt = program.graph, program.wrt
-    if kind == "jvp":
-        return jvp_graph(graph, wrt)
-    if kind == "hvp":
-        if program.loss is None:
-            raise ContractError(
-                f"program {graph.name!r}: hvp needs the loss that value_and_grad differentiates; the graph has no "
-                "single scalar float output, so compile with loss='<output name>'"
-            )
-        return hvp_graph(graph, wrt, program.loss)
-    assert kind == "gnvp" and of is not None
-    return gnvp_graph(graph, wrt, of)
 
 
 def evaluate(program: LoopProgram, kind: str, of: str | None, vectors: Any, inputs: dict[str, Any],
@@ -58,7 +43,8 @@ def evaluate(program: LoopProgram, kind: str, of: str | None, vectors: Any, inpu
         raise ContractError(f"gnvp: output={of!r} is not an output of {program.graph.name!r}; outputs are {names}")
     checked = check_inputs(program.graph, inputs)
     vec = vector_arrays(program.graph, program.wrt, vectors, what)
-    segments: Segments = program.derived_segments(kind, of, lambda: _derive(program, kind, of))
+    derive = lambda: derived_graph(program.graph, program.wrt, program.loss, kind, of)  # noqa: E731
+    segments: Segments = program.derived_segments(kind, of, derive)
     record = records.derived_record(segments.graph)
     return program.evaluate(segments, {**checked, **{record.vectors[w]: v for w, v in vec.items()}}), record
 
