@@ -169,6 +169,8 @@ class ElementWriter:
                 var = self._taps(node, args)
             elif op.join_axis is not None:
                 var = self._select(node, coords, args)
+            elif op.axis_images is not None:  # its interior read, and its selected axes' fill
+                var = self._interior_view(node, coords, args[0])
             else:  # a view: the element it reads
                 var = args[0]
         self.vars[key] = var
@@ -206,6 +208,21 @@ class ElementWriter:
         for (_, lo, n), a in zip(reversed(ranges[:-1]), reversed(args[:-1]), strict=True):
             expr = f"(({at}) < {lo + n} ? {a} : {expr})"
         return self.define(C_TYPES[node.type.dtype], expr)
+
+    def _interior_view(self, node: Any, coords: Coords, read: str) -> str:
+        """A per-axis view in the element function: the input at the interior shift, or the
+        fill where a selected axis (`sites.selected`, no guard of its own) is outside its
+        interior."""
+        in_shape = tuple(self.graph.types[node.inputs[0]].shape)
+        conds = []
+        for c, lo, hi in sites.selects(node, coords, in_shape):
+            at = self.render(c)
+            conds.append(f"{lo} <= ({at}) && ({at}) <= {hi}")
+        if not conds:
+            return read
+        out_t = C_TYPES[node.type.dtype]
+        fill = cxx_literal(sites.image_map(node, in_shape).fill, out_t)
+        return self.define(out_t, f"({' && '.join(conds)}) ? {read} : {fill}")
 
     def _taps(self, node: Any, args: tuple[str, ...]) -> str:
         """sum_t w[t] * x[at + t] over the non-zero taps in row-major order, accumulated in

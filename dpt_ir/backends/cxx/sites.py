@@ -92,6 +92,25 @@ def image_map(node: Node, in_shape: tuple[int, ...]) -> ImageMap:
     return op.axis_images(attrs, in_shape, tuple(node.type.shape))  # type: ignore[misc]
 
 
+def selected(ax: idx.AxisImages, n: int) -> bool:
+    """Whether a per-axis view's bounded axis is evaluated as a select, not split by a guard:
+    its input axis has length 1, so the interior read (at index 0) is in bounds at every
+    element, and every output index outside the interior reads nothing (the fill), so
+    ``lo <= k <= hi ? x : fill`` is the view everywhere. (A gradient's embed of one row, as
+    a receiver line's: without this, every other row of the field ran the scalar edge path.)"""
+    return n == 1 and all(not im for k, im in enumerate(ax.images) if not ax.lo <= k <= ax.hi)
+
+
+def selects(node: Node, coords: Coords, in_shape: Shape) -> list[tuple[Affine, int, int]]:
+    """The selected axes (`selected`) of a per-axis view read at ``coords``: per axis, its
+    coordinate and the interior ``[lo, hi]`` where the view reads its input."""
+    out_shape = tuple(node.type.shape)
+    per_axis = _unflattened(coords, out_shape) if idx.is_flat(coords, out_shape) else coords
+    m = image_map(node, in_shape)
+    axes = zip(per_axis or (), m.axes, in_shape, strict=False)
+    return [(c, ax.lo, ax.hi) for c, ax, n in axes if not ax.plain and selected(ax, n)]
+
+
 # A new coordinate in [0, n): (form, n, its C++ from the C++ of form) -> its form.
 Variable = Callable[[Affine, int, Callable[[str], str]], Affine]
 
@@ -221,8 +240,9 @@ def children(
             at = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) if ax.plain else variable(c, n, str)
                   for c, ax, n in axes]  # fmt: skip
             return [(node.inputs[0], tuple(at))]
-        for c, ax in bounded:
-            guards.append((idx.canonical(c, space), ax.lo, ax.hi))  # type: ignore[union-attr]
+        for (c, ax), n in zip(bounded, (n for ax, n in zip(m.axes, shapes[0], strict=True) if not ax.plain)):
+            if not selected(ax, n):  # a selected axis is the element function's select (`selects`)
+                guards.append((idx.canonical(c, space), ax.lo, ax.hi))  # type: ignore[union-attr]
         # An input axis of length 1 is read at 0 (the guard holds the coordinate there).
         axes = zip(coords, m.axes, shapes[0], strict=True)
         shifted = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) for c, ax, n in axes]
