@@ -131,7 +131,15 @@ def _rss_mib() -> float:
 def dpt_ir_runner(x: dict[str, np.ndarray], steps: int, checkpoint: int | None) -> Any:
     import dpt_ir as dp
 
-    shots, n = x["mask"].shape[0], x["mask"].shape[1]
+    graph = wave_graph(x["mask"].shape[1], steps, x["mask"].shape[0], checkpoint)
+    program = dp.compile(graph, wrt=["v"], threads=1)
+    return lambda: program.value_and_grad(**x)[1]["v"]
+
+
+def wave_graph(n: int, steps: int, shots: int, checkpoint: int | None) -> Any:
+    """dpt_ir's graph of the workload (also compiled cold by `compile_wave.py`)."""
+    import dpt_ir as dp
+
     g = dp.GraphBuilder("bench_wave")
     v = g.input("v", (n, n))
     f = g.input("f", (steps,), requires_grad=False)
@@ -148,8 +156,7 @@ def dpt_ir_runner(x: dict[str, np.ndarray], steps: int, checkpoint: int | None) 
     zero = dp.broadcast_to(0.0 * v, (shots, n, n))
     _, data = dp.scan(step, (zero, zero), f, checkpoint=checkpoint)
     g.output("loss", dp.sum(dp.square(data - obs)))
-    program = dp.compile(g.build(), wrt=["v"], threads=1)
-    return lambda: program.value_and_grad(**x)[1]["v"]
+    return g.build()
 
 
 def deepwave_runner(x: dict[str, np.ndarray], steps: int, dtype: Any = None) -> Any:

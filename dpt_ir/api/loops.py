@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from dpt_ir.api import core as F
+from dpt_ir.api.loop_context import step_error
 from dpt_ir.ir.builder import GraphBuilder, Tensor, fresh_origin, records_origin
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.types import TensorType, is_float
@@ -42,12 +43,12 @@ class BodyBuilder(GraphBuilder):
         """``t`` as a tensor of this body: itself, or the body input standing for an
         enclosing graph's tensor."""
         if not isinstance(t, Tensor) or t.builder is self:
-            return self.own(t, where)
+            return super().own(t, where)
         at = self.parent
         while at is not None and t.builder is not at:
             at = at.parent
         if at is None:
-            return self.own(t, where)  # raises: not ours, not an enclosing graph's
+            return super().own(t, where)  # raises: not ours, not an enclosing graph's
         inner = self._captured.get(id(t))
         if inner is None:
             outer = self.parent.capture(t, where) if isinstance(self.parent, BodyBuilder) else t
@@ -55,6 +56,11 @@ class BodyBuilder(GraphBuilder):
             self.captures.append(outer)
             self._captured[id(t)] = inner
         return inner
+
+    def own(self, t: object, where: str) -> Tensor:
+        """``t`` as a tensor of this body (`capture`): a function that checks an operand
+        before emitting (an index or coordinate tensor) may close over an enclosing one."""
+        return self.capture(t, where)
 
     def emit(
         self,
@@ -218,8 +224,13 @@ def _trace(
     x_arg = _rebuild(x_in, xs_kind)
     if index:
         x_arg = b.input("index", (), "int32", requires_grad=False)
-    with fresh_origin():  # body nodes record the dp.* functions the step calls
-        result = step(_rebuild(carry_in, carry_kind), x_arg)
+    try:
+        with fresh_origin():  # body nodes record the dp.* functions the step calls
+            result = step(_rebuild(carry_in, carry_kind), x_arg)
+    except ContractError as e:
+        if type(e) is not ContractError:
+            raise
+        raise step_error(where, e, carries, seq, b.captures) from e
     if not isinstance(result, tuple | list) or len(result) != 2:
         raise ContractError(f"{where}: step must return a pair (carry, y), found {type(result).__name__}")
     new_carry, new_kind = _leaves(result[0], f"{where}: the carry returned by step")
