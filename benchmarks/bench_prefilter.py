@@ -31,7 +31,7 @@ if str(ROOT) not in sys.path:  # run as a script: this checkout's dpt_ir, not an
     sys.path.insert(0, str(ROOT))
 
 import dpt_ir as dp  # noqa: E402
-from benchmarks.bench_registration import build, problem  # noqa: E402
+from benchmarks.registration_problems import build, problem  # noqa: E402
 from benchmarks.rounds import measure  # noqa: E402
 
 

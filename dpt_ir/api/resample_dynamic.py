@@ -99,29 +99,23 @@ def _axis_taps(cc: Tensor, n: int, order: int, mode: str) -> tuple[Tensor | None
 
 
 def interpolate_at(x: Tensor, c: Tensor, order: int, mode: str, cval: float, npad: int) -> Tensor:
-    """``x`` (already prefiltered and prepadded by ``npad``) sampled at the coordinates ``c``."""
+    """``x`` (already prefiltered and prepadded by ``npad``) sampled at the coordinates ``c``.
+
+    Every tensor here has the output's shape: per axis, the ``order + 1`` tap positions and
+    weights are computed once per point; each footprint tap is one ``take`` of the flat
+    image (scipy's footprint order: last axis fastest); the sum is separable, innermost axis
+    first (``sum_a w0[a] * sum_b w1[b] * x[a, b]`` in 2-D): the same terms as scipy's
+    sequential sum, equal to rounding, with fewer products and, for the gradient wrt the
+    coordinates, each axis' weight derivatives applied to shared partial sums."""
     d, k = x.ndim, order + 1
     strides = [math.prod(x.shape[h + 1 :]) for h in range(d)]
     per_axis = [_axis_taps(c[h] + float(npad), x.shape[h], order, mode) for h in range(d)]
-    flat_index, weights, reads_cval = [], [], []
-    for combo in np.ndindex(*(k,) * d):  # scipy's footprint order: last axis fastest
-        pos, w, cv = None, None, None
-        for h, t in enumerate(combo):
-            _, positions, ws, cvals = per_axis[h]
-            term = positions[t] * float(strides[h])
-            pos = term if pos is None else pos + term
-            w = ws[t] if w is None else w * ws[t]
-            if cvals[t] is not None:
-                cv = cvals[t] if cv is None else cv | cvals[t]
-        flat_index.append(F.expand_dims(pos, -1))
-        weights.append(F.expand_dims(w, -1))
-        reads_cval.append(cv)
-    index = F.cast(F.concatenate(flat_index, axis=-1), "int32")
-    values = take(F.reshape(x, (-1,)), index, mode="clip")
-    if any(cv is not None for cv in reads_cval):
-        mask = F.concatenate([F.expand_dims(cv, -1) for cv in reads_cval], axis=-1)
-        values = F.where(mask, float(cval), values)
-    out = F.sum(values * F.concatenate(weights, axis=-1), axis=-1)
+    flat = F.reshape(x, (-1,))
+    values = [_tap_value(flat, per_axis, strides, combo, cval) for combo in np.ndindex(*(k,) * d)]
+    for h in reversed(range(d)):  # sum out the last remaining axis: groups of k consecutive taps
+        ws = per_axis[h][2]
+        values = [_weighted_sum(ws, values[g * k : (g + 1) * k]) for g in range(len(values) // k)]
+    (out,) = values
     inside = [t[0] for t in per_axis if t[0] is not None]
     if inside:
         all_inside = inside[0]
@@ -129,6 +123,27 @@ def interpolate_at(x: Tensor, c: Tensor, order: int, mode: str, cval: float, npa
             all_inside = all_inside & m
         out = F.where(all_inside, out, float(cval))
     return out
+
+
+def _tap_value(flat: Tensor, per_axis: list, strides: list[int], combo: tuple[int, ...], cval: float) -> Tensor:
+    """The (flat) image at footprint tap ``combo`` of every point; ``cval`` where it reads cval."""
+    pos, cv = None, None
+    for h, t in enumerate(combo):
+        _, positions, _, cvals = per_axis[h]
+        term = positions[t] * float(strides[h])
+        pos = term if pos is None else pos + term
+        if cvals[t] is not None:
+            cv = cvals[t] if cv is None else cv | cvals[t]
+    value = take(flat, F.cast(pos, "int32"), mode="clip")
+    return value if cv is None else F.where(cv, float(cval), value)
+
+
+def _weighted_sum(weights: list[Tensor], values: list[Tensor]) -> Tensor:
+    """``weights[0] * values[0] + weights[1] * values[1] + ...``, left to right."""
+    total = weights[0] * values[0]
+    for w, v in zip(weights[1:], values[1:], strict=True):
+        total = total + w * v
+    return total
 
 
 def affine_coordinates(matrix: Tensor, offset: Tensor, out_shape: tuple[int, ...]) -> Tensor:

@@ -24,7 +24,7 @@ read by several groups is recomputed in each (at most ``max_inline_consumers``) 
 written and read back, unless its inline code holds a stencil: recomputing that in several
 kernels widens the halo each of them recomputes, step after step in a time-stepped model.
 Decisions use op kinds and costs only, never op names. Values are unchanged; only ``meta``
-(graph and nodes) is added. """
+(graph and nodes) is added."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.kernel_ir import Boundary, Halo, KernelGroup, KernelPlan, ScatterForm, with_plan
 from dpt_ir.ir.records import group_tag, phase_of, saved_values
 from dpt_ir.passes import fusion_rows
+from dpt_ir.passes.fusion_expand import expanding_reads
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
 from dpt_ir.passes.fusion_steps import bound_kernel_nodes, past_views, step_cuts
 from dpt_ir.passes.options import CompileOptions, PassOptions
@@ -103,12 +104,15 @@ def _eval_cost(graph: Graph, value: str, reasons: dict[str, str], memo: dict[str
 def _gather_reuse(graph: Graph, node: Node) -> int:
     """How many times, on average, a node reading its source at data-dependent positions
     (`OpDef.data_dependent_reads`: a gather) reads each source element: its output
-    elements over the source's (a bicubic warp's footprint gathers each sample 16 times);
+    elements over the source's (a bicubic warp's footprint gathers each sample 16 times),
+    counting every gather of the same source (a warp's one gather per footprint tap);
     1 for every other node."""
     if not node.opdef.data_dependent_reads or not node.inputs:
         return 1
-    source = graph.types[node.inputs[0]].size
-    return max(1, -(-node.type.size // max(source, 1)))
+    source = node.inputs[0]
+    gathers = {c for c in graph.consumers[source] if graph.node_map[c].opdef.data_dependent_reads}
+    gathered = sum(graph.node_map[c].type.size for c in gathers if graph.node_map[c].inputs[0] == source)
+    return max(1, -(-gathered // max(graph.types[source].size, 1)))
 
 
 def _halo(graph: Graph, reasons: dict[str, str], budget: int) -> list[Halo]:
@@ -183,6 +187,7 @@ def _materialised(
     steps = step_cuts(graph, reasons) if fuse else set()
     halo = _halo(graph, reasons, budget) if fuse else []
     if fuse:
+        expanding_reads(graph, reasons, budget, lambda value: _eval_cost(graph, value, reasons, {}))
         _bound_code_copies(graph, reasons)
         bound_kernel_nodes(graph, reasons)
     while True:

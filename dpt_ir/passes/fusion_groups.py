@@ -23,6 +23,9 @@ from dpt_ir.passes.reach import Reachability
 from dpt_ir.passes.util import same_index_members
 
 MAX_GROUP_NODES = 64  # groups merge only up to this size (compile time grows with kernel size)
+# ... unless they share most of their nodes (recomputed in both): then up to this size, one
+# computation instead of two (a value's gradients wrt each coordinate axis and its loss).
+MAX_SHARED_GROUP_NODES = 512
 
 
 @dataclass
@@ -64,12 +67,16 @@ def _compatible(a: Group, b: Group) -> bool:
 
 
 def _mergeable(a: Group, b: Group, reach: Reachability) -> bool:
-    return (
-        a.id < b.id
-        and _compatible(a, b)
-        and len(a.nodes | b.nodes) <= MAX_GROUP_NODES
-        and not reach.connected(a.id, b.id)
-    )
+    return a.id < b.id and _compatible(a, b) and _small_enough(a, b) and not reach.connected(a.id, b.id)
+
+
+def _small_enough(a: Group, b: Group) -> bool:
+    """At most `MAX_GROUP_NODES` nodes together, or at most `MAX_SHARED_GROUP_NODES` when at
+    least half of them are in both groups (merging them removes the recomputation)."""
+    union = len(a.nodes | b.nodes)
+    if union <= MAX_GROUP_NODES:
+        return True
+    return union <= MAX_SHARED_GROUP_NODES and 2 * len(a.nodes & b.nodes) >= union
 
 
 def merge_siblings(graph: Graph, groups: list[Group]) -> list[Group]:
