@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dpt_ir.api.autodiff import check_wrt, joint_graph
+from dpt_ir.api.forward import float_tangent_inputs, tangent_sweep
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Input, Node, Output, unique_name
 from dpt_ir.ir.records import Derived, joint_record, phase_tag, with_derived, without_autodiff
@@ -63,29 +64,21 @@ def float_outputs(graph: Graph, outputs: Sequence[str] | None, what: str) -> tup
 
 def jvp_graph(graph: Graph, wrt: Sequence[str], outputs: Sequence[str] | None = None, expand: bool = True) -> Graph:
     """The outputs and ``J v`` of ``outputs`` (default: every float output) for tangents
-    ``tangent.<x>`` of the ``wrt`` inputs, as outputs ``tangent.<output>``."""
+    ``tangent.<x>`` of the ``wrt`` inputs, as outputs ``tangent.<output>``: forward mode
+    (`dpt_ir.api.forward.tangent_sweep`)."""
     wrt = check_wrt(graph, wrt)
     outs = float_outputs(graph, outputs, "jvp")
-    first = joint_graph(graph, wrt, outs, expand)
-    level1 = joint_record(first)
-    cts = set(level1.cotangents.values())
-    # The cotangents become the variables of the second level: the backward is linear in them.
-    inputs = tuple(i.model_copy(update={"requires_grad": True}) if i.name in cts else i for i in first.inputs)
-    first = first.replace(inputs=inputs)
-    grads = [level1.gradients[w] for w in wrt]
-    second = joint_graph(first, list(level1.cotangents.values()), grads, expand, strict=True)
-    level2 = joint_record(second)
     # Unique names: a tangent scan's body is itself differentiated, and already holds tangent.<x>.
-    taken, taken_out = set(second.types), {o.name for o in graph.outputs}
-    tangent_in = {w: unique_name(TANGENT_PREFIX + w, taken) for w in wrt}
-    rename = {level2.cotangents[level1.gradients[w]]: tangent_in[w] for w in wrt}
+    tangent_in = float_tangent_inputs(graph, wrt, TANGENT_PREFIX)
+    b, values = tangent_sweep(graph, wrt, tangent_in, outs, expand)
+    taken_out = {o.name for o in graph.outputs}
     products = {o: unique_name(TANGENT_PREFIX + o, taken_out) for o in outs}
-    out_list = [*graph.outputs]
-    for o in outs:
-        out_list.append(Output(name=products[o], value=second.output_value(level2.gradients[level1.cotangents[o]])))
+    out_list = [*graph.outputs, *(Output(name=products[o], value=values[o]) for o in outs)]
+    b.set_outputs(out_list)
+    swept = b.build()
     record = Derived(kind="jvp", wrt=wrt, of=outs, vectors=tangent_in, products=products)
-    zeros = {ct: 0.0 for ct in cts}  # any cotangent gives the same J v: zero lets the first backward go
-    return _finish(second, graph, rename, zeros, out_list, record)
+    return Graph(name=graph.name, inputs=swept.inputs, nodes=tuple(_live(list(swept.nodes), out_list)),
+                 outputs=tuple(out_list), meta=with_derived(without_autodiff(graph.meta), record))  # fmt: skip
 
 
 def hvp_graph(graph: Graph, wrt: Sequence[str], loss: str, expand: bool = True) -> Graph:
