@@ -15,8 +15,10 @@ A node's tangent is the sum of its inputs' contributions, in input order:
   their tangent scan this way (`dpt_ir.ops.loop_reverse`).
 
 Assumes: a valid graph, ``wrt`` checked (`check_wrt`). Guarantees: the original nodes
-unchanged and first; tangent nodes untagged (a forward-only graph) with a tangent of each
-value's type; a ContractError for a node on a differentiated path whose op has no derivative
+unchanged and first; the tangent nodes of a node tagged as its derivative work, as autodiff
+tags a backward (`backward_tags`: the `expand` pass rebuilds a differentiated logsumexp from
+the pieces its tangent shares), a tangent of each value's type; a ContractError for a node
+on a differentiated path whose op has no derivative
 entry and is not piecewise constant, naming the node and its op.
 """
 
@@ -29,7 +31,7 @@ from dpt_ir.api.autodiff import active_values, joint_graph
 from dpt_ir.ir.builder import GraphBuilder, Tensor
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Input, Node, Output, unique_name
-from dpt_ir.ir.records import joint_record, origin_of
+from dpt_ir.ir.records import backward_tags, joint_record, origin_of
 from dpt_ir.ir.types import TensorType, is_float
 
 
@@ -43,7 +45,9 @@ def tangent_sweep(
     active = active_values(graph, wrt, [graph.output_value(o) for o in outs])
     for node in graph.nodes:
         if node.name in active and any(i in tangents for i in node.inputs):
+            start = len(b.nodes)
             t = node_tangent(graph, node, handles, tangents, expand)
+            b.tag_since(start, backward_tags(node.name))
             if t is not None:
                 tangents[node.name] = t
     result: dict[str, str] = {}
