@@ -10,9 +10,13 @@ Contenders, warmed up (the first call builds the plan) and timed over ``--reps``
 rounds (`benchmarks.rounds.measure`; the ratios use each one's fastest round, the median is
 printed too): dpt_ir's run, value_and_grad, jvp and
 hvp (NumPy inputs and results), and torch.func's ``jvp`` of the loss and forward-over-reverse
-``jvp(grad(loss))`` (`benchmarks.peers_torch.LOSSES`; skipped when torch is missing). Prints
-the kernels of each plan, the milliseconds, jvp/run and hvp/value_and_grad, and each torch.func
-time over dpt_ir's (above 1: dpt_ir is faster).
+``jvp(grad(loss))`` (`benchmarks.peers_torch.LOSSES`; skipped when torch is missing), and
+``jax.jit`` of ``jax.jvp`` of the loss and of forward-over-reverse ``jax.jvp(jax.grad(loss))``
+(`benchmarks.peers_jax.LOSSES`; XLA single-threaded by the ``XLA_FLAGS`` that
+`configure_environment` sets before JAX is imported, and the pinned CPU; skipped when JAX is
+missing). Every peer returns its results ready (``block_until_ready``). Prints the kernels of
+each plan, the milliseconds, jvp/run and hvp/value_and_grad, and each peer's time over
+dpt_ir's (above 1: dpt_ir is faster).
 """
 
 from __future__ import annotations
@@ -65,6 +69,31 @@ def torch_steps(name: str, inputs: dict[str, Any], wrt: str, v: Any) -> dict[str
     return {"torch jvp": lambda: jvp(f, (x,), (t,)), "torch hvp": lambda: jvp(grad(f), (x,), (t,))}
 
 
+def jax_steps(name: str, inputs: dict[str, Any], wrt: str, v: Any) -> dict[str, Step]:
+    """``jax.jit`` of ``jax.jvp`` and of ``jax.jvp(jax.grad(loss))``, the other inputs traced
+    arguments (not constants XLA could fold); the first call compiles (the warm-up)."""
+    import jax
+    import numpy as np
+
+    from benchmarks import peers_jax
+
+    jax.config.update("jax_platforms", "cpu")
+    arrays = {k: jax.device_put(np.asarray(a != 0) if k == "mask" else np.asarray(a)) for k, a in inputs.items()}
+    x, t = arrays.pop(wrt), jax.device_put(v)
+    loss = peers_jax.LOSSES[name]
+
+    def f(arg: Any, others: dict[str, Any]) -> Any:
+        return loss(**{wrt: arg}, **others)
+
+    jvp_fn = jax.jit(lambda a, d, o: jax.jvp(lambda y: f(y, o), (a,), (d,)))
+    hvp_fn = jax.jit(lambda a, d, o: jax.jvp(jax.grad(lambda y: f(y, o)), (a,), (d,)))
+
+    def ready(pair: tuple[Any, Any]) -> tuple[Any, Any]:
+        return pair[0].block_until_ready(), pair[1].block_until_ready()
+
+    return {"jax jvp": lambda: ready(jvp_fn(x, t, arrays)), "jax hvp": lambda: ready(hvp_fn(x, t, arrays))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1024)
@@ -88,6 +117,10 @@ def main() -> None:
             steps.update(torch_steps(name, inputs, case.wrt, v))
         except ImportError as exc:
             print(f"  (torch.func skipped: {exc})")
+        try:
+            steps.update(jax_steps(name, inputs, case.wrt, v))
+        except ImportError as exc:
+            print(f"  (jax skipped: {exc})")
         measured = measure(steps, args.reps)
         # The fastest round: the machine may be shared, and contention only ever adds time.
         times = {k: min(t["wall"]) for k, t in measured.items()}
@@ -101,6 +134,9 @@ def main() -> None:
         if "torch jvp" in times:
             line += f"  torch.func jvp/dpt_ir {times['torch jvp'] / times['jvp']:.2f}"
             line += f"  torch.func hvp/dpt_ir {times['torch hvp'] / times['hvp']:.2f}"
+        if "jax jvp" in times:
+            line += f"  jax.jit jvp/dpt_ir {times['jax jvp'] / times['jvp']:.2f}"
+            line += f"  jax.jit hvp/dpt_ir {times['jax hvp'] / times['hvp']:.2f}"
         print(line)
 
 

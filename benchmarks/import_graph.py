@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the dp.* functions that emit one op by name: the vocabulary the derivative formulas
     # of ops/ are written in (as derivatives.yaml is written in at:: calls), and autodiff,
     # which applies those formulas
-    ("dpt_ir.api.core", "dpt_ir.api.autodiff", "dpt_ir.api.second_order"),
+    ("dpt_ir.api.core", "dpt_ir.api.autodiff", "dpt_ir.api.forward", "dpt_ir.api.second_order"),
     ("dpt_ir.reference",),
     ("dpt_ir.ops",),
     ("dpt_ir.api",),

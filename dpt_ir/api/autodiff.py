@@ -65,7 +65,7 @@ def default_loss(graph: Graph) -> str:
     return scalars[0]
 
 
-def _active_values(graph: Graph, wrt: Sequence[str], seeded: Sequence[str]) -> set[str]:
+def active_values(graph: Graph, wrt: Sequence[str], seeded: Sequence[str]) -> set[str]:
     """Float values on some path from a wrt input to a seeded output value."""
     nxg = graph.to_networkx()
     import networkx as nx
@@ -101,7 +101,7 @@ def joint_graph(
         ct_names[name] = ct.name
         cotangents.setdefault(value, []).append(ct)
 
-    active = _active_values(graph, wrt, [graph.output_value(n) for n in seed_outputs])
+    active = active_values(graph, wrt, [graph.output_value(n) for n in seed_outputs])
     for node in reversed(graph.nodes):
         if node.name not in active or node.name not in cotangents:
             continue

@@ -1,14 +1,12 @@
-"""Forward mode and second order, derived from the table of VJP formulas.
+"""Forward mode and second order, derived from the op table (docs/second_order.md):
 
-Every graph here is built by `dpt_ir.api.autodiff.joint_graph` applied twice; no op needs an
-entry of its own (docs/second_order.md gives the derivations):
-
-- `jvp_graph`: the transpose of the VJP. The backward ``u ↦ Jᵀu`` is linear in the cotangent
-  ``u``; its VJP with respect to ``u``, seeded with the tangent ``v`` on the gradient outputs,
-  is ``J v`` and reads nothing of ``u``. The cotangents are then replaced by zero constants,
-  so the first backward is dead code and only the forward and the tangent work remain;
-- `hvp_graph`: reverse over reverse. The gradient graph with the loss seed fixed to 1, whose
-  VJP seeded with ``v`` on its gradient outputs is ``H v`` (the Hessian is symmetric);
+- `jvp_graph`: forward mode, one sweep over the nodes (`dpt_ir.api.forward.tangent_sweep`):
+  an op linear in an input (`OpDef.linear`) applied to the tangent, any other input's tangent
+  the transpose of that node's VJP (its backward ``u ↦ Jᵀu`` is linear in ``u``; the VJP of
+  that in ``u``, seeded with ``v``, is ``J v`` and reads no ``u``);
+- `hvp_graph`: forward over reverse. The gradient graph with the loss seed fixed to 1 (the
+  reverse, `joint_graph`), then `jvp_graph` of its gradient outputs for the vectors ``v``:
+  ``H v``;
 - `gnvp_graph`: ``J_rᵀ (J_r v)``: the jvp graph of the residual ``r``, extended with the
   VJP of ``r`` seeded with the tangent it computes, in one graph that shares the forward.
 
@@ -30,9 +28,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dpt_ir.api.autodiff import check_wrt, joint_graph
+from dpt_ir.api.forward import float_tangent_inputs, tangent_sweep
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Input, Node, Output, unique_name
-from dpt_ir.ir.records import Derived, joint_record, phase_tag, with_derived, without_autodiff
+from dpt_ir.ir.records import Derived, derived_record, joint_record, phase_tag, with_derived, without_autodiff
 from dpt_ir.ir.registry import CONSTANT_OP
 from dpt_ir.ir.types import TensorType, is_float
 
@@ -63,34 +62,26 @@ def float_outputs(graph: Graph, outputs: Sequence[str] | None, what: str) -> tup
 
 def jvp_graph(graph: Graph, wrt: Sequence[str], outputs: Sequence[str] | None = None, expand: bool = True) -> Graph:
     """The outputs and ``J v`` of ``outputs`` (default: every float output) for tangents
-    ``tangent.<x>`` of the ``wrt`` inputs, as outputs ``tangent.<output>``."""
+    ``tangent.<x>`` of the ``wrt`` inputs, as outputs ``tangent.<output>``: forward mode
+    (`dpt_ir.api.forward.tangent_sweep`)."""
     wrt = check_wrt(graph, wrt)
     outs = float_outputs(graph, outputs, "jvp")
-    first = joint_graph(graph, wrt, outs, expand)
-    level1 = joint_record(first)
-    cts = set(level1.cotangents.values())
-    # The cotangents become the variables of the second level: the backward is linear in them.
-    inputs = tuple(i.model_copy(update={"requires_grad": True}) if i.name in cts else i for i in first.inputs)
-    first = first.replace(inputs=inputs)
-    grads = [level1.gradients[w] for w in wrt]
-    second = joint_graph(first, list(level1.cotangents.values()), grads, expand, strict=True)
-    level2 = joint_record(second)
     # Unique names: a tangent scan's body is itself differentiated, and already holds tangent.<x>.
-    taken, taken_out = set(second.types), {o.name for o in graph.outputs}
-    tangent_in = {w: unique_name(TANGENT_PREFIX + w, taken) for w in wrt}
-    rename = {level2.cotangents[level1.gradients[w]]: tangent_in[w] for w in wrt}
+    tangent_in = float_tangent_inputs(graph, wrt, TANGENT_PREFIX)
+    b, values = tangent_sweep(graph, wrt, tangent_in, outs, expand)
+    taken_out = {o.name for o in graph.outputs}
     products = {o: unique_name(TANGENT_PREFIX + o, taken_out) for o in outs}
-    out_list = [*graph.outputs]
-    for o in outs:
-        out_list.append(Output(name=products[o], value=second.output_value(level2.gradients[level1.cotangents[o]])))
+    out_list = [*graph.outputs, *(Output(name=products[o], value=values[o]) for o in outs)]
+    b.set_outputs(out_list)
+    swept = b.build()
     record = Derived(kind="jvp", wrt=wrt, of=outs, vectors=tangent_in, products=products)
-    zeros = {ct: 0.0 for ct in cts}  # any cotangent gives the same J v: zero lets the first backward go
-    return _finish(second, graph, rename, zeros, out_list, record)
+    return Graph(name=graph.name, inputs=swept.inputs, nodes=tuple(_live(list(swept.nodes), out_list)),
+                 outputs=tuple(out_list), meta=with_derived(without_autodiff(graph.meta), record))  # fmt: skip
 
 
 def hvp_graph(graph: Graph, wrt: Sequence[str], loss: str, expand: bool = True) -> Graph:
     """The outputs, the gradient ``grad.<x>`` of ``loss`` and ``H v`` (``hvp.<x>``) for vectors
-    ``vector.<x>`` of the ``wrt`` inputs."""
+    ``vector.<x>`` of the ``wrt`` inputs: forward over reverse."""
     wrt = check_wrt(graph, wrt)
     float_outputs(graph, [loss], "hvp")
     shape = graph.types[graph.output_value(loss)].shape
@@ -99,17 +90,18 @@ def hvp_graph(graph: Graph, wrt: Sequence[str], loss: str, expand: bool = True) 
             f"hvp: output {loss!r} of graph {graph.name!r} has shape {list(shape)}; expected a scalar loss"
         )
     first, held = gradient_graph(graph, wrt, loss, expand)
-    second = joint_graph(first, wrt, list(held.values()), expand, strict=True)
-    level2 = joint_record(second)
+    # Forward over reverse: the tangents of the gradient outputs are H v.
+    tangent = jvp_graph(first, wrt, list(held.values()), expand)
+    level = derived_record(tangent)
     vectors = {w: VECTOR_PREFIX + w for w in wrt}
-    rename = {level2.cotangents[held[w]]: vectors[w] for w in wrt}
+    rename = {level.vectors[w]: vectors[w] for w in wrt}
     grads = {w: GRAD_PREFIX + w for w in wrt}
     products = {w: HVP_PREFIX + w for w in wrt}
     out_list = [*graph.outputs]
-    out_list += [Output(name=grads[w], value=second.output_value(held[w])) for w in wrt]
-    out_list += [Output(name=products[w], value=second.output_value(level2.gradients[w])) for w in wrt]
+    out_list += [Output(name=grads[w], value=tangent.output_value(held[w])) for w in wrt]
+    out_list += [Output(name=products[w], value=tangent.output_value(level.products[held[w]])) for w in wrt]
     record = Derived(kind="hvp", wrt=wrt, of=(loss,), vectors=vectors, products=products, gradients=grads)
-    return _finish(second, graph, rename, {}, out_list, record)
+    return _finish(tangent, graph, rename, {}, out_list, record)
 
 
 def gradient_graph(graph: Graph, wrt: tuple[str, ...], loss: str, expand: bool = True) -> tuple[Graph, dict[str, str]]:

@@ -137,6 +137,34 @@ class Derivative:
 
 
 @dataclass(frozen=True)
+class Linear:
+    """Forward mode's entry of an op linear in some of its inputs (`OpDef.linear`).
+
+    ``groups``: sets of input indices in each of which, the other inputs held fixed, the op is
+    linear (``op(.., a + b, ..) == op(.., a, ..) + op(.., b, ..)`` over the group's inputs
+    together): add and sub ``((0, 1),)``, mul and matmul ``((0,), (1,))``, div ``((0,),)``;
+    ``"*"``: every input, one group (a variadic join). The tangent a group contributes is the
+    op itself applied to the group's tangents (zeros for members without one) and the other
+    inputs' values: the forward's own kernel shape. ``attrs``: the attributes of that linear
+    part where they differ from the node's (an affine op's constant dropped: ``cval`` 0), from
+    the node's parsed attributes; None: the node's own. Inputs in no group get their tangent
+    from the derivative entry (`dpt_ir.api.forward`)."""
+
+    groups: tuple[tuple[int, ...], ...] | str
+    attrs: Callable[[Any], dict[str, Any]] | None = None
+
+    def groups_for(self, n_inputs: int) -> tuple[tuple[int, ...], ...]:
+        if self.groups == ALL_INPUTS:
+            return (tuple(range(n_inputs)),)
+        return self.groups  # type: ignore[return-value]
+
+
+def without_cval(attrs: Any) -> dict[str, Any]:
+    """An affine op's linear part: its attributes with the constant ``cval`` set to 0."""
+    return {**attrs.model_dump(), "cval": 0.0}
+
+
+@dataclass(frozen=True)
 class SparseRows:
     """A constant sparse linear map in CSR form, sorted by destination: output element
     ``o`` is ``sum(vals[k] * x[cols[k]] for k in range(rowptr[o], rowptr[o + 1])) + bias[o]``,
@@ -314,6 +342,9 @@ class OpDef:
     reference: Callable[..., np.ndarray]
     attrs: type[BaseModel] = NoAttrs
     derivative: Derivative | None = None
+    # Read by forward mode: the inputs the op is linear in, whose tangent is the op applied to
+    # their tangents (`Linear`); None: every tangent comes from ``derivative``.
+    linear: Linear | None = None
     # Layout views whose input coordinates are affine in the output's (broadcast_to, reshape,
     # transpose, slice...): from (attrs, input shape, output shape, the output element's
     # `Affine` coordinate forms, the loop space's extents), the input element's forms, or None
@@ -484,7 +515,9 @@ def check_lowered(ops: tuple[OpDef, ...]) -> None:
 
 def check_complete(op: OpDef) -> None:
     """Prove an op's derivative entry complete: formulas cover every input that is not
-    declared non-differentiable, and every saved name refers to something that exists."""
+    declared non-differentiable, every saved name refers to something that exists, and a
+    forward-mode `Linear` entry names differentiable inputs of an op with a derivative entry."""
+    _check_linear(op)
     d = op.derivative
     if d is None:
         return
@@ -507,3 +540,24 @@ def check_complete(op: OpDef) -> None:
     for key in d.formulas:
         if key != ALL_INPUTS and not 0 <= key < op.arity:  # type: ignore[operator]
             raise ContractError(f"op {op.name!r}: formula for input {key} that does not exist")
+
+
+def _check_linear(op: OpDef) -> None:
+    lin = op.linear
+    if lin is None:
+        return
+    if op.derivative is None:
+        raise ContractError(f"op {op.name!r}: a linear entry needs a derivative entry; found none")
+    if lin.groups == ALL_INPUTS:
+        return
+    if op.arity is None or isinstance(lin.groups, str):
+        raise ContractError(f"op {op.name!r}: linear groups of a variadic op must be '*', found {lin.groups!r}")
+    seen: set[int] = set()
+    for group in lin.groups:
+        for i in group:
+            if not 0 <= i < op.arity or i in seen or i in op.derivative.nondifferentiable:
+                raise ContractError(
+                    f"op {op.name!r}: linear group {group} names input {i}; expected distinct differentiable "
+                    f"inputs of 0..{op.arity - 1}, each in one group"
+                )
+            seen.add(i)

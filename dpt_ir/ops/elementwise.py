@@ -12,7 +12,7 @@ import numpy as np
 
 from dpt_ir.api import core as F
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ir.registry import CXX_FLOATS, CxxSite, Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.registry import CXX_FLOATS, CxxSite, Derivative, GradContext, Linear, OpDef, register_op
 from dpt_ir.ir.rules import Attrs, DTypeRule, check_axes, elementwise_rule
 from dpt_ir.ir.types import DType, TensorType
 
@@ -64,7 +64,7 @@ def _x(c: GradContext) -> Any:
     return c.input(0)
 
 
-_unary("neg", "numeric", np.negative, lambda c: -c.gy, cxx="(-{0})", doc="-x", involution=True)
+_unary("neg", "numeric", np.negative, lambda c: -c.gy, cxx="(-{0})", doc="-x", involution=True, linear=Linear(((0,),)))
 _unary(
     "abs",
     "numeric",
@@ -299,6 +299,7 @@ _binary(
     {0: lambda c: c.gy, 1: lambda c: c.gy},
     identity=0.0,
     commutative=True,
+    linear=Linear(((0, 1),)),
     doc="a + b",
     cxx="({0} + {1})",
 )
@@ -308,6 +309,7 @@ _binary(
     np.subtract,
     {0: lambda c: c.gy, 1: lambda c: -c.gy},
     identity=0.0,
+    linear=Linear(((0, 1),)),
     doc="a - b",
     cxx="({0} - {1})",
 )
@@ -319,6 +321,7 @@ _binary(
     (0, 1),
     identity=1.0,
     commutative=True,
+    linear=Linear(((0,), (1,))),
     doc="a * b",
     cxx="({0} * {1})",
 )
@@ -332,6 +335,7 @@ _binary(
     identity=1.0,
     work=4,
     divides_as=("mul", "reciprocal"),
+    linear=Linear(((0,),)),
     doc="true division a / b (floating)",
     cxx="({0} / {1})",
 )
@@ -424,6 +428,7 @@ register_op(
             saved_inputs=(0,),
             nondifferentiable=(0,),
         ),
+        linear=Linear(((1, 2),)),
         cxx="({0} ? {1} : {2})",
         doc="x where condition else y; the condition gets no gradient",
     )
@@ -511,6 +516,7 @@ register_op(
         reference=lambda attrs, x: x.astype(attrs.dtype),
         cxx=_cast_cxx,
         derivative=Derivative({0: lambda c: F.cast(c.gy, c.input_type(0).dtype)}),
+        linear=Linear(((0,),)),
         doc="dtype conversion; only floating values carry gradients",
     )
 )

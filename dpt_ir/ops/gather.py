@@ -35,6 +35,7 @@ from dpt_ir.ir.registry import (
     Derivative,
     GatherCoords,
     GradContext,
+    Linear,
     OpDef,
     ScatterLayout,
     register_op,
@@ -252,6 +253,7 @@ register_op(
         gather_affine=_take_coords,
         data_dependent_reads=True,
         derivative=Derivative(formulas={0: _take_grad}, saved_inputs=(1,), nondifferentiable=(1,)),
+        linear=Linear(((0,),)),
         doc="gather along an axis at int32 positions (np.take; along: np.take_along_axis)",
     )
 )
@@ -267,6 +269,7 @@ register_op(
         derivative=Derivative(
             formulas={0: lambda c: c.gy, 2: _add_at_values_grad}, saved_inputs=(1,), nondifferentiable=(1,)
         ),
+        linear=Linear(((0, 2),)),
         cost="expensive",
         doc="base with values added at int32 positions along an axis, repeats accumulating (np.add.at)",
     )

@@ -23,7 +23,7 @@ import numpy as np
 from dpt_ir.api import core as F
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ir.registry import Contraction, Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.registry import Contraction, Derivative, GradContext, Linear, OpDef, register_op
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import FLOAT_DTYPES, TensorType, broadcast_shapes
 
@@ -158,6 +158,7 @@ register_op(
         contraction=contraction,
         empty_value=0.0,  # a product over an empty k: zeros, as np.matmul
         derivative=Derivative(formulas={0: _grad_a, 1: _grad_b}, saved_inputs=(0, 1)),
+        linear=Linear(((0,), (1,))),
         cost="expensive",
         doc="matrix product (np.matmul: batched, broadcast, 1-D vectors); transpose_a/b swap an operand's last axes",
     )

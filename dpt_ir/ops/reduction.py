@@ -18,6 +18,7 @@ from dpt_ir.ir.registry import (
     Derivative,
     GradContext,
     LanePass,
+    Linear,
     OpDef,
     Signature,
     register_op,
@@ -241,6 +242,7 @@ def _reduction(
     cxx: Any,
     expansion: Any = None,
     out_dtype: str | None = None,
+    linear: Linear | None = None,
 ) -> None:
     """Register reduction ``name``; ``identity``: its value over an empty slice
     (`OpDef.empty_value`), None where NumPy raises (its type rule refuses an empty axis)."""
@@ -257,6 +259,7 @@ def _reduction(
             doc=doc,
             expansion=expansion,
             empty_value=identity,
+            linear=linear,
         )
     )
 
@@ -269,6 +272,7 @@ _reduction(
     Derivative({0: lambda c: _unreduce(c, c.gy)}),
     "sum over axes (integers accumulate in int32)",
     _sum_cxx(mean=False),
+    linear=Linear(((0,),)),
 )
 _reduction(
     "mean",
@@ -278,6 +282,7 @@ _reduction(
     Derivative({0: lambda c: _unreduce(c, c.gy / float(c.derived("count")))}, derived={"count": _count}),
     "mean over axes; the backward saves only the element count",
     _sum_cxx(mean=True),
+    linear=Linear(((0,),)),
 )
 _reduction(
     "max",

@@ -29,7 +29,7 @@ import numpy as np
 from pydantic import Field
 
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ir.registry import Derivative, OpDef, SparseRows, register_op
+from dpt_ir.ir.registry import Derivative, Linear, OpDef, SparseRows, register_op, without_cval
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import FLOAT_DTYPES, TensorType
 from dpt_ir.reference import radon_ref, resample_ref
@@ -168,6 +168,7 @@ register_op(
         infer=_infer_resample,
         reference=_resample_ref,
         derivative=Derivative({0: lambda c: c.gy.builder.emit("resample_adjoint", [c.gy], _linear_part(c.attrs))}),
+        linear=Linear(((0,),), without_cval),
         sparse_rows=_resample_rows,
         reads_per_element=lambda a, shape: max(sparse_map(a).max_row(), 1),
         doc="interpolation / projection with a constant geometry: A @ x + cval terms (a destination-sorted CSR)",
@@ -182,6 +183,7 @@ register_op(
         infer=_infer_resample_adjoint,
         reference=_resample_adjoint_ref,
         derivative=Derivative({0: lambda c: c.gy.builder.emit("resample", [c.gy], _linear_part(c.attrs))}),
+        linear=Linear(((0,),), without_cval),
         sparse_rows=_resample_adjoint_rows,
         reads_per_element=lambda a, shape: max(sparse_map(a, transpose=True).max_row(), 1),
         doc=f"the transpose of resample's linear part; adjoint form: {ADJOINT_FORM}",

@@ -11,7 +11,7 @@ import numpy as np
 from dpt_ir.api import core as F
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ir.registry import Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.registry import ALL_INPUTS, Derivative, GradContext, Linear, OpDef, register_op
 from dpt_ir.ir.rules import Attrs, check_axes
 from dpt_ir.ir.types import TensorType, broadcast_shapes
 
@@ -219,6 +219,7 @@ def _shape_op(
             infer=infer,
             reference=ref,
             derivative=Derivative({0 if arity else "*": grad}),
+            linear=Linear(((0,),) if arity else ALL_INPUTS),  # every view and join is linear
             view_affine=affine,
             axis_images=images,
             join_axis=join,

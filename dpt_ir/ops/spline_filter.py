@@ -26,7 +26,7 @@ from pydantic import field_validator
 
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.recurrence import RecStep, Recurrence, init_step
-from dpt_ir.ir.registry import Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.registry import Derivative, GradContext, Linear, OpDef, register_op, without_cval
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import TensorType
 from dpt_ir.ops.resample import Mode, check_float
@@ -117,6 +117,7 @@ def _filter_op(name: str, adjoint: bool, partner: str, doc: str) -> OpDef:
         infer=infer,
         reference=reference,
         derivative=Derivative({0: grad}),
+        linear=Linear(((0,),), without_cval),
         recurrence=lambda a, shape: program(a, shape, adjoint),
         cost="expensive",
         doc=doc,

@@ -19,7 +19,7 @@ import numpy as np
 from dpt_ir.api import core as F
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ir.registry import Derivative, GradContext, OpDef, register_op
+from dpt_ir.ir.registry import Derivative, GradContext, Linear, OpDef, register_op, without_cval
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import FLOAT_DTYPES, TensorType
 
@@ -192,6 +192,7 @@ register_op(
         infer=_infer_pad,
         reference=_pad_ref,
         derivative=Derivative({0: _pad_grad}),
+        linear=Linear(((0,),), without_cval),
         axis_images=_pad_images,
         doc="extend by before/after elements per axis with a scipy.ndimage boundary mode",
     )
@@ -205,6 +206,7 @@ register_op(
         infer=_infer_pad_adjoint,
         reference=_pad_adjoint_ref,
         derivative=Derivative({0: _pad_adjoint_grad}),
+        linear=Linear(((0,),)),
         axis_images=_pad_adjoint_images,
         code_copies=preimage_count,
         doc="the adjoint of pad: each input element sums the padded positions that copied it",
@@ -268,6 +270,7 @@ register_op(
         infer=_infer_correlate,
         reference=_correlate_ref,
         derivative=Derivative({0: _correlate_grad}),
+        linear=Linear(((0,),)),
         weights=weights_array,
         reads_per_element=taps,
         doc="sum_t w[t] * x[i + t] over the positions where the weights fit (no boundary)",
