@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from dpt_ir import torch_func
 from dpt_ir.interop import (
     CompiledProgram,
     bind_arguments,
@@ -138,6 +139,8 @@ class TorchFunction:
         ordered = [bound[n] for n in self.inputs]
         if torch.compiler.is_compiling():  # the registered op: opaque to the compiler, with its fake
             results = self.forward_op(ordered)
+        elif torch._C._are_functorch_transforms_active():  # torch.func: setup_context-style Functions
+            results = torch_func.apply(self, ordered)
         else:  # eager: the same implementations without the custom op's dispatch (~0.1 ms a call here)
             keep = has_scalar_loss(self.program) and torch.is_grad_enabled()
             keep = keep and any(bound[w].requires_grad for w in self.program.wrt)
