@@ -33,7 +33,7 @@ from dpt_ir.ir.types import is_float
 class CompiledProgram(Protocol):
     """What the adapters use of a compiled program (``dp.compile``'s result, with or
     without loops): its graph, ``wrt``, loss, device and module name, ``run``,
-    ``value_and_grad``, ``tape_pass`` and ``hvp`` (DESIGN §2 and §6 semantics)."""
+    ``value_and_grad``, ``tape_pass``, ``jvp`` and ``hvp`` (DESIGN §2 and §6 semantics)."""
 
     graph: Graph
     wrt: tuple[str, ...]
@@ -46,6 +46,8 @@ class CompiledProgram(Protocol):
     def value_and_grad(self, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]: ...
 
     def tape_pass(self, tape: Any = None) -> Any: ...
+
+    def jvp(self, tangents: Any, **inputs: Any) -> Any: ...
 
     def hvp(self, vectors: Any, **inputs: Any) -> Any: ...
 

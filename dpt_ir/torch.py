@@ -18,6 +18,10 @@ Guarantees:
   ``d/dg = <∇L, v>``; loop programs too). Any other second derivative (a cotangent on another
   output) and third order carry a node whose backward raises a `ContractError` saying so
   (instead of torch's silent constant or its "does not require grad" error).
+- ``torch.func`` (``jvp``, ``grad``, ``vjp``, ``vmap``, ``jacfwd``, ``jacrev``, ``hessian`` of the
+  loss): a call made while a functorch transform is active goes to the ``setup_context``-style
+  Functions of `dpt_ir.adapters.torch_func` (forward mode through ``program.jvp``, second
+  derivatives of the loss through ``program.hvp``); other calls keep the two routes above.
 - Gradients reach every input in ``program.wrt`` for cotangents on any subset of the
   outputs; a tensor that requires grad on an input outside ``wrt`` is a `ContractError`
   (a silent zero gradient would be wrong).
@@ -55,6 +59,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from dpt_ir.adapters import torch_func
 from dpt_ir.interop import (
     CompiledProgram,
     bind_arguments,
@@ -138,6 +143,8 @@ class TorchFunction:
         ordered = [bound[n] for n in self.inputs]
         if torch.compiler.is_compiling():  # the registered op: opaque to the compiler, with its fake
             results = self.forward_op(ordered)
+        elif torch._C._are_functorch_transforms_active():  # torch.func: setup_context-style Functions
+            results = torch_func.apply(self, ordered)
         else:  # eager: the same implementations without the custom op's dispatch (~0.1 ms a call here)
             keep = has_scalar_loss(self.program) and torch.is_grad_enabled()
             keep = keep and any(bound[w].requires_grad for w in self.program.wrt)

@@ -77,3 +77,19 @@ def test_adapters_refuse_what_is_not_a_compiled_program() -> None:
     for make, where in ((dps.objective, "scipy.objective"), (dpt.function, "torch.function")):
         with pytest.raises(dp.ContractError, match=f"{where}: expected a compiled program"):
             make(object())
+
+
+def test_forward_mode_of_a_loop_program_in_both_adapters(program: Any) -> None:
+    """torch.func.jvp and jax.jvp of the loop program (its LoopProgram.jvp) equal the interpreter's jvp."""
+    x = inputs()
+    rng = np.random.default_rng(7)
+    v = {n: rng.uniform(-1.0, 1.0, x[n].shape).astype(np.float32) for n in WRT}
+    _, expected = dp.interpret_jvp(program.graph, v, **x)
+    f, g = dpt.function(program), dpj.function(program)
+    _, torch_tangents = torch.func.jvp(
+        f, tuple(torch.from_numpy(x[n]) for n in WRT), tuple(torch.from_numpy(v[n]) for n in WRT)
+    )
+    _, jax_tangents = jax.jvp(g, tuple(jnp.asarray(x[n]) for n in WRT), tuple(jnp.asarray(v[n]) for n in WRT))
+    for name, t, j in zip(("loss", "field"), torch_tangents, jax_tangents, strict=True):
+        np.testing.assert_allclose(t.numpy(), expected[name], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(j), expected[name], rtol=1e-4, atol=1e-5)
