@@ -240,7 +240,8 @@ def children(
             at = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) if ax.plain else variable(c, n, str)
                   for c, ax, n in axes]  # fmt: skip
             return [(node.inputs[0], tuple(at))]
-        for (c, ax), n in zip(bounded, [n for ax, n in zip(m.axes, shapes[0], strict=True) if not ax.plain], strict=True):
+        lengths = [n for ax, n in zip(m.axes, shapes[0], strict=True) if not ax.plain]
+        for (c, ax), n in zip(bounded, lengths, strict=True):
             if not selected(ax, n):  # a selected axis is the element function's select (`selects`)
                 guards.append((idx.canonical(c, space), ax.lo, ax.hi))  # type: ignore[union-attr]
         # An input axis of length 1 is read at 0 (the guard holds the coordinate there).
