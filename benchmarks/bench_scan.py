@@ -9,8 +9,10 @@ The model (float32, ``n x n``, ``steps`` steps, conductivity ``k`` closed over):
 Each contender runs in its own child process (``--child NAME``), so its peak resident
 memory (``ru_maxrss``) is its own; the figure reported is the peak minus the resident
 size after imports and input set-up (``peak_mib``). ``dpt_ir_K32`` is ``checkpoint=32``
-(binomial checkpointing with 32 stored carries). PyTorch runs on one thread, as dpt_ir's
-CPU backend does; JAX (XLA) uses its default threads. ``first_s`` is the first call
+(binomial checkpointing with 32 stored carries). Every contender runs on one thread
+(``dp.compile(threads=1)``, ``torch.set_num_threads(1)``, XLA's single-threaded Eigen with
+``intra_op_parallelism_threads=1``): the machine is shared, and issue 28 states its targets
+per thread. ``first_s`` is the first call
 (dpt_ir: ``dp.compile`` with empty caches of its own, then one call; JAX: trace + XLA compile + one
 call; PyTorch: one call), ``time_s`` the median of ``--repeat`` further calls. dpt_ir
 runs twice: a child with empty caches (the cold first call, which includes building the
@@ -68,7 +70,7 @@ def dpt_ir_runner(x: dict[str, np.ndarray], steps: int, checkpoint: int | None) 
     u, _ = dp.scan(lambda u, _: (u + 0.2 * k * dp.correlate(u, LAPLACIAN, mode="nearest"), None), u0,
                    length=steps, checkpoint=checkpoint)  # fmt: skip
     g.output("loss", dp.sum(dp.square(u - obs)))
-    program = dp.compile(g.build(), wrt=["u0", "k"])
+    program = dp.compile(g.build(), wrt=["u0", "k"], threads=1)
 
     def call() -> tuple[float, dict[str, np.ndarray]]:
         out, grads = program.value_and_grad(**x)
@@ -169,7 +171,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in CONTENDERS:
-            env = {**os.environ, "DPT_IR_CACHE": f"{tmp}/{name}/dpt_ir", "WARP_CACHE_PATH": f"{tmp}/{name}/warp"}
+            env = {**os.environ, "DPT_IR_CACHE": f"{tmp}/{name}/dpt_ir", "WARP_CACHE_PATH": f"{tmp}/{name}/warp",
+                   "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                   "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}  # fmt: skip
             cmd = [sys.executable, __file__, "--child", name, "--steps", str(args.steps), "--size", str(args.size),
                    "--repeat", str(args.repeat), "--out", tmp]  # fmt: skip
             runs = 2 if name.startswith("dpt_ir") else 1  # a cold-cache child, then a warm-cache one
@@ -192,7 +196,7 @@ def main() -> None:
                     float(np.max(np.abs(other[w] - ref[w])) / max(float(np.max(np.abs(ref[w]))), 1e-30))
                     for w in ("u0", "k")
                 )
-    print(f"value_and_grad of {args.steps} heat steps on {args.size}x{args.size} (float32, CPU)\n")
+    print(f"value_and_grad of {args.steps} heat steps on {args.size}x{args.size} (float32, CPU, one thread each)\n")
     print("| contender | cold first call (s) | warm first call (s) | time (s) | vs dpt_ir | peak memory (MiB) "
           "| grad rel. diff |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")

@@ -455,11 +455,15 @@ def _apply_index(x: Tensor, items: list[Any], where: str) -> Tensor:
 
 # -- helpers used by derivative formulas ---------------------------------------------
 def sum_to(x: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """Sum ``x`` over the axes along which ``shape`` was broadcast to ``x.shape``."""
+    """Sum ``x`` over the axes along which ``shape`` was broadcast to ``x.shape``.
+
+    Axes of length 1 are not summed but reshaped away (a leading batch axis of one shot):
+    a sum over them adds one term, so the reshape has the same values (``-0.0`` kept, as
+    NumPy's) and stays a view that fuses, where a reduction would be a kernel boundary."""
     if x.shape == tuple(shape):
         return x
     lead = x.ndim - len(shape)
-    axes = [i for i in range(x.ndim) if i < lead or (shape[i - lead] == 1 and x.shape[i] != 1)]
+    axes = [i for i in range(x.ndim) if x.shape[i] != 1 and (i < lead or shape[i - lead] == 1)]
     out = sum(x, axis=tuple(axes), keepdims=True) if axes else x
     return reshape(out, shape)
 
