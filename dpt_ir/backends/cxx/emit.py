@@ -46,6 +46,10 @@ class ElementWriter:
         self.uses_big = False
         self.at_output = False  # computing an epilogue (at output o), not an element (at i)
         self.edge = False  # the edge function: per-axis views through their tables
+        # The element and edge functions of a nest whose drivers walk rows of its last axis
+        # (`Nest.row_position`, set by `kernels.group_kernels`): ``j`` is the position in the
+        # row (`render`). Other writers (the sort stages) bind ``i`` and ``j`` their own way.
+        self.rows = False
         self.extra: list[int] = []  # extents of the edge's table coordinates q0, q1...
         self.tables: dict[str, str] = {}  # C++ table contents -> name
         self.slot_of: dict[tuple[str, str, str], int] = {}  # (node, kind, detail) -> status slot
@@ -106,16 +110,24 @@ class ElementWriter:
 
     def render(self, form: Affine) -> str:
         """C++ of an affine form over the current space's coordinates (``i``, or ``o`` in an
-        epilogue; div/mod: sources such as iota, and epilogue reads, only)."""
+        epilogue; div/mod: sources such as iota, and epilogue reads, only). Where the rows
+        are the last axis (`rows`), its coordinate is ``j`` and the others come
+        from the row's start ``i - j``: the same values, constant along the row, so clang
+        hoists them out of the vectorised loop instead of dividing every lane."""
         space, at = self.space(), ("o" if self.at_output else "i")
+        rows = self.rows and not self.at_output
         terms = [str(form.b)] if form.b else []
         for a, x in enumerate(form.w):
             if x and a >= len(space):  # a table coordinate of the edge
                 terms.append(f"q{a - len(space)}" if x == 1 else f"q{a - len(space)} * {x}")
             elif x:
                 stride = math.prod(space[a + 1 :])
-                c = at if stride == 1 else f"({at} / {stride})"
-                c = c if a == 0 else f"({c} % {space[a]})"
+                if rows and a == len(space) - 1:
+                    c = "j"
+                else:
+                    start = "(i - j)" if rows else at
+                    c = start if stride == 1 else f"({start} / {stride})"
+                    c = c if a == 0 else f"({c} % {space[a]})"
                 terms.append(c if x == 1 else f"{c} * {x}")
         return f"({' + '.join(terms)})" if len(terms) > 1 else (terms[0] if terms else "0")
 

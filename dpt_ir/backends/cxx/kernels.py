@@ -66,6 +66,7 @@ def group_kernels(
         return None  # the launch's task index is a 32-bit int (`nest.missing_lowering` says so)
     params: list[str] = []
     w = ElementWriter(graph, nest, params, slots, name, checks)
+    w.rows = nest.row_position
     body = w.body()
     edge = w.edge_body() if nest.guards else None
     partials: dict[str, tuple[str, int]] = dict(w.scratch)

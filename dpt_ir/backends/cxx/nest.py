@@ -93,6 +93,15 @@ class Nest:
     # space or a tensor the group reads or writes has more than `INDEX_LIMIT` elements (`cover`).
     index: str = "int"
 
+    @property
+    def row_position(self) -> bool:
+        """Whether an element function's inner counter ``j`` is the element's position along
+        the space's last axis and ``i - j`` the flat index of its row's start: the drivers
+        walk rows (or sub-rows) of exactly the last axis (`drivers.pointwise_drivers`,
+        `drivers.reduction_drivers`; not the column, row-map or digit layouts)."""
+        plain = self.columns is None and self.row_map is None and not self.digits
+        return plain and bool(self.space) and self.sub == self.space[-1] > 1
+
     def widen(self, expr: str) -> str:
         """``expr`` (an int: a task, a part) cast to the index type before it is multiplied
         into an element index; as it is with 32-bit indices."""
