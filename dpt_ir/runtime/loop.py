@@ -92,6 +92,7 @@ class Loop:
         self.grad_offsets = {k: off for k, off, _ in layout}
         self.grad_size = sum(size for _, _, size in layout)
         self.schedule = checkpoint_plan(a, self.in_types)
+        self.through = self._passed_through()
         self.slots: list[list[wp.array]] = []  # a scan_vjp's stored carries 1.. (slot 0 is c_0 itself)
         # A scan whose reverse stores every carry keeps them as it runs (see `keep`); that
         # reverse (``source``) then reads them instead of rerunning the forward.
@@ -132,7 +133,7 @@ class Loop:
         self.sum_pool = {k: [self._vjp_out(k), self._zeros(k)] for k in self._closures()}
         self.zeros = {k: self._zeros(k) for k in self._closures()}
         if self._keeps:
-            self.trajectory = [self._carries() for _ in range(a.length - 1)]
+            self.trajectory = self._trajectory()
         if self.vjp is not None and self.source is None:
             self.slots = [self._carries() for _ in range(self.schedule.slots - 1)]
         self._allocated = True
@@ -142,6 +143,24 @@ class Loop:
 
     def _carries(self) -> list[wp.array]:
         return [self._zeros(k) for k in range(self.attrs.carries)]
+
+    def _trajectory(self) -> list[list[wp.array]]:
+        """The carries of steps 1 to length - 1, kept by the forward. A carry the body passes
+        through (its new value is carry ``m``'s old one, as a leapfrog's previous field)
+        shares carry ``m``'s array of the step before: the same values, so each step copies
+        and holds one carry fewer (`_copy` skips a copy onto itself)."""
+        a, out = self.attrs, []
+        for i in range(a.length - 1):
+            row = [out[i - 1][self.through[k]] if i and k in self.through else self._zeros(k) for k in range(a.carries)]
+            out.append(row)
+        return out
+
+    def _passed_through(self) -> dict[int, int]:
+        """Carry ``k`` -> ``m`` where the body's new carry ``k`` is its input carry ``m`` unchanged."""
+        a = self.attrs
+        inputs = {name: m for m, name in enumerate(self.names[: a.carries])}
+        outputs = [o.value for o in a.body.outputs[: a.carries]]
+        return {k: inputs[v] for k, v in enumerate(outputs) if v in inputs and inputs[v] != k}
 
     def _closures(self) -> list[int]:
         a = self.attrs
@@ -205,7 +224,8 @@ class Loop:
         if self.source is None:
             return {"policy": p.policy, "slots": p.slots, "bytes_held": p.bytes_held, "advances": p.advances,
                     "recompute_factor": p.recompute_factor, **sizes}  # fmt: skip
-        sizes["kept_bytes"] = sum(x.capacity for group in self.source.trajectory for x in group)  # the forward's
+        kept = {x.ptr: x for group in self.source.trajectory for x in group}  # the forward's (shared arrays once)
+        sizes["kept_bytes"] = sum(x.capacity for x in kept.values())
         return {"policy": f"{p.policy}, kept by the forward", "slots": p.length, "bytes_held": p.bytes_held,
                 "advances": 0, "recompute_factor": 0.0, **sizes}  # fmt: skip
 
@@ -235,18 +255,32 @@ class Loop:
         for k, value in self.direct.items():
             if k < a.carries:
                 bound[value] = into[k]
-        self._run(self.fwd_plan, bound, self.fwd_ws)
+        # A passed-through carry whose array is already its source's (`_trajectory`) needs
+        # no copy, nor the body's copy of that input into its output.
+        shared = {k for k, m in self.through.items() if into[k].ptr == carry[m].ptr}
+        self._run(self.fwd_plan, bound, self.fwd_ws, self._unread_copies(shared))
         for k in range(a.carries):
-            if k not in self.direct:
+            if k not in self.direct and k not in shared:
                 self._copy(into[k], self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten())
 
-    def _run(self, plan: Any, bound: dict[str, wp.array], ws: Any) -> None:
+    def _unread_copies(self, shared: set[int]) -> frozenset[str]:
+        """The body inputs whose copy into an output no one reads when the carries ``shared``
+        skip theirs (an input also output as a ``y`` is still read)."""
+        a, outputs = self.attrs, [o.value for o in self.attrs.body.outputs]
+        kept = {outputs[k] for k in range(len(outputs)) if k >= a.carries or k not in shared}
+        return frozenset(outputs[k] for k in shared if outputs[k] not in kept)
+
+    def _run(self, plan: Any, bound: dict[str, wp.array], ws: Any, unread: frozenset[str] = frozenset()) -> None:
+        """``plan``'s forward on ``bound``; ``unread``: inputs whose output copy a native
+        table may leave out (the step-by-step path makes every copy: the same values)."""
         if self._emit is not None:
-            self._emit.phase(plan, bound, ws)
+            self._emit.phase(plan, bound, ws, unread)
         else:
             plan.run("forward", bound, ws)
 
     def _copy(self, dst: wp.array, src: wp.array, dest_offset: int = 0, count: int | None = None) -> None:
+        if dst.ptr == src.ptr and dest_offset == 0 and count is None:  # the same array (`_trajectory`)
+            return
         if self._emit is not None:
             self._emit.copy(dst, src, dest_offset, count)
         elif count is None:

@@ -81,9 +81,16 @@ class NativeSteps:
         if n:
             self.raw.append((COPY, address(dst) + dest_offset * item, address(src), n))
 
-    def phase(self, plan: Any, bound: dict[str, Any], ws: Any) -> None:
-        """The ops of ``plan.run("forward", bound, ws)``."""
-        recorded = plan.recorded_phase("forward", bound, ws, lambda dst, src, n: self.copy(dst, src, count=n))
+    def phase(self, plan: Any, bound: dict[str, Any], ws: Any, unread: frozenset[str] = frozenset()) -> None:
+        """The ops of ``plan.run("forward", bound, ws)``, but the copies of the inputs
+        ``unread`` into their outputs (no one reads them)."""
+        skip = {address(ws.copies[v]) for v in unread if v in ws.copies}
+
+        def copy(dst: Any, src: Any, n: int) -> None:
+            if address(dst) not in skip:
+                self.copy(dst, src, count=n)
+
+        recorded = plan.recorded_phase("forward", bound, ws, copy)
         if recorded.natives is None:
             self.ok = False
             return

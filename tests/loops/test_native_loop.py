@@ -16,6 +16,7 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.runtime import loop as loop_module
+from dpt_ir.runtime import loop_native
 
 N = 9
 LAP = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
@@ -93,3 +94,47 @@ def test_native_steps_are_the_step_by_step_bits(
     for other_out, other in ((out2, grads2), (out3, grads3)):
         assert np.array_equal(out["loss"], other_out["loss"])
         assert all(np.array_equal(grads[n], other[n]) for n in WRT)
+
+
+def _loops(program: Any) -> list[Any]:
+    return [loop for s in (program.forward, program.joint) for kind, loop, _ in s.stages if kind == "loop"]
+
+
+def _forward_copies(program: Any) -> int:
+    """Copy ops in the native forward table of the program's value_and_grad scan."""
+    (table,) = [lp._tables["forward"] for lp in _loops(program) if "forward" in lp._tables]
+    return sum(1 for i in range(table.count) if table.table[i].kind == loop_native.COPY)
+
+
+def _kept_and_copies(alias: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[int]]:
+    """Per 4 and 8 steps (store-all): the results of value_and_grad and the forward table's copy
+    count, checking kept_bytes: steps 1..steps-1 are kept; shared, the first row's two arrays
+    and one a step after it, else two a step."""
+    with monkeypatch.context() as m:
+        if not alias:
+            m.setattr(loop_module.Loop, "_passed_through", lambda self: {})
+        results, copies = [], []
+        for steps in (4, 8):
+            program = dp.compile(graph(steps, None), wrt=WRT, threads=1)
+            results.append(program.value_and_grad(**inputs(steps)))
+            (kept,) = [r.kept_bytes for r in program.report.loops if r.kept_bytes is not None]
+            assert kept == (steps if alias else 2 * (steps - 1)) * N * N * 4
+            copies.append(_forward_copies(program))
+    return results, copies
+
+
+def test_a_passed_through_carry_shares_the_kept_trajectory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leapfrog's ``prev`` is the step before's ``u``: with store-all the forward keeps one
+    array per step for the pair (not two) and its native table copies no carry per step (the
+    copy count is the same for 4 and 8 steps); with the sharing switched off it keeps and
+    copies both (two copies a step). The bits are the same either way, and the interpreter's
+    values."""
+    shared, copies = _kept_and_copies(True, monkeypatch)
+    unshared, copies_off = _kept_and_copies(False, monkeypatch)
+    assert copies[0] == copies[1] and copies_off[1] - copies_off[0] == 2 * 4
+    for (out, grads), (out_off, grads_off) in zip(shared, unshared, strict=True):
+        assert np.array_equal(out["loss"], out_off["loss"])
+        assert all(np.array_equal(grads[n], grads_off[n]) for n in WRT)
+    want = dp.interpret_grad(graph(8, None), WRT, seed={"loss": 1.0}, **inputs(8))
+    for name in WRT:
+        np.testing.assert_allclose(shared[1][1][name], want[name], rtol=1e-4, atol=1e-5)
