@@ -3,29 +3,16 @@ gradient of the same function (float64, 1e-10); vmap, subsets of outputs, contra
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
 import dpt_ir as dp
 from tests.interop.conftest import pair_inputs, require
+from tests.interop.jax_oracle import pair_reference, x64  # noqa: F401 (x64: an autouse fixture)
 
 dpj = require("dpt_ir.jax")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def x64() -> Iterator[None]:
-    """float64 for these tests only (the flag is process-global otherwise)."""
-    with jax.enable_x64(True):
-        yield
-
-
-def pair_reference(a: jax.Array, b: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The pair graph written in jax.numpy: the oracle."""
-    return jnp.sum(w * jnp.exp(a) * b) + jnp.sum(a * a), a * jnp.sin(b)
 
 
 def objective(fn, a: jax.Array, b: jax.Array, w: jax.Array) -> jax.Array:  # type: ignore[no-untyped-def]

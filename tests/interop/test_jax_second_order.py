@@ -5,7 +5,7 @@ is a ContractError naming it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -13,21 +13,11 @@ import pytest
 
 import dpt_ir as dp
 from tests.interop.conftest import pair_inputs, require
+from tests.interop.jax_oracle import pair_reference, x64  # noqa: F401 (x64: an autouse fixture)
 
 dpj = require("dpt_ir.jax")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def x64() -> Iterator[None]:
-    with jax.enable_x64(True):
-        yield
-
-
-def pair_reference(a: jax.Array, b: jax.Array, w: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The pair graph written in jax.numpy: the oracle."""
-    return jnp.sum(w * jnp.exp(a) * b) + jnp.sum(a * a), a * jnp.sin(b)
 
 
 def arrays(seed: int) -> dict[str, jax.Array]:
