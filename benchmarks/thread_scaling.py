@@ -2,13 +2,17 @@
 
     python benchmarks/thread_scaling.py [--case chain16] [--size 1024] [--reps 15]
                                         [--torch] [--omp-wait passive|active|unset]
+    python benchmarks/thread_scaling.py --wave 8 [--size 128] [--steps 300]
 
 Compiles the case's program with ``threads=1`` and ``threads=2`` and times
 ``value_and_grad`` (wall clock), interleaved round by round with a control job: the same
 fixed NumPy work (``np.sin`` into a preallocated array, which releases the GIL) run by 1
 thread, then split over 2 threads. On a machine with 2 free cores the control's speed-up is
 near 2; when it is not, the machine was busy and dpt_ir's figure is no measurement of the
-design. Prints both speed-ups (medians) and the load average before and after, and checks
+design. ``--wave SHOTS`` times `bench_wave`'s program instead (``SHOTS`` shots batched,
+``--size``, ``--steps``, store-all, gradient wrt the velocity) and, in the same rounds, its
+one-shot program on one thread, so the time per batched shot compares with a single shot's.
+Prints both speed-ups (medians) and the load average before and after, and checks
 that the two programs' loss and gradient are bit-identical.
 
 ``--torch`` runs the case's eager torch peer (2 threads) before every dpt_ir round, as the
@@ -96,19 +100,30 @@ def timed(step: Callable[[], Any]) -> float:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", default="chain16")
-    p.add_argument("--size", type=int, default=1024)
+    p.add_argument("--size", type=int, help="the grid side (default 1024; with --wave 128)")
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--torch", action="store_true", help="run the torch peer before every dpt_ir round")
     p.add_argument("--omp-wait", choices=("passive", "active", "unset"), default="passive")
+    p.add_argument("--wave", type=int, metavar="SHOTS", help="bench_wave's program with SHOTS shots batched")
+    p.add_argument("--steps", type=int, default=300, help="with --wave: the time steps")
     args = p.parse_args(argv)
+    args.size = args.size or (128 if args.wave else 1024)
     print(f"load average before: {os.getloadavg()}")
-    case = CASES[args.case]
-    shape = (args.size, args.size)
-    graph, inputs = case.build(shape), case.inputs(shape, np.random.default_rng(0))
-    programs = {n: dp.compile(graph, wrt=[case.wrt], device="cpu", threads=n) for n in (1, 2)}
+    if args.wave:
+        from benchmarks import bench_wave
+
+        title, wrt = f"wave {args.wave} shots, {args.steps} steps, store-all", "v"
+        graph = bench_wave.wave_graph(args.size, args.steps, args.wave, None)
+        inputs = bench_wave.problem(args.size, args.steps, args.wave)
+    else:
+        case = CASES[args.case]
+        shape = (args.size, args.size)
+        title, wrt = args.case, case.wrt
+        graph, inputs = case.build(shape), case.inputs(shape, np.random.default_rng(0))
+    programs = {n: dp.compile(graph, wrt=[wrt], device="cpu", threads=n) for n in (1, 2)}
     results = {n: prog.value_and_grad(**inputs) for n, prog in programs.items()}
     same = all(np.array_equal(results[1][0][k], results[2][0][k]) for k in results[1][0]) and np.array_equal(
-        results[1][1][case.wrt], results[2][1][case.wrt]
+        results[1][1][wrt], results[2][1][wrt]
     )
     src = np.random.default_rng(1).uniform(-1, 1, 1 << 23).astype(np.float32)
     dst = np.empty_like(src)
@@ -118,7 +133,11 @@ def main(argv: list[str] | None = None) -> None:
         "control 1": control(1, src, dst),
         "control 2": control(2, src, dst),
     }
-    peer = torch_peer(args.case, inputs, case.wrt, args.omp_wait) if args.torch else None
+    if args.wave:
+        one = bench_wave.problem(args.size, args.steps, 1)
+        single = dp.compile(bench_wave.wave_graph(args.size, args.steps, 1, None), wrt=[wrt], threads=1)
+        steps["dpt_ir 1 shot"] = lambda: single.value_and_grad(**one)
+    peer = torch_peer(args.case, inputs, wrt, args.omp_wait) if args.torch else None
     for step in steps.values():
         step()
     times: dict[str, list[float]] = {k: [] for k in steps}
@@ -133,10 +152,14 @@ def main(argv: list[str] | None = None) -> None:
                 foreign.append(foreign_ms(before, run_ns()))
     med = {k: 1e3 * float(np.median(v)) for k, v in times.items()}
     print(
-        f"{args.case} {args.size}^2, median of {args.reps} (wall ms): "
+        f"{title} {args.size}^2, median of {args.reps} (wall ms): "
         + ", ".join(f"{k} {v:.2f}" for k, v in med.items())
     )
     print(f"dpt_ir 1 -> 2 threads: {med['dpt_ir 1'] / med['dpt_ir 2']:.2f}x; bit-identical: {same}")
+    if args.wave:
+        per_shot = med["dpt_ir 1"] / args.wave
+        print(f"per batched shot, 1 thread: {per_shot:.2f} ms; one shot alone: {med['dpt_ir 1 shot']:.2f} ms "
+              f"(batched / single: {per_shot / med['dpt_ir 1 shot']:.2f})")  # fmt: skip
     print(f"control (np.sin over 8M floats) 1 -> 2 threads: {med['control 1'] / med['control 2']:.2f}x")
     print(f"CPU of other threads during a dpt_ir 2 round (median ms): {np.median(foreign):.2f}")
     print(f"load average after: {os.getloadavg()}")
