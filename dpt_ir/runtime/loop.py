@@ -255,20 +255,26 @@ class Loop:
         for k, value in self.direct.items():
             if k < a.carries:
                 bound[value] = into[k]
-        # A passed-through carry whose array is already its source's (`_trajectory`) needs
-        # no copy, nor the body's copy of that input into its output.
+        # A passed-through carry is copied from its source carry, not from the body's copy
+        # of that input into its output (which no one then reads); one whose array already
+        # is its source's (`_trajectory`) needs no copy at all.
         shared = {k for k, m in self.through.items() if into[k].ptr == carry[m].ptr}
-        self._run(self.fwd_plan, bound, self.fwd_ws, self._unread_copies(shared))
+        self._run(self.fwd_plan, bound, self.fwd_ws, self._unread_copies(set(self.through)))
         for k in range(a.carries):
-            if k not in self.direct and k not in shared:
+            if k in self.direct or k in shared:
+                continue
+            if k in self.through:
+                self._copy(into[k], carry[self.through[k]])
+            else:
                 self._copy(into[k], self.fwd_plan.output_array(self.body_outputs[k], self.fwd_ws).flatten())
 
-    def _unread_copies(self, shared: set[int]) -> frozenset[str]:
-        """The body inputs whose copy into an output no one reads when the carries ``shared``
-        skip theirs (an input also output as a ``y`` is still read)."""
+    def _unread_copies(self, through: set[int]) -> frozenset[str]:
+        """The body inputs whose copy into an output no one reads when the passed-through
+        carries ``through`` take their values from the carries instead (an input also
+        output as a ``y`` or another carry is still read)."""
         a, outputs = self.attrs, [o.value for o in self.attrs.body.outputs]
-        kept = {outputs[k] for k in range(len(outputs)) if k >= a.carries or k not in shared}
-        return frozenset(outputs[k] for k in shared if outputs[k] not in kept)
+        kept = {outputs[k] for k in range(len(outputs)) if k >= a.carries or k not in through}
+        return frozenset(outputs[k] for k in through if outputs[k] not in kept)
 
     def _run(self, plan: Any, bound: dict[str, wp.array], ws: Any, unread: frozenset[str] = frozenset()) -> None:
         """``plan``'s forward on ``bound``; ``unread``: inputs whose output copy a native

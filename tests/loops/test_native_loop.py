@@ -138,3 +138,31 @@ def test_a_passed_through_carry_shares_the_kept_trajectory(monkeypatch: pytest.M
     want = dp.interpret_grad(graph(8, None), WRT, seed={"loss": 1.0}, **inputs(8))
     for name in WRT:
         np.testing.assert_allclose(shared[1][1][name], want[name], rtol=1e-4, atol=1e-5)
+
+
+def _checkpointed_copies(alias: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[int]]:
+    """Per 4 and 8 steps with ``checkpoint=2``: value_and_grad's results and the copy ops of the
+    native forward table of the program's run (a scan that keeps no trajectory)."""
+    with monkeypatch.context() as m:
+        if not alias:
+            m.setattr(loop_module.Loop, "_passed_through", lambda self: {})
+        results, copies = [], []
+        for steps in (4, 8):
+            program = dp.compile(graph(steps, 2), wrt=WRT, threads=1)
+            results.append(program.value_and_grad(**inputs(steps)))
+            program.run(**inputs(steps))
+            (table,) = [lp._tables["forward"] for kind, lp, _ in program.forward.stages if kind == "loop"]
+            copies.append(sum(1 for i in range(table.count) if table.table[i].kind == loop_native.COPY))
+    return results, copies
+
+
+def test_a_passed_through_carry_is_copied_once_a_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a kept trajectory, the leapfrog's new ``prev`` is copied from the carry ``u``
+    itself: one copy a step (the body's copy of ``u`` into its output is left out), against
+    two with the pass-through switched off; the same bits either way."""
+    shared, copies = _checkpointed_copies(True, monkeypatch)
+    unshared, copies_off = _checkpointed_copies(False, monkeypatch)
+    assert copies[1] - copies[0] == 4 and copies_off[1] - copies_off[0] == 2 * 4
+    for (out, grads), (out_off, grads_off) in zip(shared, unshared, strict=True):
+        assert np.array_equal(out["loss"], out_off["loss"])
+        assert all(np.array_equal(grads[n], grads_off[n]) for n in WRT)
