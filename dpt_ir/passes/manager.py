@@ -27,6 +27,7 @@ from dpt_ir.passes import (
     dce,
     dumps,
     expand,
+    factor,
     fusion,
     reciprocal,
     saved_attributes,
@@ -39,7 +40,7 @@ from dpt_ir.passes.options import CompileOptions
 PassFn = Callable[[Graph, CompileOptions], Graph]
 PASSES: dict[str, PassFn] = {
     m.NAME: m.run
-    for m in (verify, canonicalize, cse, dce, autodiff, expand, reciprocal, saved_attributes, fusion, schedule)
+    for m in (verify, canonicalize, cse, dce, autodiff, expand, reciprocal, factor, saved_attributes, fusion, schedule)
 }
 DEFAULT_PIPELINE: tuple[str, ...] = (
     "verify",

@@ -28,6 +28,8 @@ class CompileOptions(BaseModel):
     - ``reciprocal``: let `reciprocal` turn a division by a broadcast value (a per-row
       scale) into a multiplication by its reciprocal, computed at the divisor's shape (may
       differ from the division by about one ulp; see that pass).
+    - ``factor``: let `factor` pull the factors constant along a sum's or mean's axes out of
+      it, ``sum(a * c) -> sum(a) * c`` (one rounding fewer per term; see that pass).
     - ``expand``: let `expand` rebuild a differentiated op that declares an expansion
       (logsumexp) from the pieces its derivative formula builds, so both share them (off: the
       op keeps its fused node and autodiff uses its formula that reads the op's output;
@@ -59,6 +61,7 @@ class CompileOptions(BaseModel):
     loss: str | None = None
     recompute: bool = True
     reciprocal: bool = True
+    factor: bool = True
     expand: bool = True
     fuse: bool = True
     checks: bool = True

@@ -25,13 +25,10 @@ normal number the results can differ more: |b| < 1 / FLT_MAX (subnormal b) makes
 
 from __future__ import annotations
 
-from typing import Any
-
 from dpt_ir.ir.graph import Graph, Node, unique_name
-from dpt_ir.ir.registry import get_op
 from dpt_ir.ir.types import TensorType
 from dpt_ir.passes.options import CompileOptions, PassOptions
-from dpt_ir.passes.util import substitute
+from dpt_ir.passes.util import emit_node, substitute
 
 NAME = "reciprocal"
 MIN_RATIO = 2  # the result has at least this many elements per divisor element
@@ -75,12 +72,12 @@ def _rewrite(
     if graph.types[source].dtype != node.type.dtype:
         return []
     mul_name, rcp_name = traits
-    new = [_emit(types, rcp_name, (source,), {}, unique_name(f"rcp.{source}", taken), node.meta)]
+    new = [emit_node(types, rcp_name, (source,), {}, unique_name(f"rcp.{source}", taken), node.meta)]
     for view in chain:
         new.append(
-            _emit(types, view.op, (new[-1].name,), view.attrs, unique_name(f"{view.name}.rcp", taken), node.meta)
+            emit_node(types, view.op, (new[-1].name,), view.attrs, unique_name(f"{view.name}.rcp", taken), node.meta)
         )
-    product = _emit(types, mul_name, (a, new[-1].name), {}, unique_name(f"{node.name}.rcp", taken), node.meta)
+    product = emit_node(types, mul_name, (a, new[-1].name), {}, unique_name(f"{node.name}.rcp", taken), node.meta)
     if product.type != node.type:
         return []
     return [*new, product]
@@ -97,19 +94,3 @@ def _views_to_small(graph: Graph, value: str, size: int, producers: dict[str, No
         chain.append(view)
         value = view.inputs[0]
     return chain[::-1]
-
-
-def _emit(
-    types: dict[str, TensorType],
-    op_name: str,
-    inputs: tuple[str, ...],
-    attrs: dict[str, Any],
-    name: str,
-    meta: dict[str, Any],
-) -> Node:
-    """A node of op ``op_name`` typed as the op infers from ``types``, which gains it."""
-    where = f"node {name!r}"
-    op = get_op(op_name, where)
-    out = op.infer(tuple(types[i] for i in inputs), op.parse_attrs(attrs, where), where)
-    types[name] = out
-    return Node(name=name, op=op_name, inputs=inputs, attrs=attrs, type=out, meta=dict(meta))

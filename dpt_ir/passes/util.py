@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dpt_ir.ir.graph import Graph, Node, Output
+from dpt_ir.ir.registry import get_op
+from dpt_ir.ir.types import TensorType
 
 if TYPE_CHECKING:
     from dpt_ir.ir.kernel_ir import KernelGroup, RowSet
@@ -18,6 +20,22 @@ def resolve(name: str, subst: Mapping[str, str]) -> str:
         seen.add(name)
         name = subst[name]
     return name
+
+
+def emit_node(
+    types: dict[str, TensorType],
+    op_name: str,
+    inputs: tuple[str, ...],
+    attrs: dict[str, Any],
+    name: str,
+    meta: dict[str, Any],
+) -> Node:
+    """A node of op ``op_name`` typed as the op infers from ``types``, which gains it."""
+    where = f"node {name!r}"
+    op = get_op(op_name, where)
+    out = op.infer(tuple(types[i] for i in inputs), op.parse_attrs(attrs, where), where)
+    types[name] = out
+    return Node(name=name, op=op_name, inputs=inputs, attrs=attrs, type=out, meta=dict(meta))
 
 
 def substitute(graph: Graph, subst: Mapping[str, str], nodes: Iterable[Node] | None = None) -> Graph:

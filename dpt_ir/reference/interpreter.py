@@ -84,14 +84,16 @@ def vector_arrays(graph: Graph, wrt: Sequence[str], vectors: Any, what: str) -> 
     out: dict[str, np.ndarray] = {}
     for name in wrt:
         t = graph.input_map[name].type
-        arr = np.asarray(vectors.get(name, np.zeros(t.shape, dtype=t.dtype)))
+        arr = np.asarray(vectors[name]) if name in vectors else np.zeros(t.shape, dtype=t.dtype)
         if arr.dtype.kind not in "biuf":
             raise ContractError(f"{what} for input {name!r}: expected a real array, found dtype {arr.dtype}")
         if arr.shape != t.shape:
             raise ContractError(
                 f"{what} for input {name!r}: expected shape {list(t.shape)} (the input's), found {list(arr.shape)}"
             )
-        out[name] = np.array(arr, dtype=t.dtype, order="C")  # ascontiguousarray would make a 0-d array 1-d
+        # No copy when it is already of the dtype and C-contiguous (nothing writes a vector: they are
+        # inputs of the derived plan); ascontiguousarray would make a 0-d array 1-d.
+        out[name] = np.asarray(arr, dtype=t.dtype, order="C")
     return out
 
 

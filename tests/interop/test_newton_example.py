@@ -1,5 +1,5 @@
 """``examples/newton_inverse.py`` at 8 x 8: trust-ncg through ``.hessp`` reaches the misfit of
-L-BFGS-B in fewer function evaluations, and prints its figures."""
+L-BFGS-B in fewer function evaluations (its discrepancy-principle weight), and prints its figures."""
 
 from __future__ import annotations
 

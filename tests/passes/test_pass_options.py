@@ -16,8 +16,8 @@ from dpt_ir.passes.options import CompileOptions
 from .graphs import CASES
 
 VALID = (
-    r"valid options are \['checks', 'expand', 'fuse', 'halo_budget', 'loss', 'max_inline_consumers', 'reciprocal', "
-    r"'recompute'"
+    r"valid options are \['checks', 'expand', 'factor', 'fuse', 'halo_budget', 'loss', 'max_inline_consumers', "
+    r"'reciprocal', 'recompute'"
 )
 
 
