@@ -1,43 +1,45 @@
 """Tomography benchmark: one least-squares step (radon forward + its adjoint) against peers.
 
-    python benchmarks/bench_resample.py [--size 128] [--angles 180] [--reps 5]
+    python benchmarks/bench_resample.py [--size 256] [--angles 180] [--reps 5] [--dtype float32]
+        [--fresh-cache]
 
-In one process, for an N x N float64 image and ``--angles`` projection angles:
+In one process, for an N x N image (a phantom zero outside the inscribed circle), ``--angles``
+angles in [0, 180), every contender on one thread:
 
-1. dpt_ir: ``Program.value_and_grad`` of ``0.5 * ||radon(x) - b||²`` (the forward
-   projection and its exact adjoint, the compile-time transposed sparse map);
-2. SciPy: the same operator as a ``scipy.sparse`` CSR matrix (built from the same taps),
-   ``A @ x`` then ``A.T @ r``: a NumPy/SciPy implementation of the identical step;
+1. dpt_ir: ``Program.value_and_grad`` of ``0.5 * ||radon(x) - b||²`` (``threads=1``): the
+   matrix-free projection and its exact transpose (`dpt_ir.backends.cxx.projection`);
+2. ASTRA Toolbox (if importable): its CPU ``linear`` parallel-beam projector, ``FP`` then
+   ``BP`` of the residual (float32, matrix-free, preallocated data objects);
 3. scikit-image: ``skimage.transform.radon`` forward, then ``iradon(..., filter_name=None)``
-   as the backprojection (skimage's own, not the exact adjoint of its projector).
+   as the backprojection (float64; skimage's own, not the exact adjoint of its projector).
 
-Also reported: the time to build the sparse map, its size (taps, and the bytes of the
-forward CSR and its transpose in the program) and the compile time. The gradients of
-dpt_ir and SciPy are checked against each other first. Rounds interleave the contenders in
-rotating order after one warm-up; each reports the median CPU time of the calling thread
-(``time.thread_time``) and the median wall time; ratios are per round (contenders of the
-same run only), then the median.
+Reported first: dpt_ir's set-up (``dp.compile``) and first call, and the peak resident memory
+they add (``ru_maxrss``), and the disk cache's growth; with ``--fresh-cache`` the compile and
+Warp caches are new empty folders (a cold start). Then the steps: rounds interleave the
+contenders in rotating order after one warm-up; each reports the median CPU time of the calling
+thread (``time.thread_time``) and the median wall time; ratios are per round (contenders of the
+same run only), then the median. ASTRA's import needs ``libcudart.so.12`` (PyPI's
+``nvidia-cuda-runtime-cu12``) on ``LD_LIBRARY_PATH``; it then runs on the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-
-import dpt_ir as dp
-from dpt_ir.reference.radon_ref import radon_map
-from dpt_ir.runtime.modules import cache_root
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the repository root holds the benchmarks package
     sys.path.insert(0, str(ROOT))
-
-from benchmarks.rounds import measure  # noqa: E402
 
 
 def _tree_bytes(root: Path) -> int:
@@ -45,64 +47,116 @@ def _tree_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
 
 
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _phantom(n: int) -> np.ndarray:
     y, x = np.mgrid[:n, :n]
     r = np.hypot(x - n // 2, y - n // 2)
     img = np.where(r < 0.4 * n, 1.0, 0.0) + np.where(np.hypot(x - 0.6 * n, y - 0.45 * n) < 0.1 * n, 0.5, 0.0)
-    return np.where(r <= n // 2, img, 0.0)
+    return np.where(r <= n // 2 - 1, img, 0.0)
+
+
+def _astra_step(x0: np.ndarray, b: np.ndarray, theta: np.ndarray) -> Callable[[], np.ndarray] | None:
+    """ASTRA's CPU FP + BP of the residual, or None (with a line saying why) without astra."""
+    try:
+        import astra
+    except ImportError as err:  # astra-toolbox absent, or libcudart.so.12 not on LD_LIBRARY_PATH
+        print(f"  ASTRA left out: {err}")
+        return None
+    n = x0.shape[0]
+    vol = astra.create_vol_geom(n, n)
+    proj = astra.create_proj_geom("parallel", 1.0, n, np.deg2rad(theta))
+    pid = astra.create_projector("linear", proj, vol)
+    vid = astra.data2d.create("-vol", vol, x0.astype(np.float32))
+    sid = astra.data2d.create("-sino", proj, 0.0)
+    gid = astra.data2d.create("-vol", vol, 0.0)
+    fp = astra.astra_dict("FP")
+    fp.update(ProjectorId=pid, ProjectionDataId=sid, VolumeDataId=vid)
+    bp = astra.astra_dict("BP")
+    bp.update(ProjectorId=pid, ProjectionDataId=sid, ReconstructionDataId=gid)
+    fp_id, bp_id = astra.algorithm.create(fp), astra.algorithm.create(bp)
+    bt = np.ascontiguousarray(b.T, dtype=np.float32)  # ASTRA's sinogram is (angles, detectors)
+
+    def step() -> np.ndarray:
+        astra.algorithm.run(fp_id)
+        astra.data2d.store(sid, astra.data2d.get_shared(sid) - bt)
+        astra.algorithm.run(bp_id)
+        return astra.data2d.get_shared(gid)
+
+    return step
+
+
+def _dpt_program(n: int, theta: np.ndarray, dtype: str) -> tuple[Any, dict[str, float]]:
+    import dpt_ir as dp
+    from dpt_ir.runtime.modules import cache_root
+
+    g = dp.GraphBuilder("bench_radon")
+    x = g.input("x", (n, n), dtype)
+    sino = g.input("b", (n, len(theta)), dtype, requires_grad=False)
+    g.output("loss", 0.5 * dp.sum(dp.square(dp.radon(x, theta) - sino)))
+    graph = g.build()
+    cache_before, rss_before = _tree_bytes(cache_root()), _rss_mib()
+    start = time.perf_counter()
+    program = dp.compile(graph, wrt=["x"], threads=1)
+    compiled = time.perf_counter() - start
+    facts = {"compile_s": compiled, "rss_before": rss_before, "cache_before": cache_before}
+    return program, facts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=int, default=128)
+    parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--angles", type=int, default=180)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    parser.add_argument("--fresh-cache", action="store_true", help="compile into new empty caches (a cold start)")
     args = parser.parse_args()
+    if args.fresh_cache:  # before dpt_ir (and Warp) read them
+        os.environ["DPT_IR_CACHE"] = tempfile.mkdtemp(prefix="bench-radon-dpt-")
+        os.environ["WARP_CACHE_PATH"] = tempfile.mkdtemp(prefix="bench-radon-warp-")
+    from benchmarks.rounds import measure
+    from dpt_ir.reference.radon_ref import radon_apply
+    from dpt_ir.runtime.modules import cache_root
+
     n, theta = args.size, np.linspace(0.0, 180.0, args.angles, endpoint=False)
-    x0 = _phantom(n)
+    x0 = _phantom(n).astype(args.dtype)
     rng = np.random.default_rng(0)
+    b = (radon_apply(_phantom(n), list(theta), True) + 0.01 * rng.normal(size=(n, len(theta)))).astype(args.dtype)
 
+    program, facts = _dpt_program(n, theta, args.dtype)
     start = time.perf_counter()
-    taps = radon_map((n, n), list(theta), True)
-    build_s = time.perf_counter() - start
-    from scipy.sparse import csr_matrix
-
-    a = csr_matrix((taps.vals, taps.cols, taps.rowptr), shape=(taps.n_out, taps.n_in))
-    b = a @ x0.ravel() + 0.01 * rng.normal(size=taps.n_out)
-
-    g = dp.GraphBuilder("bench_radon")
-    x = g.input("x", (n, n), "float64")
-    sino = g.input("b", (n, len(theta)), "float64", requires_grad=False)
-    g.output("loss", 0.5 * dp.sum(dp.square(dp.radon(x, theta) - sino)))
-    cache_before = _tree_bytes(cache_root())
-    start = time.perf_counter()
-    program = dp.compile(g.build(), wrt=["x"])
-    compile_s = time.perf_counter() - start
-    cache_growth = _tree_bytes(cache_root()) - cache_before
-    b2 = b.reshape(n, len(theta))
-
-    def scipy_step() -> np.ndarray:
-        r = a @ x0.ravel() - b
-        return a.T @ r
+    first = program.value_and_grad(x=x0, b=b)[1]["x"]
+    first_s = time.perf_counter() - start
+    added = _rss_mib() - facts["rss_before"]
+    cache_growth = _tree_bytes(cache_root()) - facts["cache_before"]
+    data_mib = (x0.nbytes + b.nbytes) / 2**20
 
     from skimage.transform import iradon, radon
 
+    x64, b64 = x0.astype(np.float64), b.astype(np.float64)
+
     def skimage_step() -> np.ndarray:
-        r = radon(x0, theta, circle=True) - b2
+        r = radon(x64, theta, circle=True) - b64
         return iradon(r, theta, filter_name=None, circle=True)
 
     def dpt_step() -> np.ndarray:
-        return program.value_and_grad(x=x0, b=b2)[1]["x"]
+        return program.value_and_grad(x=x0, b=b)[1]["x"]
 
-    grad = dpt_step()
-    assert np.allclose(grad.ravel(), scipy_step(), rtol=1e-9, atol=1e-9 * np.abs(grad).max())
-    steps = {"dpt_ir value_and_grad": dpt_step, "scipy.sparse A x, A.T r": scipy_step}
+    steps: dict[str, Callable[[], object]] = {"dpt_ir value_and_grad": dpt_step}
+    astra_step = _astra_step(x0, b, theta)
+    if astra_step is not None:
+        steps["ASTRA CPU linear FP + BP"] = astra_step
     steps["skimage radon + iradon(None)"] = skimage_step
     times = measure(steps, args.reps)
-    map_bytes = taps.rowptr.nbytes + taps.cols.nbytes + taps.vals.nbytes
-    print(f"radon {n}x{n}, {len(theta)} angles, float64, device {program.device}, median of {args.reps} rounds")
-    print(f"  sparse map: {len(taps.vals)} taps, {map_bytes / 2**20:.1f} MiB as a NumPy CSR, built in {build_s:.2f} s")
-    print(f"  compiled in {compile_s:.2f} s; the disk cache grew by {cache_growth / 2**20:.1f} MiB")
+    cold = "fresh caches" if args.fresh_cache else "existing caches"
+    print(f"radon {n}x{n}, {len(theta)} angles, {args.dtype}, one thread each, median of {args.reps} rounds")
+    print(
+        f"  dpt_ir set-up: compile {facts['compile_s']:.2f} s + first call {first_s:.3f} s ({cold}); "
+        f"peak RSS added {added:.0f} MiB (image + sinogram {data_mib:.1f} MiB); "
+        f"disk cache grew {cache_growth / 2**20:.2f} MiB; |grad| max {float(np.abs(first).max()):.3g}"
+    )
     print("| contender | CPU ms | wall ms | dpt_ir / it (CPU) | dpt_ir / it (wall) |")
     print("|---|---:|---:|---:|---:|")
     ours = times["dpt_ir value_and_grad"]

@@ -1034,6 +1034,36 @@ def resample_cases() -> list[OpCase]:
             adjoint,
             lambda g: (a_mc.T @ g).reshape(4, 5),
         ),
+        *radon_cases(),
+    ]
+
+
+RADON_THETA = [0.0, 33.3, 90.0, 151.7]
+
+
+def radon_cases() -> list[OpCase]:
+    """radon and radon_adjoint on a stack of two slices, against the constant sparse map of
+    skimage's taps (`radon_ref.radon_map`) and its transpose."""
+    from dpt_ir.reference import radon_ref
+
+    m = radon_ref.radon_map((5, 6), RADON_THETA, False)
+    side = radon_ref.radon_shape((5, 6), RADON_THETA, False)[0]
+    attrs = {"theta": RADON_THETA, "circle": False, "in_shape": [2, 5, 6], "out_shape": [2, side, len(RADON_THETA)]}
+    return [
+        case(
+            "radon",
+            "stack2_5x6_padded",
+            [Arg((2, 5, 6), uniform())],
+            lambda a: dp.radon(a, RADON_THETA, circle=False),
+            lambda a: np.stack([m.apply(s.ravel()).reshape(side, -1) for s in a]),
+        ),
+        case(
+            "radon_adjoint",
+            "stack2_5x6_padded",
+            [Arg((2, side, len(RADON_THETA)), uniform())],
+            lambda g: g.builder.emit("radon_adjoint", [g], attrs),
+            lambda g: np.stack([m.transpose().apply(s.ravel()).reshape(5, 6) for s in g]),
+        ),
     ]
 
 
@@ -1465,7 +1495,7 @@ def view_special_cases() -> list[OpCase]:
     return [*out, zero_tap_case()]
 
 
-RESAMPLE_OPS = ("spline_filter1d", "spline_filter1d_adjoint", "resample", "resample_adjoint")
+RESAMPLE_OPS = ("spline_filter1d", "spline_filter1d_adjoint", "resample", "resample_adjoint", "radon", "radon_adjoint")
 
 
 def _own_reference(c: OpCase, arrays: Sequence[np.ndarray]) -> np.ndarray:

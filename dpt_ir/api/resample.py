@@ -28,7 +28,7 @@ from dpt_ir.api import resample_args as A
 from dpt_ir.api import resample_dynamic
 from dpt_ir.ir.builder import Tensor, records_origin
 from dpt_ir.ir.errors import ContractError
-from dpt_ir.ops.resample import Affine, Coordinates, Radon, ZoomShift
+from dpt_ir.ops.resample import Affine, Coordinates, ZoomShift
 from dpt_ir.reference import resample_ref as R
 from dpt_ir.reference.radon_ref import radon_shape
 
@@ -215,22 +215,19 @@ def spline_filter(input: Tensor, order: int = 3, mode: str = "mirror") -> Tensor
 
 @records_origin
 def radon(image: Tensor, theta: Any = None, circle: bool = True) -> Tensor:
-    """``skimage.transform.radon``: the parallel-beam projections of a 2-D ``image`` at the
-    angles ``theta`` (degrees; default ``arange(180)``), shape ``(N, len(theta))``."""
+    """``skimage.transform.radon``: the parallel-beam projections of each 2-D slice of ``image``
+    ``(..., H, W)`` at the angles ``theta`` (degrees; default ``arange(180)``), shape
+    ``(..., N, len(theta))``; matrix-free, with an exact transpose as gradient."""
     where = A.where_of("radon", image)
     x = A.image(image, where)
-    if x.ndim != 2:
-        raise ContractError(f"{where}: expected a 2-D image, found rank {x.ndim}")
+    if x.ndim < 2:
+        raise ContractError(f"{where}: expected an image of rank >= 2 (..., H, W), found rank {x.ndim}")
     angles = np.arange(180.0) if theta is None else A.constant(theta, "theta", where).reshape(-1)
     if angles.size == 0:
         raise ContractError(f"{where}: expected at least one angle in theta, found none")
-    geometry = Radon(theta=angles.tolist(), circle=bool(circle))
-    out_shape = radon_shape(x.shape, angles.tolist(), bool(circle))  # type: ignore[arg-type]
-    attrs = {
-        "geometry": geometry.model_dump(),
-        "in_shape": list(x.shape),
-        "out_shape": list(out_shape),
-        "order": 1,
-        "mode": "grid-constant",
-    }
-    return x.builder.emit("resample", [x], attrs)
+    if not isinstance(circle, (bool, np.bool_)):
+        raise ContractError(f"{where}: expected circle as a bool, found {circle!r}")
+    frame = tuple(x.shape[-2:])
+    out_shape = (*x.shape[:-2], *radon_shape(frame, angles.tolist(), bool(circle)))  # type: ignore[arg-type]
+    attrs = {"theta": angles.tolist(), "circle": bool(circle), "in_shape": list(x.shape), "out_shape": list(out_shape)}
+    return x.builder.emit("radon", [x], attrs)

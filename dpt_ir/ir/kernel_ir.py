@@ -33,7 +33,7 @@ PLAN_KEYS: tuple[str, ...] = ("groups", "boundaries", "halo", "schedule", "rows"
 _CACHE = "_kernel_plan"  # graph.__dict__ entry: (the meta records parsed, the plan)
 
 Phase = Literal["forward", "backward"]
-GroupKind = Literal["pointwise", "reduction", "scatter", "contraction", "recurrence"]
+GroupKind = Literal["pointwise", "reduction", "scatter", "contraction", "recurrence", "projection"]
 
 
 class ScatterForm(FrozenModel):

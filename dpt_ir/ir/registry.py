@@ -22,9 +22,12 @@ from dpt_ir.ir.types import TensorType
 if TYPE_CHECKING:
     from dpt_ir.ir.builder import Tensor
     from dpt_ir.ir.indexing import Affine, Coords, ImageMap
+    from dpt_ir.ir.projection import ParallelBeam
     from dpt_ir.ir.recurrence import Recurrence
 
-OpKind = Literal["elementwise", "reduction", "shape", "stencil", "scatter", "contraction", "recurrence", "loop"]
+OpKind = Literal[
+    "elementwise", "reduction", "shape", "stencil", "scatter", "contraction", "recurrence", "projection", "loop"
+]
 Cost = Literal["cheap", "expensive"]
 AttrValue = Any
 CONSTANT_OP = "constant"  # the op the IR uses for literals (Python scalars, folded values)
@@ -328,7 +331,9 @@ class OpDef:
     - ``gather_affine``, ``scatter``, ``table``: data-dependent reads (`GatherCoords`),
       scatters (`ScatterLayout`) and constant integer tables;
     - ``contraction``: batched matrix products: how they read their operands (`Contraction`);
-    - ``recurrence``: linear recurrences along an axis (line filters): their program (`Recurrence`).
+    - ``recurrence``: linear recurrences along an axis (line filters): their program (`Recurrence`);
+    - ``projection``: matrix-free parallel-beam projections and their transposes: their program
+      (`ParallelBeam`).
 
     An op with none of these (`lowered` False) runs under `dp.interpret` only; compiling a
     graph that holds it is a ContractError naming it. The import-time check
@@ -385,6 +390,9 @@ class OpDef:
     # Linear recurrences along an axis (kind "recurrence", the spline prefilter): from (attrs,
     # input shape), the line program (`dpt_ir.ir.recurrence.Recurrence`).
     recurrence: Callable[[Any, tuple[int, ...]], Recurrence] | None = None
+    # Matrix-free projections (kind "projection", radon and its transpose): from (attrs, input
+    # shape), the program (`dpt_ir.ir.projection.ParallelBeam`); no per-problem table.
+    projection: Callable[[Any, tuple[int, ...]], ParallelBeam] | None = None
     # Source ops whose elements are a constant table (index_array): the table from the
     # attributes; kernels read it from a constant array.
     table: Callable[[Any], np.ndarray] | None = None
@@ -424,7 +432,7 @@ class OpDef:
         fields above); an op without one runs under `dp.interpret` only."""
         fields = (self.cxx, self.cxx_reduce, self.view_affine, self.axis_images, self.join_axis, self.weights,
                   self.sparse_rows, self.gather_affine, self.table, self.scatter, self.contraction,
-                  self.recurrence)  # fmt: skip
+                  self.recurrence, self.projection)  # fmt: skip
         return any(f is not None for f in fields)
 
     @property

@@ -22,6 +22,7 @@ from dpt_ir.ops import (  # noqa: F401  (registration)
     loop,
     loop_reverse,
     objective,
+    radon,
     reduction,
     resample,
     shape,

@@ -3,19 +3,17 @@ and its adjoint (the spline prefilter ops are in `dpt_ir.ops.spline_filter`).
 
 - ``resample(x; geometry, ...)``: ``A @ x`` plus, in the rows with taps that read cval,
   their ``cval * weight`` terms (a select, not ``cval * 0``), the taps of interpolating ``x`` at
-  constant coordinates (map_coordinates, an affine map, zoom/shift) or of skimage's radon
-  (`dpt_ir.reference.resample_ref`, `dpt_ir.reference.radon_ref`); ``resample_adjoint`` is ``Aᵀ``. Each is the
-  other's derivative (cval only shifts the value).
+  constant coordinates (map_coordinates, an affine map, zoom/shift;
+  `dpt_ir.reference.resample_ref`); ``resample_adjoint`` is ``Aᵀ``. Each is the other's derivative
+  (cval only shifts the value). skimage's radon is matrix-free, its own family (`dpt_ir.ops.radon`).
 
 Adjoint form: both lower through ``sparse_rows``, a destination-sorted CSR built from the
 attributes at compile time; the adjoint's CSR is the forward's transpose sorted by its
 own destination (Halide's scatter -> gather conversion), so every output sums its row in
 a fixed order: no scatter, no float atomics, bit-identical run to run. The interpreter
-sums the same rows in the same order, except for radon, which it evaluates matrix-free
-(`radon_ref.radon_apply` and its ordered-gather transpose: the same taps and weights, summed
-per rotated column and per pixel; equal to the CSR to rounding).
+sums the same rows in the same order.
 
-The geometry is stored (coordinates, matrix and offset, zoom and shift, or angles), not
+The geometry is stored (coordinates, matrix and offset, zoom and shift), not
 the CSR: the IR stays small and the CSR is rebuilt deterministically, once per process
 and attributes (`_map`).
 """
@@ -32,7 +30,7 @@ from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.registry import Derivative, Linear, OpDef, SparseRows, register_op, without_cval
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import FLOAT_DTYPES, TensorType
-from dpt_ir.reference import radon_ref, resample_ref
+from dpt_ir.reference import resample_ref
 
 Mode = Literal["constant", "nearest", "reflect", "mirror", "wrap", "grid-constant", "grid-mirror", "grid-wrap"]
 ADJOINT_FORM = "compile-time transposed CSR (an ordered gather; the geometry is constant)"
@@ -56,13 +54,7 @@ class ZoomShift(Attrs):
     grid_mode: bool = False
 
 
-class Radon(Attrs):
-    kind: Literal["radon"] = "radon"
-    theta: list[float]
-    circle: bool = True
-
-
-Geometry = Annotated[Coordinates | Affine | ZoomShift | Radon, Field(discriminator="kind")]
+Geometry = Annotated[Coordinates | Affine | ZoomShift, Field(discriminator="kind")]
 
 
 class ResampleAttrs(Attrs):
@@ -90,9 +82,7 @@ def coordinates_of(a: ResampleAttrs) -> np.ndarray:
         return np.asarray(g.coordinates, dtype=np.float64)
     if isinstance(g, Affine):
         return resample_ref.affine_coordinates(np.asarray(g.matrix), np.asarray(g.offset), a.out_shape)
-    if isinstance(g, ZoomShift):
-        return resample_ref.zoom_shift_coordinates(a.out_shape, g.zoom, g.shift, g.grid_mode)
-    raise TypeError(f"no coordinates for geometry {g.kind!r}")
+    return resample_ref.zoom_shift_coordinates(a.out_shape, g.zoom, g.shift, g.grid_mode)
 
 
 @functools.lru_cache(maxsize=32)
@@ -100,8 +90,6 @@ def _map(key: str, transpose: bool) -> resample_ref.SparseMap:
     if transpose:
         return _map(key, False).transpose()
     a = ResampleAttrs.model_validate_json(key)
-    if isinstance(a.geometry, Radon):
-        return radon_ref.radon_map(a.in_shape, a.geometry.theta, a.geometry.circle)  # type: ignore[arg-type]
     return resample_ref.coordinate_map(coordinates_of(a), a.in_shape, a.order, a.mode, a.npad)
 
 
@@ -135,17 +123,10 @@ def _infer_resample_adjoint(inputs: tuple[TensorType, ...], a: ResampleAttrs, wh
 
 
 def _resample_ref(a: ResampleAttrs, x: np.ndarray) -> np.ndarray:
-    g = a.geometry
-    if isinstance(g, Radon):  # matrix-free: the interpreter builds no table at large N
-        return radon_ref.radon_apply(x, g.theta, g.circle).astype(x.dtype)
     return sparse_map(a).apply(x, a.cval).reshape(a.out_shape).astype(x.dtype)
 
 
 def _resample_adjoint_ref(a: ResampleAttrs, g: np.ndarray) -> np.ndarray:
-    geo = a.geometry
-    if isinstance(geo, Radon):
-        shape = a.in_shape
-        return radon_ref.radon_adjoint_apply(g, shape, geo.theta, geo.circle).astype(g.dtype)  # type: ignore[arg-type]
     return sparse_map(a, transpose=True).apply(g).reshape(a.in_shape).astype(g.dtype)
 
 

@@ -8,7 +8,8 @@ an earlier plan and its schedule are dropped) lists the kernels of the program, 
 and why, or ``contraction``: one matrix product, never merged, whose operands are written to
 memory first: its kernel loads them as tiles, or ``recurrence``: one line filter, never
 merged, whose input is written to memory first: its kernel runs the recursion along whole
-lines), ``space`` (the iteration space: the output shape, or the reduced input's shape),
+lines, or ``projection``: one matrix-free projection, never merged, its input written to memory
+first), ``space`` (the iteration space: the output shape, or the reduced input's shape),
 ``axes`` (reduced axes), ``nodes`` (topological order), ``roots`` (the values it computes
 for others), ``inputs``/``outputs`` (values read from / written to memory) and bytes moved;
 its ``boundaries`` say why each materialised value was not fused into its readers, its
@@ -213,14 +214,15 @@ def _materialised(
 _LOADS_OPERANDS = {
     "contraction": "its kernel loads operand tiles",
     "recurrence": "its kernel runs the recursion along lines loaded from memory",
+    "projection": "its kernel reads each pixel from memory at the angles' taps",
 }
 
 
 def _contraction_operands(graph: Graph, reasons: dict[str, str]) -> None:
-    """Materialise the operands of every contraction (matmul) and recurrence (a line filter):
-    their kernels load operands straight from memory (`dpt_ir.backends.cxx.contraction`,
-    `dpt_ir.backends.cxx.recurrence`), so nothing is inlined into them; a contraction reads
-    each operand element many times, which inlining would recompute."""
+    """Materialise the operands of every contraction (matmul), recurrence (a line filter) and
+    projection (radon): their kernels load operands straight from memory
+    (`dpt_ir.backends.cxx.contraction`, `recurrence`, `projection`), so nothing is inlined into
+    them; a contraction reads each operand element many times, which inlining would recompute."""
     for node in graph.nodes:
         why = _LOADS_OPERANDS.get(node.opdef.kind)
         if why is None:
@@ -275,7 +277,7 @@ def _closures(graph: Graph, roots: list[str], steps: set[str]) -> list[Group]:
         node = graph.node_map[r]
         if traits.is_pointwise(node):
             g = Group(f"g{k}", phase_of(node), "pointwise", node.type.shape)
-        elif node.opdef.kind in ("scatter", "contraction", "recurrence"):
+        elif node.opdef.kind in ("scatter", "contraction", "recurrence", "projection"):
             g = Group(f"g{k}", phase_of(node), node.opdef.kind, node.type.shape)
         else:
             attrs = node.opdef.parse_attrs(node.attrs, r)

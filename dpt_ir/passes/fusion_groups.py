@@ -53,12 +53,15 @@ def group_dag(graph: Graph, groups: list[Group]) -> nx.DiGraph:
     return dag
 
 
+_OWN_KERNEL = {"scatter", "contraction", "recurrence", "projection"}  # kinds lowered by their own drivers
+
+
 def _compatible(a: Group, b: Group) -> bool:
     """Can one kernel run both? Same phase and iteration space; a reduction can also
     produce pointwise values over the space it reads."""
-    if a.phase != b.phase or a.space != b.space or {"scatter", "contraction", "recurrence"} & {a.kind, b.kind}:
+    if a.phase != b.phase or a.space != b.space or _OWN_KERNEL & {a.kind, b.kind}:
         return False  # a scatter's kernels sort and sum its own positions, a contraction's load tiles,
-        # a recurrence's run along whole lines: never shared
+        # a recurrence's run along whole lines, a projection's walk the angles: never shared
     if a.pinned or b.pinned:
         return False  # a step stays one step
     if a.kind == "reduction" and b.kind == "reduction":

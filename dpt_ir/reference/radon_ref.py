@@ -1,8 +1,10 @@
 """NumPy references of scikit-image's parallel-beam Radon transform: as a constant sparse map
-(`radon_map`, what the C++ path lowers today) and matrix-free (`radon_apply` and its ordered-gather
-transpose `radon_adjoint_apply`, what the interpreter evaluates: no table, memory O(N²)).
+(`radon_map`, the tests' oracle) and matrix-free (`radon_apply` and its ordered-gather transpose
+`radon_adjoint_apply`, what the interpreter evaluates: no table, memory O(N²); the C++ path runs
+the same program, `dpt_ir.ir.projection`).
 
-Assumes a 2-D image. Guarantees ``skimage.transform.radon(image, theta, circle)``'s
+Assumes a 2-D image (`radon_apply` and its transpose also take stacks ``(..., H, W)``, slice by
+slice). Guarantees ``skimage.transform.radon(image, theta, circle)``'s
 conventions exactly: with ``circle`` the image is cropped to its centred square (the
 ``ceil(excess / 2)`` offset), otherwise zero-padded to ``ceil(sqrt(2) * max(shape))`` per axis
 with skimage's centre bookkeeping; each angle rotates the square image about pixel
@@ -15,9 +17,11 @@ with skimage's centre bookkeeping; each angle rotates the square image about pix
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from dpt_ir.ir.projection import angle_table
 from dpt_ir.reference.resample_ref import SparseMap, from_triplets
 
 
@@ -69,14 +73,9 @@ def radon_shape(shape: tuple[int, int], theta: list[float], circle: bool) -> tup
 def _angle_affines(side: int, theta: list[float]) -> list[tuple[float, float, float, float]]:
     """Per angle ``(cos, sin, kx, ky)``: the sample at (row r, column c) of the rotated grid
     reads the square image at column ``x = cos c + sin r + kx`` and row ``y = -sin c + cos r + ky``
-    (the float expressions of `radon_map`, so the forward and the adjoint weigh every tap
-    with the same bits)."""
-    center = side // 2
-    out = []
-    for angle in np.deg2rad(np.asarray(theta, dtype=np.float64)):
-        cos_a, sin_a = float(np.cos(angle)), float(np.sin(angle))
-        out.append((cos_a, sin_a, -center * (cos_a + sin_a - 1), -center * (cos_a - sin_a - 1)))
-    return out
+    (`dpt_ir.ir.projection.angle_table`: the float expressions of `radon_map`, so the forward,
+    the adjoint and the compiled kernels weigh every tap with the same bits)."""
+    return [tuple(float(v) for v in row) for row in angle_table(side, theta)]  # type: ignore[misc]
 
 
 def _square(image: np.ndarray, side: int, r0: int, c0: int) -> np.ndarray:
@@ -89,9 +88,11 @@ def _square(image: np.ndarray, side: int, r0: int, c0: int) -> np.ndarray:
 
 
 def radon_apply(image: np.ndarray, theta: list[float], circle: bool) -> np.ndarray:
-    """Matrix-free ``skimage.transform.radon`` of a 2-D image (float64 sums): per angle,
-    bilinear samples of the square frame (zeros outside) summed down each rotated column.
-    Memory: the square frame and one rotated copy; no per-problem table."""
+    """Matrix-free ``skimage.transform.radon`` of an image ``(..., H, W)``, each slice in turn
+    (float64 sums): per angle, bilinear samples of the square frame (zeros outside) summed
+    down each rotated column. Memory: the square frame and one rotated copy; no table."""
+    if image.ndim != 2:
+        return _per_slice(lambda a: radon_apply(a, theta, circle), image, 2)
     side, (r0, c0) = square_frame(image.shape, circle)  # type: ignore[arg-type]
     sq = _square(np.asarray(image, dtype=np.float64), side, r0, c0)
     # two zeros around the frame: a tap pair whose corner is clipped to -2 or side reads 0 0
@@ -124,7 +125,10 @@ def radon_adjoint_apply(sino: np.ndarray, shape: tuple[int, int], theta: list[fl
     ``2 (|cos| + |sin|) + 1 < 4`` integers per axis around the pixel's preimage, so a fixed
     5 x 5 candidate box (one spare per axis for rounding of the preimage) enumerated in a
     fixed order, each candidate tested with the forward's own expressions, sums exactly the
-    forward's taps, each with the forward's weight."""
+    forward's taps, each with the forward's weight. A stack ``(..., side, n_angles)`` gives
+    ``(..., *shape)``, slice by slice."""
+    if sino.ndim != 2:
+        return _per_slice(lambda g: radon_adjoint_apply(g, shape, theta, circle), sino, 2)
     side, (r0, c0) = square_frame(shape, circle)
     h, w = shape
     pr, pc = np.meshgrid(np.arange(h, dtype=np.float64) - r0, np.arange(w, dtype=np.float64) - c0, indexing="ij")
@@ -151,3 +155,14 @@ def radon_adjoint_apply(sino: np.ndarray, shape: tuple[int, int], theta: list[fl
                 col = np.clip(c, 0, side - 1).astype(np.int64)
                 out += np.where(ok, wy * wx * g[col, i], 0.0)
     return out
+
+
+def _per_slice(fn: Any, a: np.ndarray, core: int) -> np.ndarray:
+    """``fn`` applied to each trailing ``core``-D slice of ``a``, stacked back."""
+    lead = a.shape[: a.ndim - core]
+    flat = np.asarray(a).reshape(-1, *a.shape[a.ndim - core :])
+    parts = [fn(x) for x in flat]
+    if not parts:  # an empty stack: the slice shape of one evaluation on zeros
+        probe = fn(np.zeros(a.shape[a.ndim - core :], dtype=a.dtype))
+        return np.zeros((*lead, *probe.shape), dtype=np.float64)
+    return np.stack(parts).reshape(*lead, *parts[0].shape)

@@ -255,6 +255,7 @@ def other_cases() -> list[OpCase]:
         case("matmul", "m0", [Arg((0, 3), u), Arg((3, 4), u)], dp.matmul, np.matmul),
         case("matmul", "batch0", [Arg((0, 2, 3), u), Arg((3, 4), u)], dp.matmul, np.matmul),
         case("matmul", "vectors_k0", [Arg((0,), u), Arg((0,), u)], dp.matmul, np.matmul),
+        *radon_cases(),
         # An empty image: dp.correlate returns it, as scipy.ndimage does, with no stencil node
         # (correlate_valid itself refuses, as scipy.signal does: `REFUSALS`).
         case(
@@ -272,6 +273,24 @@ def other_cases() -> list[OpCase]:
             lambda a: ndimage.gaussian_filter(a, 1.0),
         ),  # fmt: skip
     ]
+
+
+ZERO_THETA = [0.0, 30.0, 95.0]
+
+
+def radon_cases() -> list[OpCase]:
+    """An empty stack of images, an image without columns (its padded frame: 6 x 6, every
+    projection 0) and their transposes."""
+    u = uniform()
+    adjoint = {"theta": ZERO_THETA, "circle": False, "in_shape": [4, 0], "out_shape": [6, 3]}
+    return [
+        case("radon", "stack0_5x6", [Arg((0, 5, 6), u)], lambda a: dp.radon(a, ZERO_THETA),
+             lambda a: np.zeros((0, 5, 3), a.dtype)),
+        case("radon", "4x0_padded", [Arg((4, 0), u)], lambda a: dp.radon(a, ZERO_THETA, circle=False),
+             lambda a: np.zeros((6, 3), a.dtype)),
+        case("radon_adjoint", "6x3_to_4x0", [Arg((6, 3), u)], _emit("radon_adjoint", **adjoint),
+             lambda g: np.zeros((4, 0), g.dtype)),
+    ]  # fmt: skip
 
 
 ZERO_CASES: tuple[OpCase, ...] = tuple(

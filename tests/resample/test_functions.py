@@ -107,7 +107,8 @@ def test_bad_arguments_are_contract_errors() -> None:
     assert "constant array" in msg and "%z" in msg
     msg = _error(lambda x, g: dp.affine_transform(x, np.ones((3, 2))))
     assert "dp.affine_transform on %img" in msg and "found shape [3, 2]" in msg
-    assert "found rank 3" in _error(lambda x, g: dp.radon(dp.expand_dims(x, 0)))
+    # stacks (..., H, W) project slice by slice (issue 29): a rank-1 input has no (H, W) slice
+    assert "rank >= 2 (..., H, W), found rank 1" in _error(lambda x, g: dp.radon(dp.sum(x, axis=0)))
 
 
 def test_resampling_graphs_round_trip_text_and_json() -> None:

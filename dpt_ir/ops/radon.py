@@ -1,0 +1,111 @@
+"""Projection family: scikit-image's parallel-beam Radon transform, matrix-free, and its
+exact transpose (kind ``projection``).
+
+- ``radon(x; theta, circle, in_shape, out_shape)``: each slice ``(H, W)`` of ``x``
+  ``(..., H, W)`` to its sinogram ``(N, len(theta))`` (``skimage.transform.radon``);
+- ``radon_adjoint(g; ...)``: the transpose, sinogram stack to image stack.
+
+Each is the other's derivative and both are linear. Their lowering is a program, not a
+table: `dpt_ir.ir.projection.ParallelBeam` (the square frame's placement and the angle table,
+4 floats per angle), which the NumPy reference (`dpt_ir.reference.radon_ref`) and the C++
+kernels (`dpt_ir.backends.cxx.projection`) both evaluate with the same float64 expressions
+per tap. Adjoint form: an ordered sum per pixel (no scatter across tasks, no atomics), set-up
+independent of the image size.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.projection import ParallelBeam, angle_table
+from dpt_ir.ir.registry import Derivative, GradContext, Linear, OpDef, register_op
+from dpt_ir.ir.rules import Attrs
+from dpt_ir.ir.types import TensorType
+from dpt_ir.ops.resample import check_float
+from dpt_ir.reference import radon_ref
+
+ADJOINT_FORM = "matrix-free transpose: per pixel row band, the taps of each angle in a fixed order (no atomics)"
+
+
+class RadonAttrs(Attrs):
+    """``in_shape``: the image stack's shape ``(..., H, W)``; ``out_shape``: the sinogram
+    stack's ``(..., N, len(theta))``."""
+
+    theta: list[float]
+    circle: bool = True
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+
+
+def beam(a: RadonAttrs, adjoint: bool) -> ParallelBeam:
+    """The projection program of attributes ``a`` (``adjoint``: its transpose)."""
+    h, w = a.in_shape[-2:]
+    side, (r0, c0) = radon_ref.square_frame((h, w), a.circle)
+    slices = math.prod(a.in_shape[:-2])
+    return ParallelBeam(slices, h, w, side, r0, c0, angle_table(side, a.theta), adjoint)
+
+
+def _check(t: TensorType, shape: tuple[int, ...], what: str, where: str) -> TensorType:
+    check_float(t, where)
+    if t.shape != tuple(shape):
+        raise ContractError(f"{where}: expected {what} of shape {list(shape)}, found {list(t.shape)}")
+    return t
+
+
+def _infer(inputs: tuple[TensorType, ...], a: RadonAttrs, where: str) -> TensorType:
+    (x,) = inputs
+    _check(x, a.in_shape, "an image stack", where)
+    return TensorType(shape=a.out_shape, dtype=x.dtype)
+
+
+def _infer_adjoint(inputs: tuple[TensorType, ...], a: RadonAttrs, where: str) -> TensorType:
+    (g,) = inputs
+    _check(g, a.out_shape, "a sinogram stack", where)
+    return TensorType(shape=a.in_shape, dtype=g.dtype)
+
+
+def _reference(a: RadonAttrs, x: np.ndarray) -> np.ndarray:
+    return radon_ref.radon_apply(x, a.theta, a.circle).astype(x.dtype)
+
+
+def _reference_adjoint(a: RadonAttrs, g: np.ndarray) -> np.ndarray:
+    shape = tuple(a.in_shape[-2:])
+    return radon_ref.radon_adjoint_apply(g, shape, a.theta, a.circle).astype(g.dtype)  # type: ignore[arg-type]
+
+
+def _same(c: GradContext) -> dict[str, Any]:
+    return c.attrs.model_dump()
+
+
+register_op(
+    OpDef(
+        name="radon",
+        kind="projection",
+        arity=1,
+        attrs=RadonAttrs,
+        infer=_infer,
+        reference=_reference,
+        derivative=Derivative({0: lambda c: c.gy.builder.emit("radon_adjoint", [c.gy], _same(c))}),
+        linear=Linear(((0,),)),
+        projection=lambda a, shape: beam(a, False),
+        doc="skimage.transform.radon of each (H, W) slice, matrix-free (parallel beam, bilinear taps)",
+    )
+)
+register_op(
+    OpDef(
+        name="radon_adjoint",
+        kind="projection",
+        arity=1,
+        attrs=RadonAttrs,
+        infer=_infer_adjoint,
+        reference=_reference_adjoint,
+        derivative=Derivative({0: lambda c: c.gy.builder.emit("radon", [c.gy], _same(c))}),
+        linear=Linear(((0,),)),
+        projection=lambda a, shape: beam(a, True),
+        doc=f"the transpose of radon; adjoint form: {ADJOINT_FORM}",
+    )
+)

@@ -1,0 +1,88 @@
+"""The CUDA drivers of projection groups (`dpt_ir.backends.cxx.projection`), without a GPU.
+
+- The module ``dp.compile`` would generate for a GPU of ``dp.radon`` (a padded frame in
+  float32, a cropped stack in float64; forward, ``value_and_grad`` and tape pipelines) holds
+  C++ launches for radon and its transpose, no float atomic, and builds for sm_90 with NVRTC.
+- The CUDA plan exported and replayed on the CPU (``gpu_check.py --dry``): the CUDA drivers
+  built as host C++ (one detector column or one image row per thread) and the CPU drivers
+  equal the reference (the bundle's tolerance) and each other bit for bit; an infinite pixel
+  raises the node's status flag.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dpt_ir as dp
+from dpt_ir.export import export_cuda
+
+from .harness import float_atomics
+from .test_cuda_aot import compile_sm90, cuda_variant
+
+THETA = [0.0, 21.5, 90.0, 133.0, 200.0]
+
+
+def _graph(loss: bool) -> tuple[dp.Graph, dict[str, np.ndarray]]:
+    g = dp.GraphBuilder("projection_cuda")
+    rng = np.random.default_rng(29)
+    x0 = g.input("x0", (9, 13), "float32")
+    x1 = g.input("x1", (2, 12, 10), "float64")
+    y0 = dp.radon(x0, THETA, circle=False)
+    y1 = dp.radon(x1, THETA)
+    g.output("y0", y0)
+    g.output("y1", y1)
+    if loss:
+        g.output("loss", dp.cast(dp.sum(y0 * y0), "float64") + dp.sum(y1 * y1))
+    feed = {"x0": rng.standard_normal((9, 13)).astype("float32"), "x1": rng.standard_normal((2, 12, 10))}
+    return g.build(), feed
+
+
+def test_cuda_module_holds_cxx_projection_drivers_and_compiles_for_sm90() -> None:
+    graph, _ = _graph(True)
+    module = cuda_variant(graph, ("x0", "x1"), "loss")
+    source = Path(module.__file__).read_text()
+    lines = [line for line in source.splitlines() if "] projection over" in line]
+    # run: one launch per radon; value_and_grad and tape: radon and its transpose
+    assert len(lines) == 5 * 2 and all(": [cxx] " in line for line in lines), lines
+    assert not float_atomics(source)
+    compile_sm90(module)
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, dict]:
+    from benchmarks import gpu_check
+    from benchmarks.gpu_bundle_io import constants_of, inputs_of, load
+
+    graph, feed = _graph(False)
+    folder = tmp_path_factory.mktemp("projection_bundle")
+    export_cuda(dp.compile(graph, device="cpu"), str(folder / "ok"), inputs=feed)
+    doc, ref, source = load(folder / "ok")
+    (plan,) = doc["plans"]
+    data = {**inputs_of(doc, ref, folder / "ok"), **constants_of(plan, ref)}  # the angle tables
+    inf = {**data, "x0": np.where(np.arange(data["x0"].size).reshape(data["x0"].shape) == 60, np.inf, data["x0"])}
+    results, bad, raised = {}, {}, {}
+    for cuda in (False, True):
+        be = gpu_check.Host(source, cuda, folder)
+        out, flags, _ = gpu_check.run_plan(be, plan, data)
+        assert not flags, (cuda, flags)
+        results[cuda] = {k: np.array(v) for k, v in out.items()}
+        bad[cuda] = gpu_check.compare(plan, out, ref, doc["tolerance"])
+        raised[cuda] = [doc["status"][s]["message"] for s in gpu_check.run_plan(be, plan, inf)[1]]
+    return results, bad, raised
+
+
+def test_cuda_and_cpu_drivers_replayed_on_the_cpu_equal_the_reference_bit_for_bit(replay: tuple) -> None:
+    results, bad, _ = replay
+    for cuda in (False, True):
+        assert len(results[cuda]) == 2 and not bad[cuda], (cuda, bad[cuda])
+    for key, value in results[False].items():
+        np.testing.assert_array_equal(value, results[True][key], err_msg=key)
+
+
+def test_an_infinite_pixel_raises_its_flag(replay: tuple) -> None:
+    _, _, raised = replay
+    for cuda in (False, True):
+        assert len(raised[cuda]) == 1 and "radon" in raised[cuda][0], raised[cuda]
