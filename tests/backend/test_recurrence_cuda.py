@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.export import export_cuda
 
+from .bundle_replay import Replayed, replay_with_poison
 from .harness import float_atomics
 from .test_cuda_aot import compile_sm90, cuda_variant
 
@@ -60,26 +60,9 @@ def test_cuda_module_holds_cxx_line_drivers_and_compiles_for_sm90() -> None:
 
 
 @pytest.fixture(scope="module")
-def replay(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, dict]:
-    from benchmarks import gpu_check
-    from benchmarks.gpu_bundle_io import constants_of, inputs_of, load
-
-    graph, feed = _graph(False)
-    folder = tmp_path_factory.mktemp("recurrence_bundle")
-    export_cuda(dp.compile(graph, device="cpu"), str(folder / "ok"), inputs=feed)
-    doc, ref, source = load(folder / "ok")
-    (plan,) = doc["plans"]
-    data = {**inputs_of(doc, ref, folder / "ok"), **constants_of(plan, ref)}  # the functionals' weights
-    inf = {**data, "x0": np.where(np.arange(data["x0"].size).reshape(data["x0"].shape) == 7, np.inf, data["x0"])}
-    results, bad, raised = {}, {}, {}
-    for cuda in (False, True):
-        be = gpu_check.Host(source, cuda, folder)
-        out, flags, _ = gpu_check.run_plan(be, plan, data)
-        assert not flags, (cuda, flags)
-        results[cuda] = {k: np.array(v) for k, v in out.items()}
-        bad[cuda] = gpu_check.compare(plan, out, ref, doc["tolerance"])
-        raised[cuda] = [doc["status"][s]["message"] for s in gpu_check.run_plan(be, plan, inf)[1]]
-    return results, bad, raised
+def replay(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
+    graph, feed = _graph(False)  # the plan's constants: the functionals' weights
+    return replay_with_poison(graph, feed, tmp_path_factory.mktemp("recurrence_bundle"), "x0", 7)
 
 
 def test_cuda_and_cpu_drivers_replayed_on_the_cpu_equal_the_reference_bit_for_bit(replay: tuple) -> None:
