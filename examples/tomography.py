@@ -3,17 +3,21 @@
 Forward model: ``dp.radon`` (scikit-image's conventions: rotation about pixel N // 2,
 bilinear sampling, a sum along each ray). Objective: least squares against the measured
 sinogram plus a smoothed total-variation penalty. The gradient is the compiled exact
-adjoint of the projector (its compile-time transposed sparse map); SciPy's L-BFGS-B
-minimises it. The phantom is made in code; the script prints the relative error against
-it every few iterations.
+adjoint of the projector: matrix-free, like the forward (each sample computed on the fly,
+the transpose an ordered gather), so set-up and memory do not grow with the number of taps.
+SciPy's L-BFGS-B minimises it. The phantom is made in code; the script prints the relative
+error against it every few iterations, the time per evaluation, and writes a picture of the
+phantom, the sinogram and the reconstruction (``--out``: a PNG with matplotlib, else an
+``.npz`` of the arrays).
 
-    python examples/tomography.py [--size 64] [--angles 60] [--iterations 60]
+    python examples/tomography.py [--size 512] [--angles 180] [--iterations 40] [--out tomography.png]
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import minimize
@@ -50,10 +54,48 @@ def build(n: int, theta: np.ndarray, tv_weight: float) -> dp.Graph:
     return g.build()
 
 
+def save_picture(path: Path, images: dict[str, np.ndarray]) -> Path:
+    """The images side by side (a PNG with matplotlib, else an ``.npz`` of the arrays)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        path = path.with_suffix(".npz")
+        np.savez(path, **images)
+        return path
+    fig, axes = plt.subplots(1, len(images), figsize=(4 * len(images), 3.8), constrained_layout=True)
+    for ax, (title, image) in zip(axes, images.items(), strict=True):
+        ax.imshow(image, cmap="gray", aspect="auto")
+        ax.set_title(title)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def default_tv_weight(n: int, angles: int) -> float:
+    """0.5 at 64² and 60 angles, scaled like n² x angles: the noise's share of the misfit grows
+    like n³ x angles (n x angles samples, the noise in each proportional to the largest ray sum,
+    about n) and the phantom's total variation like n (the length of its edges). At 512² and 180
+    angles it gives 96: the error against the phantom then falls to 0.098 in 40 iterations,
+    where 0.5 lets it rise to 0.50 after 10 (the noise is fitted)."""
+    return 0.5 * (n / 64) ** 2 * (angles / 60)
+
+
 def reconstruct(
-    n: int = 64, angles: int = 60, iterations: int = 60, noise: float = 0.02, tv_weight: float = 0.5, every: int = 10
+    n: int = 512,
+    angles: int = 180,
+    iterations: int = 40,
+    noise: float = 0.02,
+    tv_weight: float | None = None,
+    every: int = 10,
+    out: Path | None = None,
 ) -> list[tuple[int, float]]:
-    """Run the reconstruction; the (iteration, relative error) pairs printed along the way."""
+    """Run the reconstruction; the (iteration, relative error) pairs printed along the way.
+    With ``out``, write the picture of phantom, sinogram and reconstruction there. ``tv_weight``
+    None: `default_tv_weight`."""
+    tv_weight = default_tv_weight(n, angles) if tv_weight is None else tv_weight
     rng = np.random.default_rng(0)
     truth = phantom(n)
     theta = np.linspace(0.0, 180.0, angles, endpoint=False)
@@ -73,20 +115,27 @@ def reconstruct(
             print(f"iteration {k:4d}: relative error vs phantom {err:.4f}")
 
     x0 = fun.x0(x=np.zeros((n, n)))
-    minimize(fun, x0, jac=True, method="L-BFGS-B", callback=report, options={"maxiter": iterations})
+    start = time.perf_counter()
+    result = minimize(fun, x0, jac=True, method="L-BFGS-B", callback=report, options={"maxiter": iterations})
+    wall = time.perf_counter() - start
     print(f"final relative error {errors[-1][1]:.4f} after {errors[-1][0]} iterations ({fun.nfev} evaluations)")
+    print(f"{wall:.1f} s in the solver, {1e3 * wall / max(fun.nfev, 1):.0f} ms per evaluation (SciPy's work included)")
+    if out is not None:
+        images = {"phantom": truth, "sinogram": sinogram, "reconstruction": fun.unflatten(result.x)["x"]}
+        print(f"picture written to {save_picture(out, images)}")
     return errors
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--angles", type=int, default=60)
-    parser.add_argument("--iterations", type=int, default=60)
+    parser.add_argument("--size", type=int, default=512)
+    parser.add_argument("--angles", type=int, default=180)
+    parser.add_argument("--iterations", type=int, default=40)
     parser.add_argument("--noise", type=float, default=0.02)
-    parser.add_argument("--tv-weight", type=float, default=0.5)
+    parser.add_argument("--tv-weight", type=float, default=None, help="default: scaled with size and angles")
+    parser.add_argument("--out", type=Path, default=Path("tomography.png"), help="the picture")
     args = parser.parse_args()
-    reconstruct(args.size, args.angles, args.iterations, args.noise, args.tv_weight)
+    reconstruct(args.size, args.angles, args.iterations, args.noise, args.tv_weight, out=args.out)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@ from __future__ import annotations
 from examples.tomography import reconstruct
 
 
-def test_tomography_example_reconstructs(capsys) -> None:
-    errors = reconstruct(n=16, angles=12, iterations=20, every=5)
+def test_tomography_example_reconstructs(capsys, tmp_path) -> None:
+    errors = reconstruct(n=16, angles=12, iterations=20, every=5, out=tmp_path / "tomography.png")
     out = capsys.readouterr().out
     assert "iteration    5: relative error vs phantom" in out and "final relative error" in out
+    assert "ms per evaluation" in out and any(tmp_path.iterdir())
     first, last = errors[0][1], errors[-1][1]
     assert last < 0.5 * first and last < 0.4, errors
 
