@@ -162,7 +162,7 @@ def _loop_stage(plan: _Plan, prefix: str, loop: Any, node: Node) -> LoopStage:
                      dst_step=sizes[k] // a.length) for k in range(c, len(outs))]  # fmt: skip
         final = [Copy(dst=packed, src=outs[k], size=sizes[k], dst_at=offsets[k]) for k in range(c)]
         keep = [[_own(plan, f"{prefix}/keep{i}.{k}", dtype, sizes[k], "saved") for k in range(c)]
-                for i in range(1, a.length)] if loop.trajectory else []  # fmt: skip
+                for i in range(1, a.length)] if loop.keeps_every_carry() else []  # fmt: skip
         plan.kept[id(loop)] = keep
         return LoopStage(**common, emit=emit, final=final, keep=keep)
     return _reverse_stage(plan, prefix, loop, node, common, name_of, feed, vjp_piece)
@@ -212,7 +212,9 @@ def _reverse_stage(
             after.append(Copy(dst=grads, src=grad_of(k), size=row, dst_at=goff[k], dst_step=row))
     final = [Copy(dst=grads, src=ct_of(k), size=sizes[k], dst_at=goff[k]) for k in range(c)]
     final += [Copy(dst=grads, src=acc[k], size=loop.in_types[k].size, dst_at=goff[k]) for k in sums]
-    if loop.source is not None:  # the forward kept every carry: c_i for step i, read from the last step down
+    # The forward kept every carry: c_i for step i, read from the last step down. (A checkpointed
+    # reverse replays its whole schedule here, its first sweep too: the same carries, the same bits.)
+    if loop.source is not None and loop.stores_every_carry():
         slots = plan.kept[id(loop.source)]
         pairs = [
             (Action(kind="restore", at=i, slot=i), Action(kind="reverse", at=i)) for i in range(a.length - 1, -1, -1)

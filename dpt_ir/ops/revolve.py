@@ -124,6 +124,36 @@ def advances(actions: list[Action]) -> int:
     return sum(a.count for a in actions if a.kind == "advance")
 
 
+class FirstSweep(FrozenModel):
+    """A schedule's actions before its first ``reverse``: advances from ``c_0`` to
+    ``c_{length-1}`` with stores on the way, the steps the loop's forward runs too. A forward
+    that keeps the carries it stores (``stores``: slot -> step) and ``c_{length-1}`` lets the
+    reverse start after them: ``advances`` fewer forward steps, the same carries."""
+
+    actions: int = Field(ge=1)
+    stores: dict[int, int]
+    advances: int = Field(ge=0)
+
+
+def first_sweep(actions: list[Action] | tuple[Action, ...]) -> FirstSweep:
+    """The leading actions of ``actions`` (a `schedule`) up to the first ``reverse``, which
+    reverses the last step from the carry the sweep ends at."""
+    stores: dict[int, int] = {}
+    at = 0
+    for j, act in enumerate(actions):
+        if act.kind == "reverse":
+            if act.at != at:  # `schedule` starts by advancing to the last step: it is reversed first
+                raise AssertionError(f"the first reverse is at step {act.at}, the first sweep ends at {at}")
+            return FirstSweep(actions=j, stores=stores, advances=at)
+        if act.kind == "advance":
+            at += act.count
+        elif act.kind == "store" and act.slot > 0:
+            stores[act.slot] = at
+        elif act.kind == "restore":
+            raise AssertionError(f"a restore (action {j}) before the first reverse")
+    raise AssertionError("a schedule without a reverse")
+
+
 def peak_slots(actions: list[Action]) -> int:
     """Slots a schedule uses (the highest slot index + 1)."""
     return 1 + max(a.slot for a in actions if a.kind == "store")

@@ -43,6 +43,7 @@ from dpt_ir.ir import records
 from dpt_ir.ir.graph import Node
 from dpt_ir.ir.types import TensorType, is_float
 from dpt_ir.ops.loop import ScanAttrs, body_vjp, checkpoint_plan, grad_layout, result_types
+from dpt_ir.ops.revolve import first_sweep
 from dpt_ir.runtime.loop_native import NativeSteps
 from dpt_ir.runtime.loop_pieces import ACC_PREFIX, piece_names
 from dpt_ir.runtime.plan import WP_DTYPES
@@ -94,9 +95,11 @@ class Loop:
         self.schedule = checkpoint_plan(a, self.in_types)
         self.through = self._passed_through()
         self.slots: list[list[wp.array]] = []  # a scan_vjp's stored carries 1.. (slot 0 is c_0 itself)
-        # A scan whose reverse stores every carry keeps them as it runs (see `keep`); that
-        # reverse (``source``) then reads them instead of rerunning the forward.
-        self.trajectory: list[list[wp.array]] = []
+        self.sweep = first_sweep(self.schedule.actions)
+        # A scan keeps the carries its reverse (``source``) would rebuild first (see `keep`):
+        # every carry for a store-every-carry reverse, else its schedule's first sweep's.
+        # (That reverse starts from ``c_{length-1}`` where the forward left it: `last_carry`.)
+        self.kept: dict[int, list[wp.array]] = {}  # step p -> the carries c_p
         self.source: Loop | None = None
         self.fwd_plan = self.body.plans["run"]
         self.direct = self.fwd_plan.direct_outputs(self.body_outputs)
@@ -106,7 +109,8 @@ class Loop:
             wanted = [k for k in range(len(self.in_types)) if k in self.grad_offsets]
             found = self.vjp_plan.direct_outputs([self.grad_outputs[self._name(k)] for k in wanted])
             self.vjp_direct = {wanted[j]: v for j, v in found.items()}
-        self._keeps = False  # `keep` asked for the trajectory
+        self._keeps: frozenset[int] = frozenset()  # the steps `keep` asked for
+        self._share = False  # kept carries may share arrays (`_kept_carries`)
         # The op table of each direction ("forward", "reverse"), recorded at its first call
         # (`loop_native`); `_emit` is the table being recorded, None when running.
         self._tables: dict[str, NativeSteps] = {}
@@ -133,9 +137,13 @@ class Loop:
         self.sum_pool = {k: [self._vjp_out(k), self._zeros(k)] for k in self._closures()}
         self.zeros = {k: self._zeros(k) for k in self._closures()}
         if self._keeps:
-            self.trajectory = self._trajectory()
-        if self.vjp is not None and self.source is None:
-            self.slots = [self._carries() for _ in range(self.schedule.slots - 1)]
+            self.kept = self._kept_carries()
+        if self.vjp is not None and not self.stores_every_carry():
+            # Slots the first sweep fills are the forward's kept carries, when it keeps them.
+            kept = self.source.kept if self.source is not None else {}
+            stores = self.sweep.stores
+            self.slots = [list(kept[stores[m]]) if m in stores and kept else self._carries()
+                          for m in range(1, self.schedule.slots)]  # fmt: skip
         self._allocated = True
 
     def _zeros(self, k: int) -> wp.array:
@@ -144,15 +152,17 @@ class Loop:
     def _carries(self) -> list[wp.array]:
         return [self._zeros(k) for k in range(self.attrs.carries)]
 
-    def _trajectory(self) -> list[list[wp.array]]:
-        """The carries of steps 1 to length - 1, kept by the forward. A carry the body passes
-        through (its new value is carry ``m``'s old one, as a leapfrog's previous field)
-        shares carry ``m``'s array of the step before: the same values, so each step copies
-        and holds one carry fewer (`_copy` skips a copy onto itself)."""
-        a, out = self.attrs, []
-        for i in range(a.length - 1):
-            row = [out[i - 1][self.through[k]] if i and k in self.through else self._zeros(k) for k in range(a.carries)]
-            out.append(row)
+    def _kept_carries(self) -> dict[int, list[wp.array]]:
+        """The carries of the kept steps (1 to length - 1). Where sharing is allowed (a reverse
+        that only reads them), a carry the body passes through (its new value is carry ``m``'s
+        old one, as a leapfrog's previous field) shares carry ``m``'s array of the step before
+        when that step is kept too: the same values, so each step copies and holds one carry
+        fewer (`_copy` skips a copy onto itself)."""
+        a, out = self.attrs, {}
+        for p in sorted(self._keeps):
+            prior = out.get(p - 1) if self._share else None
+            out[p] = [prior[self.through[k]] if prior is not None and k in self.through else self._zeros(k)
+                      for k in range(a.carries)]  # fmt: skip
         return out
 
     def _passed_through(self) -> dict[int, int]:
@@ -190,17 +200,38 @@ class Loop:
             out.append(arrays)
         return [list(p) for p in zip(*out, strict=True)] if out else []
 
-    def keep(self) -> None:
-        """Store every step's carry during the forward (for a store-every-carry reverse); the
-        trajectory is allocated with the other buffers (`ready`)."""
-        self._keeps = True
+    def stores_every_carry(self) -> bool:
+        """Whether the reverse's schedule holds every carry (then it only reads its slots)."""
+        return self.schedule.slots == self.schedule.length
+
+    def keeps_every_carry(self) -> bool:
+        """Whether this forward keeps every step's carry (for a store-every-carry reverse)."""
+        return self._share
+
+    def keep(self, reverse: Loop) -> bool:
+        """Keep, during the forward, the carries ``reverse`` (this scan's ``scan_vjp``) would
+        rebuild first, and make this loop its ``source``: every carry for a store-every-carry
+        reverse, which then reruns no forward step; else the carries its schedule's first
+        sweep stores, which that reverse then overwrites as its slots (so at most one reverse
+        reads them, and only when nothing else is kept), and starts from ``c_{length-1}``
+        where the forward left it (`last_carry`). Allocated with the other buffers (`ready`).
+        False where nothing is kept for ``reverse``."""
+        length = self.attrs.length
+        if reverse.stores_every_carry() and not (self._keeps and not self._share):
+            self._keeps, self._share = frozenset(range(1, length)), True
+        elif not reverse.stores_every_carry() and not self._keeps:
+            self._keeps = frozenset(reverse.sweep.stores.values())
+        else:
+            return False
+        reverse.source = self
+        return True
 
     def carry_bytes_held(self) -> int:
         """Bytes of the carry-sized arrays this loop owns for carries and their cotangents
-        (stored carries, kept trajectory, the step buffers), body temporaries excluded;
+        (stored carries, kept carries, the step buffers), body temporaries excluded;
         measured on the arrays, so asking allocates them (`ready`)."""
         self.ready()
-        arrays = [x for group in (*self.slots, *self.trajectory, *self.pool) for x in group]
+        arrays = [x for group in (*self.slots, *self.kept.values(), *self.pool) for x in group]
         return sum(x.capacity for x in {x.ptr: x for x in arrays}.values())
 
     def workspace_bytes(self) -> int:
@@ -224,10 +255,15 @@ class Loop:
         if self.source is None:
             return {"policy": p.policy, "slots": p.slots, "bytes_held": p.bytes_held, "advances": p.advances,
                     "recompute_factor": p.recompute_factor, **sizes}  # fmt: skip
-        kept = {x.ptr: x for group in self.source.trajectory for x in group}  # the forward's (shared arrays once)
+        kept = {x.ptr: x for group in self.source.kept.values() for x in group}  # the forward's (shared arrays once)
         sizes["kept_bytes"] = sum(x.capacity for x in kept.values())
-        return {"policy": f"{p.policy}, kept by the forward", "slots": p.length, "bytes_held": p.bytes_held,
-                "advances": 0, "recompute_factor": 0.0, **sizes}  # fmt: skip
+        if self.stores_every_carry():
+            return {"policy": f"{p.policy}, kept by the forward", "slots": p.length, "bytes_held": p.bytes_held,
+                    "advances": 0, "recompute_factor": 0.0, **sizes}  # fmt: skip
+        rerun = p.advances - self.sweep.advances
+        return {"policy": f"{p.policy}, its first sweep kept by the forward", "slots": p.slots,
+                "bytes_held": p.bytes_held, "advances": rerun, "recompute_factor": rerun / p.length,
+                **sizes}  # fmt: skip
 
     # -- one step --
     def _feed(self, carry: list[wp.array], arrays: list[wp.array], i: int) -> dict[str, wp.array]:
@@ -257,7 +293,7 @@ class Loop:
                 bound[value] = into[k]
         # A passed-through carry is copied from its source carry, not from the body's copy
         # of that input into its output (which no one then reads); one whose array already
-        # is its source's (`_trajectory`) needs no copy at all.
+        # is its source's (`_kept_carries`) needs no copy at all.
         shared = {k for k, m in self.through.items() if into[k].ptr == carry[m].ptr}
         self._run(self.fwd_plan, bound, self.fwd_ws, self._unread_copies(set(self.through)))
         for k in range(a.carries):
@@ -285,7 +321,7 @@ class Loop:
             plan.run("forward", bound, ws)
 
     def _copy(self, dst: wp.array, src: wp.array, dest_offset: int = 0, count: int | None = None) -> None:
-        if dst.ptr == src.ptr and dest_offset == 0 and count is None:  # the same array (`_trajectory`)
+        if dst.ptr == src.ptr and dest_offset == 0 and count is None:  # the same array (`_kept_carries`)
             return
         if self._emit is not None:
             self._emit.copy(dst, src, dest_offset, count)
@@ -335,21 +371,33 @@ class Loop:
         self._check(self.body, self.fwd_ws)
         return self.packed
 
-    def _forward_steps(self, arrays: list[wp.array]) -> None:
+    def _destinations(self) -> list[list[wp.array]]:
+        """Where forward step ``i`` writes ``c_{i+1}``: the packed result's final carries at the
+        last step, a kept step's own arrays, else the two pool buffers in turn (so never the
+        step's input). The same arrays at every call."""
         a = self.attrs
-        carry, at = list(arrays[: a.carries]), 1  # at: the pool buffer holding the carry
         final = [
             _view(self.packed, self.result_offsets[k], self.result_offsets[k] + self.results[k].size)
             for k in range(a.carries)
         ]
-        for i in range(a.length):
-            if i + 1 == a.length:
-                into = final
-            elif self.trajectory:
-                into = self.trajectory[i]
+        out, at = [], 1  # at: the pool buffer holding the carry
+        for i in range(a.length - 1):
+            if i + 1 in self.kept:
+                out.append(self.kept[i + 1])
             else:
                 at ^= 1
-                into = self.pool[at]
+                out.append(self.pool[at])
+        return [*out, final]
+
+    def last_carry(self, initial: list[wp.array]) -> list[wp.array]:
+        """The arrays holding ``c_{length-1}`` after a forward (``initial``: ``c_0``, the loop's
+        input): a reverse that starts there reads them before the next forward writes them."""
+        return list(self._destinations()[-2]) if self.attrs.length > 1 else initial
+
+    def _forward_steps(self, arrays: list[wp.array]) -> None:
+        a = self.attrs
+        carry = list(arrays[: a.carries])
+        for i, into in enumerate(self._destinations()):
             ys = {}
             for k, value in self.direct.items():  # each y straight into its row of the packed result
                 if k >= a.carries:
@@ -384,15 +432,19 @@ class Loop:
             _view(gy, self.result_offsets[k], self.result_offsets[k] + self.results[k].size) for k in range(a.carries)
         ]
         g_at: int | None = None  # the pool buffer holding the carries' cotangent (None: a view of gy)
-        if self.source is not None:  # the forward kept every carry: c_i for step i
-            kept = [list(forward[: a.carries]), *self.source.trajectory]
+        initial = list(forward[: a.carries])  # slot 0 always holds c_0: the input itself, never copied
+        if self.source is not None and self.stores_every_carry():  # the forward kept c_i for every step i
+            kept = {0: initial, **self.source.kept}
             for i in range(a.length - 1, -1, -1):
                 g_carry, g_at = self._reverse_step(kept[i], None, forward, g_carry, g_at, gy, i)
             self._finish(g_carry)
             return
-        initial = list(forward[: a.carries])  # slot 0 always holds c_0: the input itself, never copied
         carry, c_at = initial, None
-        for act in self.schedule.actions:
+        actions = self.schedule.actions
+        if self.source is not None:  # the forward ran the first sweep: it kept the slots and c_{length-1}
+            actions = actions[self.sweep.actions :]
+            carry = self.source.last_carry(initial)
+        for act in actions:
             if act.kind == "store" and act.slot > 0:
                 for k in range(a.carries):
                     self._copy(self.slots[act.slot - 1][k], carry[k])

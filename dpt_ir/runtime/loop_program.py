@@ -128,9 +128,8 @@ class Segments:
             in_types = tuple(self.graph.types[i] for i in node.inputs)
             loop = Loop(node, in_types, programs, device)
             forward = scans.get(node.inputs[:-1]) if node.op == "scan_vjp" else None
-            if forward is not None and loop.schedule.slots == loop.schedule.length:
-                forward.keep()  # store-every-carry: the forward keeps them, the reverse reruns nothing
-                loop.source = forward
+            if forward is not None:
+                forward.keep(loop)  # the carries the reverse would rebuild first: it reads them instead
             if node.op == "scan":
                 scans[node.inputs] = loop
             self.stages.append(("loop", loop, node))

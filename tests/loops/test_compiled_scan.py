@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
+from dpt_ir.ops.revolve import optimal_advances
 
 LAPLACIAN = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
 SHAPE = (8, 6)
@@ -99,10 +100,27 @@ def test_replayed_launches_take_each_call_s_own_inputs(compiled: dict[str, Any])
 
 
 def test_checkpoint_plan_is_reported() -> None:
+    """The reverse reruns the schedule's advances less its first sweep, which the forward ran
+    and whose stored carries it kept: ``kept_bytes``, one carry per slot past c_0."""
     program = dp.compile(heat(checkpoint=2), wrt=WRT, loss="loss")
     (vjp,) = [r for r in program.report.loops if r.op == "scan_vjp"]
-    assert vjp.slots == 2 and vjp.bytes_held == 2 * 8 * 6 * 4
-    assert vjp.recompute_factor == pytest.approx(vjp.advances / STEPS) and vjp.advances > STEPS - 1
+    carry = 8 * 6 * 4
+    assert vjp.slots == 2 and vjp.bytes_held == 2 * carry
+    assert "its first sweep kept by the forward" in vjp.policy
+    assert vjp.advances == optimal_advances(STEPS, 2) - (STEPS - 1) and vjp.kept_bytes == carry
+    assert vjp.recompute_factor == pytest.approx(vjp.advances / STEPS)
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_checkpointed_reverse_reads_each_call_s_own_forward(compiled: dict[str, Any], slots: int) -> None:
+    """The carries the forward keeps for the reverse's first sweep are the call's own: other
+    inputs, then the first ones again, give the store-every-carry program's bits each time."""
+    program = dp.compile(heat(checkpoint=slots), wrt=WRT, loss="loss")
+    other = {k: v * np.float32(0.5) for k, v in inputs().items()}
+    want = compiled["program"].value_and_grad(**other)[1]
+    for values, expected in ((other, want), (inputs(), compiled["grads"]), (other, want)):
+        grads = program.value_and_grad(**values)[1]
+        assert all(np.array_equal(grads[n], expected[n]) for n in WRT), slots
 
 
 @pytest.mark.parametrize("slots", [1, 2, 3])

@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from dpt_ir import ContractError
-from dpt_ir.ops.revolve import Action, advances, optimal_advances, peak_slots, plan, schedule
+from dpt_ir.ops.revolve import Action, advances, first_sweep, optimal_advances, peak_slots, plan, schedule
 
 
 @functools.cache
@@ -52,6 +52,27 @@ def test_schedule_is_optimal_and_reverses_every_step(slots: int) -> None:
         assert replay(actions) == list(range(n - 1, -1, -1))
         assert advances(actions) == optimal_advances(n, slots) == fewest_advances(n, min(slots, n) or 1), (n, slots)
         assert peak_slots(actions) <= slots
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3, 5, 16])
+def test_first_sweep_is_the_forward_s_steps_with_its_stores(slots: int) -> None:
+    """The actions before the first reverse advance from c_0 to c_{n-1} (the steps a forward
+    runs), storing each slot at most once at increasing steps; nothing after them reads a
+    slot the sweep did not store or the rest of the schedule stores first."""
+    for n in range(1, 41):
+        actions = schedule(n, slots)
+        sweep = first_sweep(actions)
+        assert sweep.advances == n - 1 and actions[sweep.actions] == Action(kind="reverse", at=n - 1)
+        lead = actions[: sweep.actions]
+        assert {a.kind for a in lead} <= {"store", "advance"}
+        assert list(sweep.stores.values()) == sorted(set(sweep.stores.values()))
+        assert all(0 < at < n for at in sweep.stores.values())
+        filled = {0, *sweep.stores}
+        for a in actions[sweep.actions :]:
+            if a.kind == "store":
+                filled.add(a.slot)
+            elif a.kind == "restore":
+                assert a.slot in filled, (n, slots, a)
 
 
 def test_known_counts() -> None:
