@@ -75,6 +75,7 @@ from dpt_ir.api.core import (
     true_divide,
     where,
 )
+from dpt_ir.api.fanbeam import fanbeam
 from dpt_ir.api.gather import add_at, take, take_along_axis
 from dpt_ir.api.imaging import (
     convolve,

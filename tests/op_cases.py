@@ -1035,6 +1035,7 @@ def resample_cases() -> list[OpCase]:
             lambda g: (a_mc.T @ g).reshape(4, 5),
         ),
         *radon_cases(),
+        *fanbeam_cases(),
     ]
 
 
@@ -1063,6 +1064,56 @@ def radon_cases() -> list[OpCase]:
             [Arg((2, side, len(RADON_THETA)), uniform())],
             lambda g: g.builder.emit("radon_adjoint", [g], attrs),
             lambda g: np.stack([m.transpose().apply(s.ravel()).reshape(5, 6) for s in g]),
+        ),
+    ]
+
+
+FAN = {"source_origin": 9.0, "origin_det": 4.0, "det_count": 7, "det_width": 1.1}
+FAN_ANGLES = [0.3, 1.9, 3.7]
+
+
+def fanbeam_matrix(h: int, w: int, angles: Sequence[float], so: float, od: float, n: int, dw: float) -> np.ndarray:
+    """The dense (lines, pixels) matrix of fan-beam line integrals (`dpt_ir.ir.fanbeam`'s
+    geometry), computed independently: each line S + t r (t real) clipped against each pixel
+    square [x0, x0 + 1] x [y0, y0 + 1] (Liang-Barsky); the length inside is the weight. Angles
+    must be generic: a line along a pixel edge would count for both pixels."""
+    out = np.zeros((len(angles) * n, h * w))
+    for a, t in enumerate(angles):
+        src = np.array([np.sin(t) * so, -np.cos(t) * so])
+        for d in range(n):
+            u = (d - n / 2 + 0.5) * dw
+            r = np.array([-np.sin(t) * od + u * np.cos(t), np.cos(t) * od + u * np.sin(t)]) - src
+            for i in range(h):
+                for j in range(w):
+                    lo = np.array([j - w / 2, h / 2 - i - 1])
+                    t0, t1 = -np.inf, np.inf
+                    for ax in range(2):
+                        e = sorted([(lo[ax] - src[ax]) / r[ax], (lo[ax] + 1 - src[ax]) / r[ax]])
+                        t0, t1 = max(t0, e[0]), min(t1, e[1])
+                    out[a * n + d, i * w + j] = max(0.0, t1 - t0) * np.hypot(*r)
+    return out
+
+
+def fanbeam_cases() -> list[OpCase]:
+    """fanbeam and fanbeam_adjoint on a stack of two slices, against the dense matrix of exact
+    pixel lengths (`fanbeam_matrix`) and its transpose."""
+    m = fanbeam_matrix(5, 6, FAN_ANGLES, FAN["source_origin"], FAN["origin_det"], FAN["det_count"], FAN["det_width"])
+    lines = (len(FAN_ANGLES), FAN["det_count"])
+    attrs = {"angles": FAN_ANGLES, **FAN, "in_shape": [2, 5, 6]}
+    return [
+        case(
+            "fanbeam",
+            "stack2_5x6",
+            [Arg((2, 5, 6), uniform())],
+            lambda a: dp.fanbeam(a, FAN_ANGLES, **FAN),
+            lambda a: np.stack([(m @ s.ravel()).reshape(lines) for s in a]),
+        ),
+        case(
+            "fanbeam_adjoint",
+            "stack2_5x6",
+            [Arg((2, *lines), uniform())],
+            lambda g: g.builder.emit("fanbeam_adjoint", [g], attrs),
+            lambda g: np.stack([(m.T @ s.ravel()).reshape(5, 6) for s in g]),
         ),
     ]
 
@@ -1495,7 +1546,10 @@ def view_special_cases() -> list[OpCase]:
     return [*out, zero_tap_case()]
 
 
-RESAMPLE_OPS = ("spline_filter1d", "spline_filter1d_adjoint", "resample", "resample_adjoint", "radon", "radon_adjoint")
+RESAMPLE_OPS = (
+    *("spline_filter1d", "spline_filter1d_adjoint", "resample", "resample_adjoint"),
+    *("radon", "radon_adjoint", "fanbeam", "fanbeam_adjoint"),
+)
 
 
 def _own_reference(c: OpCase, arrays: Sequence[np.ndarray]) -> np.ndarray:

@@ -137,6 +137,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
         "`scipy.ndimage` interpolation (orders 0 to 5; every mode with `cval`) and\n"
         "`skimage.transform.radon`, with a compile-time constant geometry: each is a constant\n"
         "sparse map whose gradient is its exact transpose, an ordered gather (no atomics).\n"
+        "`radon` and `fanbeam` (ASTRA's `fanflat` geometry) are matrix-free projectors.\n"
         "See [resampling.md](resampling.md).",
         [
             "map_coordinates",
@@ -147,6 +148,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
             "spline_filter1d",
             "spline_filter",
             "radon",
+            "fanbeam",
         ],
     ),
     (

@@ -21,6 +21,7 @@ from dpt_ir.ir.types import TensorType
 
 if TYPE_CHECKING:
     from dpt_ir.ir.builder import Tensor
+    from dpt_ir.ir.fanbeam import FanBeam
     from dpt_ir.ir.indexing import Affine, Coords, ImageMap
     from dpt_ir.ir.projection import ParallelBeam
     from dpt_ir.ir.recurrence import Recurrence
@@ -332,8 +333,8 @@ class OpDef:
       scatters (`ScatterLayout`) and constant integer tables;
     - ``contraction``: batched matrix products: how they read their operands (`Contraction`);
     - ``recurrence``: linear recurrences along an axis (line filters): their program (`Recurrence`);
-    - ``projection``: matrix-free parallel-beam projections and their transposes: their program
-      (`ParallelBeam`).
+    - ``projection``: matrix-free parallel- and fan-beam projections and their transposes: their
+      program (`ParallelBeam`, `FanBeam`).
 
     An op with none of these (`lowered` False) runs under `dp.interpret` only; compiling a
     graph that holds it is a ContractError naming it. The import-time check
@@ -390,9 +391,10 @@ class OpDef:
     # Linear recurrences along an axis (kind "recurrence", the spline prefilter): from (attrs,
     # input shape), the line program (`dpt_ir.ir.recurrence.Recurrence`).
     recurrence: Callable[[Any, tuple[int, ...]], Recurrence] | None = None
-    # Matrix-free projections (kind "projection", radon and its transpose): from (attrs, input
-    # shape), the program (`dpt_ir.ir.projection.ParallelBeam`); no per-problem table.
-    projection: Callable[[Any, tuple[int, ...]], ParallelBeam] | None = None
+    # Matrix-free projections (kind "projection": radon, fanbeam and their transposes): from
+    # (attrs, input shape), the program (`dpt_ir.ir.projection.ParallelBeam`,
+    # `dpt_ir.ir.fanbeam.FanBeam`); no per-problem table.
+    projection: Callable[[Any, tuple[int, ...]], ParallelBeam | FanBeam] | None = None
     # Source ops whose elements are a constant table (index_array): the table from the
     # attributes; kernels read it from a constant array.
     table: Callable[[Any], np.ndarray] | None = None

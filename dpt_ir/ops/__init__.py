@@ -17,6 +17,7 @@ from dpt_ir.ir.registry import (
 )
 from dpt_ir.ops import (  # noqa: F401  (registration)
     elementwise,
+    fanbeam,
     gather,
     linalg,
     loop,

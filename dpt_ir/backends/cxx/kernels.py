@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpt_ir.backends.base import Target
-from dpt_ir.backends.cxx import columns, contraction, drivers, projection, recurrence, sort_stages
+from dpt_ir.backends.cxx import columns, contraction, drivers, fanbeam, projection, recurrence, sort_stages
 from dpt_ir.backends.cxx.common import C_TYPES, DTYPE_OF_C, INDEX_LIMIT, TOKEN
 from dpt_ir.backends.cxx.emit import ElementWriter
 from dpt_ir.backends.cxx.nest import Nest, cover
@@ -51,8 +51,10 @@ def group_kernels(
         return contraction.contraction_kernels(graph, group, name, slots, checks, target.kind)
     if group.kind == "recurrence":  # a line filter: its own drivers (`recurrence`)
         return recurrence.recurrence_kernels(graph, group, name, slots, checks, target.kind)
-    if group.kind == "projection":  # a matrix-free projection: its own drivers (`projection`)
-        return projection.projection_kernels(graph, group, name, slots, checks, target.kind)
+    if group.kind == "projection":  # a matrix-free projection: its program's own drivers
+        fan = fanbeam.fan_of(graph, group.roots[0]) is not None
+        lower = fanbeam.fanbeam_kernels if fan else projection.projection_kernels
+        return lower(graph, group, name, slots, checks, target.kind)
     nest = cover(graph, group)
     if nest is None or (stage is not None and (nest.columns or nest.index != "int")):
         return None  # a row kernel's stages take 32-bit rows (its members then launch one by one)

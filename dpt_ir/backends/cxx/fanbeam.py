@@ -1,0 +1,226 @@
+"""The C++ lowering of fan-beam projection groups (a `FanBeam` program and its transpose),
+matrix-free, one C++ unit for CPU and CUDA.
+
+Assumes: a fusion group of kind ``projection`` whose op's program (``OpDef.projection``) is a
+`dpt_ir.ir.fanbeam.FanBeam`, float32 or float64, reading its materialised row-major input and
+writing its output; flat buffers. No op is named here: the program is the op's data.
+
+Guarantees: every tap is computed from the line table (the one launch constant,
+``$fan:<node>``, 4 float64 per line) with `dpt_ir.ir.fanbeam`'s float64 expressions, one
+operation per statement (no FMA contraction on the CPU), so the forward and the transpose
+weigh every tap with the same bits; sums in float64, rounded once at the store. Each output
+element is summed by one task or thread in a fixed order: no atomics, the same bits for any
+thread count. No per-problem table beyond the lines (angles x detectors): the generated text
+depends on the shapes only.
+
+- Forward: task ``(slice, line)`` sums its samples in walk order (``k`` ascending, the tap at
+  ``f`` then ``f + 1``).
+- Transpose: task ``(slice, band)`` of `band_rows` image rows, summed in a float64 work block:
+  lines in table order, each line's samples whose taps can reach the band (a row walk: the
+  band's rows; a column walk: an interval of columns from the line's crossing, two spare at
+  each end, every tap then tested exactly), ``k`` ascending. The work block holds at most
+  `MAX_WORK` doubles: a wider image is a ContractError naming the node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, TOKEN
+from dpt_ir.backends.cxx.units import Unit, single_launch, status_flag
+from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.fanbeam import FanBeam
+from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.kernel_ir import KernelGroup
+from dpt_ir.ir.records import origin_of
+
+MAX_WORK = 32768  # doubles of a transpose task's work block: 256 KiB of stack or CUDA local memory
+MAX_BAND = 32  # CPU transpose: image rows per task at most
+
+
+def fan_of(graph: Graph, root: str) -> FanBeam | None:
+    """The `FanBeam` program of node ``root``, or None when its op's program is another kind."""
+    node = graph.node_map[root]
+    op = node.opdef
+    if op.projection is None:
+        return None
+    program = op.projection(op.parse_attrs(node.attrs, root), tuple(graph.types[node.inputs[0]].shape))
+    return program if isinstance(program, FanBeam) else None
+
+
+def band_rows(b: FanBeam, device: str) -> int:
+    """Image rows per transpose task: one on CUDA (a thread each), else as many as the work
+    block holds, at most `MAX_BAND`."""
+    return 1 if device != "cpu" else max(1, min(MAX_BAND, MAX_WORK // max(b.w, 1)))
+
+
+def _check(graph: Graph, root: str, b: FanBeam) -> None:
+    sizes = [graph.types[v].size for v in (*graph.node_map[root].inputs, root)]
+    who = origin_of(graph, root) or f"op {graph.node_map[root].opdef.name!r}"
+    if max(sizes) > INDEX_LIMIT:
+        raise ContractError(
+            f"{who} (node {root!r}): the C++ backend indexes a projection's image and sinogram with 32-bit "
+            f"integers, at most {INDEX_LIMIT} elements each; found sizes {sizes}"
+        )
+    if b.adjoint and b.w > MAX_WORK:
+        raise ContractError(
+            f"{who} (node {root!r}): a fan-beam transpose holds image rows of at most {MAX_WORK} pixels on the "
+            f"C++ path (a band of one row), found width {b.w}"
+        )
+
+
+def _sample(cross: int) -> list[str]:
+    """Statements of sample ``k`` (int) of the line ``(A, Bq, L)``: the cross index ``c0`` of its
+    first tap, the weights ``w0 w1`` and validity ``v0 v1`` of its taps at ``c0`` and ``c0 + 1``
+    (`dpt_ir.ir.fanbeam`'s expressions; ``c0`` is clamped so a far line converts safely)."""
+    return [
+        "const double kk = (double)k; const double bk0 = Bq * kk; const double e0 = A + bk0;",
+        "const double k1 = kk + 1.0; const double bk1 = Bq * k1; const double e1 = A + bk1;",
+        "const bool up = e0 < e1; const double lo = up ? e0 : e1; const double hi = up ? e1 : e0;",
+        "const double f = dp_floor(lo); const double top = f + 1.0;",
+        "const double sp = hi - lo; const double num = top - lo; const double q = num / sp;",
+        "const double fr = sp > num ? q : 1.0; const double rest = 1.0 - fr;",
+        "const double w0 = L * fr; const double w1 = L * rest;",
+        f"const double fc = f < -2.0 ? -2.0 : (f > {cross}.0 ? {cross}.0 : f); const int c0 = (int)fc;",
+        f"const bool v0 = c0 >= 0 && c0 < {cross} && w0 != 0.0;",
+        f"const bool v1 = c0 + 1 >= 0 && c0 + 1 < {cross} && w1 != 0.0;",
+    ]
+
+
+def _line(r: str) -> list[str]:
+    return [f"const double md = tb[{r} * 4], A = tb[{r} * 4 + 1], Bq = tb[{r} * 4 + 2], L = tb[{r} * 4 + 3];"]
+
+
+def _forward(b: FanBeam, sig: str, args: tuple[str, str, str], c_type: str, checks: bool, fn: str) -> str:
+    """Entry ``fn``: task ``t`` sums one line of one slice (module docstring)."""
+    x, tb, y = args
+    h, w, lines = b.h, b.w, b.sinogram_size
+
+    def walk(n: int, cross: int, o0: str, o1: str) -> list[str]:
+        return [
+            f"for (int k = 0; k < {n if b.image_size else 0}; ++k) {{",
+            *("    " + s for s in _sample(cross)),
+            f"    const int o0 = v0 ? {o0} : 0; const int o1 = v1 ? {o1} : 0;",
+            "    const double p0 = v0 ? (double)img[o0] : 0.0; const double p1 = v1 ? (double)img[o1] : 0.0;",
+            "    const double t0 = w0 * p0; const double t1 = w1 * p1;",
+            "    acc = acc + t0; acc = acc + t1;",
+            "}",
+        ]
+
+    body = [
+        f"const {c_type}* x = {x}; {c_type}* y = {y}; const double* tb = {tb};",
+        f"const int s = t / {lines}, r = t % {lines};",
+        *_line("r"),
+        f"const {c_type}* img = x + s * {b.image_size}; (void)img;",
+        "double acc = 0.0;",
+        "if (md == 0.0) {",
+        *("    " + s for s in walk(h, w, f"k * {w} + c0", f"k * {w} + c0 + 1")),
+        "} else {",
+        *("    " + s for s in walk(w, h, f"c0 * {w} + k", f"(c0 + 1) * {w} + k")),
+        "}",
+        f"{c_type}& out = y[s * {lines} + r];",
+        f"out = ({c_type})acc;",
+        "int bad = 0;",
+        *(["bad |= dp_nonfinite(out);"] if checks else []),
+        *status_flag(checks),
+    ]
+    return "\n".join([f"DP_FN void {fn}({sig}) {{", *("    " + s for s in body), "}"])
+
+
+def _adjoint(b: FanBeam, sig: str, args: tuple[str, str, str], c_type: str, checks: bool, B: int, fn: str) -> str:
+    """Entry ``fn``: task ``t`` computes image rows ``band * B .. band * B + B - 1`` of one slice
+    (module docstring)."""
+    g_, tb, y = args
+    h, w, lines = b.h, b.w, b.sinogram_size
+    nb = -(-h // B) if h else 1
+
+    def add(c: str, tap: str, o: str, band: str) -> str:
+        return f"if (v{tap}{band}) {{ const double m = w{tap} * gv; double& p = work[{o}]; p = p + m; }}"
+
+    rows_walk = [  # a row walk's samples in the band are the band's rows
+        "for (int k = R0; k < R1; ++k) {",
+        *("    " + s for s in _sample(w)),
+        "    " + add("c0", "0", f"(k - R0) * {w} + c0", ""),
+        "    " + add("c0", "1", f"(k - R0) * {w} + c0 + 1", ""),
+        "}",
+    ]
+    cols_walk = [  # a column walk: the columns whose crossing A + Bq k lies in [R0 - 1, R1 + 1)
+        "const double lo_ = (double)(R0 - 1) - A, hi_ = (double)(R1 + 1) - A;",
+        "int k0 = 0, k1 = 0;",
+        "if (Bq == 0.0) {",
+        f"    if (lo_ <= 0.0 && 0.0 < hi_) k1 = {w};",
+        "} else {",
+        "    const double ea = lo_ / Bq, eb = hi_ / Bq;",
+        "    const double la = dp_floor(ea < eb ? ea : eb) - 2.0, ha = dp_floor(ea < eb ? eb : ea) + 3.0;",
+        f"    k0 = la < 0.0 ? 0 : (la > {w}.0 ? {w} : (int)la);",
+        f"    k1 = ha < 0.0 ? 0 : (ha > {w}.0 ? {w} : (int)ha);",
+        "}",
+        "for (int k = k0; k < k1; ++k) {",
+        *("    " + s for s in _sample(h)),
+        "    const bool b0 = c0 >= R0 && c0 < R1, b1 = c0 + 1 >= R0 && c0 + 1 < R1;",
+        "    " + add("c0", "0", f"(c0 - R0) * {w} + k", " && b0"),
+        "    " + add("c0", "1", f"(c0 + 1 - R0) * {w} + k", " && b1"),
+        "}",
+    ]
+    per_line = [
+        *_line("r"),
+        "const double gv = (double)sino[r];",
+        "if (md == 0.0) {",
+        *("    " + s for s in rows_walk),
+        "} else {",
+        *("    " + s for s in cols_walk),
+        "}",
+    ]
+    body = [
+        f"const {c_type}* gs = {g_}; {c_type}* y = {y}; const double* tb = {tb}; (void)tb;",
+        f"const int s = t / {nb}, band = t % {nb};",
+        f"const int R0 = band * {B}, R1 = R0 + {B} < {h} ? R0 + {B} : {h};",
+        f"const {c_type}* sino = gs + s * {lines}; (void)sino;",
+        f"double work[{max(B * w, 1)}];",
+        f"for (int k = 0; k < {B * w}; ++k) work[k] = 0.0;",
+        f"for (int r = 0; r < {lines if b.image_size else 0}; ++r) {{",
+        *("    " + s for s in per_line),
+        "}",
+        "int bad = 0;",
+        f"for (int k = 0; k < (R1 - R0) * {w}; ++k) {{",
+        f"    {c_type}& out = y[s * {b.image_size} + R0 * {w} + k];",
+        f"    out = ({c_type})work[k];",
+        *(["    bad |= dp_nonfinite(out);"] if checks else []),
+        "}",
+        *status_flag(checks),
+    ]
+    return "\n".join([f"DP_FN void {fn}({sig}) {{", *("    " + s for s in body), "}"])
+
+
+def _tasks(b: FanBeam, device: str) -> int:
+    if b.adjoint:
+        return b.slices * (-(-b.h // band_rows(b, device)) if b.h else 1)
+    return b.slices * b.sinogram_size
+
+
+def fanbeam_kernels(
+    graph: Graph, group: KernelGroup, name: str, slots: list[Any], checks: bool, device: str
+) -> tuple[list[Any], dict[str, tuple[str, str]]]:
+    """The one launch of fan-beam group ``group`` on ``device`` and its native definition
+    (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
+    (root,) = group.roots
+    node = graph.node_map[root]
+    b = fan_of(graph, root)
+    assert b is not None  # `kernels.group_kernels` sends only fan-beam programs here
+    _check(graph, root, b)
+    c_type = C_TYPES[graph.types[root].dtype]
+    key = f"$fan:{root}"
+    constants = {key: ("float64", b.table.reshape(-1))}
+    params = [node.inputs[0], key, root]
+    unit = Unit(graph, params, {root}, {}, constants)
+    args = ("a0", "a1", "a2")
+
+    def entry(sig: str, cpu: bool, fn: str) -> str:
+        if b.adjoint:
+            return _adjoint(b, sig, args, c_type, checks, band_rows(b, device if cpu else "cuda"), fn)
+        return _forward(b, sig, args, c_type, checks, fn)
+
+    def drivers(sig: str) -> str:
+        return entry(sig, True, f"{TOKEN}_cpu") + "\n" + entry(sig, False, f"{TOKEN}_cuda") + "\n"
+
+    return single_launch(unit, root, name, slots, checks, _tasks(b, device), group.id, drivers)
