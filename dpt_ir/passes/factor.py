@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from dpt_ir.ir.graph import Graph, Node, unique_name
 from dpt_ir.ir.registry import OpDef
 from dpt_ir.ir.types import TensorType, is_float
@@ -109,6 +111,8 @@ def _rewrite(
     varying = [leaf for leaf in leaves if leaf not in constant]
     if not constant or not varying:
         return []
+    if tuple(np.broadcast_shapes(*(tuple(graph.types[leaf].shape) for leaf in varying))) != full:
+        return []  # the varying factors alone broadcast to fewer elements: keep the reduction's count
     product, meta = top.op, node.meta
     new: list[Node] = []
 
@@ -122,8 +126,6 @@ def _rewrite(
     scale = constant[0]
     for leaf in constant[1:]:
         scale = emit(product, (scale, leaf), {}, f"{node.name}.scale")
-    if tuple(types[summand].shape) != full:
-        return []  # the varying factors alone broadcast to fewer elements: keep the reduction's count
     total = emit(node.op, (summand,), dict(node.attrs), f"{node.name}.factored")
     if not keepdims:
         padded = (1,) * (len(full) - len(types[scale].shape)) + tuple(types[scale].shape)

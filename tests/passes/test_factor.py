@@ -78,6 +78,13 @@ def test_what_stays() -> None:
     g.output("y", dp.sum(c * d, axis=1))
     constant = g.build()
     assert factor.run(constant, CompileOptions()) is constant  # nothing varies along the axis
+    g = dp.GraphBuilder("fewer_terms")
+    a = g.input("a", (1, COLS), "float64")
+    c = g.input("c", (ROWS, 1), "float64")
+    g.output("y", dp.sum(a * c, axis=1))
+    fewer = g.build()
+    # a alone spans fewer elements than the sum reads: c's count would change; nothing is emitted
+    assert factor.run(fewer, CompileOptions()) is fewer
 
 
 def test_the_softmax_tangent_sums_in_the_forward_pass_over_the_row() -> None:
