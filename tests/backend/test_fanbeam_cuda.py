@@ -76,3 +76,15 @@ def test_an_infinite_pixel_raises_its_flag(replay: Replayed) -> None:
     _, _, raised = replay
     for cuda in (False, True):
         assert len(raised[cuda]) == 1 and "fanbeam" in raised[cuda][0], raised[cuda]
+
+
+def test_the_cpu_program_s_lanes_give_the_cuda_drivers_bits(replay: Replayed) -> None:
+    """The CPU forward sums 8 lines in lanes over the samples any of them reaches, the CUDA
+    driver one line per thread over its own: each line's sum is the same."""
+    results, _, _ = replay
+    graph, feed = _graph(False)
+    out = dp.compile(graph, device="cpu").run(**feed)
+    assert len(results[True]) == len(out)
+    for key, value in results[True].items():
+        name = key.rsplit("/", 1)[-1]  # the bundle's buffer "output/<name>"
+        np.testing.assert_array_equal(out[name].reshape(-1), value.reshape(-1), err_msg=key)
