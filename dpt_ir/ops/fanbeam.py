@@ -16,16 +16,15 @@ across tasks, no atomics), set-up independent of the image size.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.fanbeam import FanBeam, covering_radius, ray_table
-from dpt_ir.ir.registry import Derivative, GradContext, Linear, OpDef, register_op
+from dpt_ir.ir.registry import Derivative, Linear, OpDef, register_op
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import TensorType
-from dpt_ir.ops.resample import check_float
+from dpt_ir.ops.radon import check_stack, same_attrs
 from dpt_ir.reference import fanbeam_ref
 
 ADJOINT_FORM = "matrix-free transpose: per pixel row band, the taps of each line in a fixed order (no atomics)"
@@ -74,24 +73,17 @@ def program(a: FanBeamAttrs, adjoint: bool) -> FanBeam:
     return FanBeam(math.prod(a.in_shape[:-2]), h, w, len(a.angles), a.det_count, table, adjoint)
 
 
-def _check(t: TensorType, shape: tuple[int, ...], what: str, where: str) -> TensorType:
-    check_float(t, where)
-    if t.shape != tuple(shape):
-        raise ContractError(f"{where}: expected {what} of shape {list(shape)}, found {list(t.shape)}")
-    return t
-
-
 def _infer(inputs: tuple[TensorType, ...], a: FanBeamAttrs, where: str) -> TensorType:
     check_geometry(a, where)
     (x,) = inputs
-    _check(x, a.in_shape, "an image stack", where)
+    check_stack(x, a.in_shape, "an image stack", where)
     return TensorType(shape=out_shape(a), dtype=x.dtype)
 
 
 def _infer_adjoint(inputs: tuple[TensorType, ...], a: FanBeamAttrs, where: str) -> TensorType:
     check_geometry(a, where)
     (g,) = inputs
-    _check(g, out_shape(a), "a sinogram stack", where)
+    check_stack(g, out_shape(a), "a sinogram stack", where)
     return TensorType(shape=a.in_shape, dtype=g.dtype)
 
 
@@ -103,10 +95,6 @@ def _reference_adjoint(a: FanBeamAttrs, g: np.ndarray) -> np.ndarray:
     return fanbeam_ref.fanbeam_adjoint_apply(g, program(a, True)).astype(g.dtype)
 
 
-def _same(c: GradContext) -> dict[str, Any]:
-    return c.attrs.model_dump()
-
-
 register_op(
     OpDef(
         name="fanbeam",
@@ -115,7 +103,7 @@ register_op(
         attrs=FanBeamAttrs,
         infer=_infer,
         reference=_reference,
-        derivative=Derivative({0: lambda c: c.gy.builder.emit("fanbeam_adjoint", [c.gy], _same(c))}),
+        derivative=Derivative({0: lambda c: c.gy.builder.emit("fanbeam_adjoint", [c.gy], same_attrs(c))}),
         linear=Linear(((0,),)),
         projection=lambda a, shape: program(a, False),
         doc="fan-beam line integrals of each (H, W) slice (ASTRA fanflat geometry, exact pixel lengths), matrix-free",
@@ -129,7 +117,7 @@ register_op(
         attrs=FanBeamAttrs,
         infer=_infer_adjoint,
         reference=_reference_adjoint,
-        derivative=Derivative({0: lambda c: c.gy.builder.emit("fanbeam", [c.gy], _same(c))}),
+        derivative=Derivative({0: lambda c: c.gy.builder.emit("fanbeam", [c.gy], same_attrs(c))}),
         linear=Linear(((0,),)),
         projection=lambda a, shape: program(a, True),
         doc=f"the transpose of fanbeam; adjoint form: {ADJOINT_FORM}",

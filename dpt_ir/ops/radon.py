@@ -49,7 +49,8 @@ def beam(a: RadonAttrs, adjoint: bool) -> ParallelBeam:
     return ParallelBeam(slices, h, w, side, r0, c0, angle_table(side, a.theta), adjoint)
 
 
-def _check(t: TensorType, shape: tuple[int, ...], what: str, where: str) -> TensorType:
+def check_stack(t: TensorType, shape: tuple[int, ...], what: str, where: str) -> TensorType:
+    """``t`` as a float stack of ``shape`` (``what`` names it), or ContractError naming ``where``."""
     check_float(t, where)
     if t.shape != tuple(shape):
         raise ContractError(f"{where}: expected {what} of shape {list(shape)}, found {list(t.shape)}")
@@ -58,13 +59,13 @@ def _check(t: TensorType, shape: tuple[int, ...], what: str, where: str) -> Tens
 
 def _infer(inputs: tuple[TensorType, ...], a: RadonAttrs, where: str) -> TensorType:
     (x,) = inputs
-    _check(x, a.in_shape, "an image stack", where)
+    check_stack(x, a.in_shape, "an image stack", where)
     return TensorType(shape=a.out_shape, dtype=x.dtype)
 
 
 def _infer_adjoint(inputs: tuple[TensorType, ...], a: RadonAttrs, where: str) -> TensorType:
     (g,) = inputs
-    _check(g, a.out_shape, "a sinogram stack", where)
+    check_stack(g, a.out_shape, "a sinogram stack", where)
     return TensorType(shape=a.in_shape, dtype=g.dtype)
 
 
@@ -77,7 +78,8 @@ def _reference_adjoint(a: RadonAttrs, g: np.ndarray) -> np.ndarray:
     return radon_ref.radon_adjoint_apply(g, shape, a.theta, a.circle).astype(g.dtype)  # type: ignore[arg-type]
 
 
-def _same(c: GradContext) -> dict[str, Any]:
+def same_attrs(c: GradContext) -> dict[str, Any]:
+    """The attributes of ``c``'s node, for its derivative (the transpose takes the same ones)."""
     return c.attrs.model_dump()
 
 
@@ -89,7 +91,7 @@ register_op(
         attrs=RadonAttrs,
         infer=_infer,
         reference=_reference,
-        derivative=Derivative({0: lambda c: c.gy.builder.emit("radon_adjoint", [c.gy], _same(c))}),
+        derivative=Derivative({0: lambda c: c.gy.builder.emit("radon_adjoint", [c.gy], same_attrs(c))}),
         linear=Linear(((0,),)),
         projection=lambda a, shape: beam(a, False),
         doc="skimage.transform.radon of each (H, W) slice, matrix-free (parallel beam, bilinear taps)",
@@ -103,7 +105,7 @@ register_op(
         attrs=RadonAttrs,
         infer=_infer_adjoint,
         reference=_reference_adjoint,
-        derivative=Derivative({0: lambda c: c.gy.builder.emit("radon", [c.gy], _same(c))}),
+        derivative=Derivative({0: lambda c: c.gy.builder.emit("radon", [c.gy], same_attrs(c))}),
         linear=Linear(((0,),)),
         projection=lambda a, shape: beam(a, True),
         doc=f"the transpose of radon; adjoint form: {ADJOINT_FORM}",
