@@ -8,6 +8,7 @@ Assumes a `FanBeam` program. Guarantees the program's taps with its float64 expr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -49,7 +50,9 @@ def taps(beam: FanBeam, angle: int) -> Iterator[tuple[np.ndarray, np.ndarray, np
 
 
 def _per_slice(fn: object, x: np.ndarray, shape: tuple[int, int], out: tuple[int, int]) -> np.ndarray:
-    flat = np.asarray(x, dtype=np.float64).reshape(-1, *shape)
+    flat = np.asarray(x, dtype=np.float64).reshape(math.prod(x.shape[:-2]), *shape)
+    if flat.shape[0] == 0:  # an empty stack
+        return np.zeros((*x.shape[:-2], *out))
     return np.stack([fn(s) for s in flat]).reshape(*x.shape[:-2], *out)  # type: ignore[operator]
 
 

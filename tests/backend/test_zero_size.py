@@ -256,6 +256,7 @@ def other_cases() -> list[OpCase]:
         case("matmul", "batch0", [Arg((0, 2, 3), u), Arg((3, 4), u)], dp.matmul, np.matmul),
         case("matmul", "vectors_k0", [Arg((0,), u), Arg((0,), u)], dp.matmul, np.matmul),
         *radon_cases(),
+        *fanbeam_cases(),
         # An empty image: dp.correlate returns it, as scipy.ndimage does, with no stencil node
         # (correlate_valid itself refuses, as scipy.signal does: `REFUSALS`).
         case(
@@ -289,6 +290,23 @@ def radon_cases() -> list[OpCase]:
         case("radon", "4x0_padded", [Arg((4, 0), u)], lambda a: dp.radon(a, ZERO_THETA, circle=False),
              lambda a: np.zeros((6, 3), a.dtype)),
         case("radon_adjoint", "6x3_to_4x0", [Arg((6, 3), u)], _emit("radon_adjoint", **adjoint),
+             lambda g: np.zeros((4, 0), g.dtype)),
+    ]  # fmt: skip
+
+
+FAN = {"angles": [0.2, 2.0], "source_origin": 9.0, "origin_det": 3.0, "det_count": 4}
+
+
+def fanbeam_cases() -> list[OpCase]:
+    """An empty stack of images, an image without columns (every line misses it: 0) and a
+    transpose to it."""
+    u = uniform()
+    adjoint = {**FAN, "det_width": 1.0, "in_shape": [4, 0]}
+    return [
+        case("fanbeam", "stack0_5x6", [Arg((0, 5, 6), u)], lambda a: dp.fanbeam(a, **FAN),
+             lambda a: np.zeros((0, 2, 4), a.dtype)),
+        case("fanbeam", "4x0", [Arg((4, 0), u)], lambda a: dp.fanbeam(a, **FAN), lambda a: np.zeros((2, 4), a.dtype)),
+        case("fanbeam_adjoint", "2x4_to_4x0", [Arg((2, 4), u)], _emit("fanbeam_adjoint", **adjoint),
              lambda g: np.zeros((4, 0), g.dtype)),
     ]  # fmt: skip
 
