@@ -374,20 +374,41 @@ class Loop:
     def _destinations(self) -> list[list[wp.array]]:
         """Where forward step ``i`` writes ``c_{i+1}``: the packed result's final carries at the
         last step, a kept step's own arrays, else the two pool buffers in turn (so never the
-        step's input). The same arrays at every call."""
+        step's input), where from the second step a passed-through carry is its source's array
+        of the step before (`_rotated`). The same arrays at every call."""
         a = self.attrs
         final = [
             _view(self.packed, self.result_offsets[k], self.result_offsets[k] + self.results[k].size)
             for k in range(a.carries)
         ]
-        out, at = [], 1  # at: the pool buffer holding the carry
+        out: list[list[wp.array]] = []
+        at = 1  # at: the pool buffer holding the carry
         for i in range(a.length - 1):
             if i + 1 in self.kept:
                 out.append(self.kept[i + 1])
             else:
                 at ^= 1
-                out.append(self.pool[at])
+                out.append(self._rotated(self.pool[at], out[-1]) if out and self.through else self.pool[at])
         return [*out, final]
+
+    def _rotated(self, row: list[wp.array], prior: list[wp.array]) -> list[wp.array]:
+        """``row`` with each passed-through carry ``k`` taking carry ``m``'s array of ``prior``
+        (the step's input: the same values, so the step copies nothing for it), and each other
+        carry the first pool array of its size that neither ``prior`` nor the row holds (the
+        pool arrays the shared carries leave free: a leapfrog's fields rotate over three)."""
+        a = self.attrs
+        out: list[wp.array | None] = [prior[self.through[k]] if k in self.through else None for k in range(a.carries)]
+        used = {x.ptr for x in prior} | {x.ptr for x in out if x is not None}
+        for j in range(a.carries):
+            if out[j] is not None:
+                continue
+            size = self.in_types[j].size
+            mates = [k for k in (j, *sorted(self.through)) if self.in_types[k].size == size]
+            spare = [self.pool[b][k] for k in mates for b in (0, 1)]
+            pick = next(x for x in (row[j], *spare) if x.ptr not in used)  # prior holds 2 of them at most
+            out[j] = pick
+            used.add(pick.ptr)
+        return out  # type: ignore[return-value]
 
     def last_carry(self, initial: list[wp.array]) -> list[wp.array]:
         """The arrays holding ``c_{length-1}`` after a forward (``initial``: ``c_0``, the loop's
