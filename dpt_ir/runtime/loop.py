@@ -228,11 +228,13 @@ class Loop:
 
     def carry_bytes_held(self) -> int:
         """Bytes of the carry-sized arrays this loop owns for carries and their cotangents
-        (stored carries, kept carries, the step buffers), body temporaries excluded;
-        measured on the arrays, so asking allocates them (`ready`)."""
+        (stored carries, kept carries, the step buffers), body temporaries excluded; a
+        reverse's slots that are its forward's kept carries are the forward's (`held` gives
+        them as ``kept_bytes``). Measured on the arrays, so asking allocates them (`ready`)."""
         self.ready()
         arrays = [x for group in (*self.slots, *self.kept.values(), *self.pool) for x in group]
-        return sum(x.capacity for x in {x.ptr: x for x in arrays}.values())
+        borrowed = {x.ptr for group in self.source.kept.values() for x in group} if self.source else set()
+        return sum(x.capacity for p, x in {x.ptr: x for x in arrays}.items() if p not in borrowed)
 
     def workspace_bytes(self) -> int:
         """Bytes of the body's and vjp's workspaces outside `pool`: the body's own

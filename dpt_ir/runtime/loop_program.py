@@ -168,7 +168,8 @@ def saved_text(loops: tuple[LoopRow, ...]) -> str:
             f"(the first is the initial carry itself); with the step buffers (the current carry, the next "
             f"one and the cotangent, sharing three) it owns {r.carry_bytes_held} bytes of carries "
             f"and cotangents, plus {r.workspace_bytes} bytes of the body's own workspaces"
-            + (f"; it reads the {r.kept_bytes} bytes of carries the forward kept" if r.kept_bytes is not None else ""),
+            + (f"; it reads the {r.kept_bytes} bytes of carries the forward kept" if r.kept_bytes is not None else "")
+            + (" (its stored carries past the first)" if r.kept_bytes is not None and r.advances else ""),
             f"  recomputes {r.advances} forward steps to rebuild carries: "
             f"recompute factor {r.recompute_factor:.3f} "
             "(forward steps rerun / length; each step's vjp also runs its step's forward once)",
