@@ -223,6 +223,31 @@ def test_float32_products_are_the_documented_order_bit_for_bit(
         assert np.array_equal(out[f"float32_o{k}"], want), k
 
 
+def _in_order64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A 2-D float64 product in the kernels' documented order, exactly: per element ``s = 0``,
+    then ``s = fma(a_p, b_p, s)`` for ``p`` ascending (one rounding per step: the exact value
+    rounded by ``float(Fraction)``, which rounds to nearest)."""
+    out = np.zeros((a.shape[0], b.shape[1]))
+    for i, j in np.ndindex(out.shape):
+        s = 0.0
+        for p in range(a.shape[1]):
+            s = float(Fraction(float(a[i, p])) * Fraction(float(b[p, j])) + Fraction(s))
+        out[i, j] = s
+    return out
+
+
+def test_float64_products_are_the_documented_order_bit_for_bit(
+    compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
+) -> None:
+    """Odd sizes in one k chunk (edge tiles stored from the last chunk's registers) and a k of 300
+    that crosses a chunk (sums carried in the task's double buffer): the reference order's bits."""
+    _, feed, _, program = compiled
+    out, _ = program.value_and_grad(**feed)
+    for k in (7, 8):
+        want = _in_order64(feed[f"float64_a{k}"], feed[f"float64_b{k}"])
+        assert np.array_equal(out[f"float64_o{k}"], want), k
+
+
 def test_every_product_takes_the_cxx_path(
     compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
 ) -> None:
