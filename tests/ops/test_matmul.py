@@ -217,10 +217,16 @@ def test_float32_products_are_the_documented_order_bit_for_bit(
     compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
 ) -> None:
     _, feed, _, program = compiled
-    out, _ = program.value_and_grad(**feed)  # the products of the forward (`run` would build another module)
+    out, grads = program.value_and_grad(**feed)  # the products of the forward (`run` would build another module)
     for k in FLOAT32_SHAPES:
         want = _in_order(feed[f"float32_a{k}"], feed[f"float32_b{k}"])
         assert np.array_equal(out[f"float32_o{k}"], want), k
+    # The gradients of the 2-D products: ``s Bᵀ`` (B read through a transpose flag, packed along
+    # its columns) and ``Aᵀ s`` (A read in place through one), the cotangent being ``s`` exactly.
+    for k in (0, 7, 8):
+        a, b, s = (feed[f"float32_{x}{k}"] for x in "abs")
+        assert np.array_equal(grads[f"float32_a{k}"], _in_order(s, b.T)), k
+        assert np.array_equal(grads[f"float32_b{k}"], _in_order(a.T, s)), k
 
 
 def _in_order64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
