@@ -8,7 +8,9 @@ Cases, float32 and float64: square products ``A @ B`` at 64², 256², 512², 102
 (wrt x, W, b) runs the forward product and both backward ones (``dX = dY Wᵀ``, ``dW = Xᵀ dY``).
 Each contender runs with one thread (timed in the calling thread's CPU time, where every contender
 computes), then with every core (wall time; ``--threads``); the rounds interleave
-the contenders after a warm-up (`benchmarks.rounds.measure`) and report medians.
+the contenders after a warm-up (`benchmarks.rounds.measure`) and report medians. A sample is as
+many calls as make the slowest contender's span 2 ms (one call from 512² up; hundreds at 64²), the
+same count for every contender, and the figures are per call.
 
 OpenBLAS: this machine sets ``OPENBLAS_CORETYPE=Haswell`` and ``OPENBLAS_L2_SIZE``, which hold
 OpenBLAS to its AVX2 kernel; the script re-executes itself without them (and without any
@@ -198,6 +200,30 @@ def _contenders(case: str, n: int, dtype: str, threads: int, rng: np.random.Gene
     return {"dpt_ir": lambda: program.run(a=a, b=b), "numpy": lambda: a @ b, "torch": lambda: ta @ tb}, flops
 
 
+SAMPLE_SECONDS = 2e-3  # a timed sample spans at least this long (`_calls_per_sample`)
+
+
+def _calls_per_sample(fns: dict[str, Callable[[], Any]]) -> int:
+    """Calls per timed sample, the same for every contender: enough for the slowest one's sample
+    to span `SAMPLE_SECONDS`. A lone call of a few microseconds (64²) would be timed mostly
+    cold and with the clock's own cost in it, which biases every ratio towards 1."""
+    slowest = 0.0
+    for fn in fns.values():
+        fn()  # warm
+        start = time.perf_counter()
+        fn()
+        slowest = max(slowest, time.perf_counter() - start)
+    return max(1, int(SAMPLE_SECONDS / max(slowest, 1e-9)))
+
+
+def _repeated(fn: Callable[[], Any], calls: int) -> Callable[[], None]:
+    def sample() -> None:
+        for _ in range(calls):
+            fn()
+
+    return sample
+
+
 def run(cases: list[tuple[str, int]], dtypes: list[str], threads: list[int], reps: int) -> list[dict[str, Any]]:
     rows = []
     rng = np.random.default_rng(0)
@@ -217,13 +243,14 @@ def run(cases: list[tuple[str, int]], dtypes: list[str], threads: list[int], rep
                 peak, _ = peak_gflops(dtype, ghz, fma_rate)
                 for case, n in cases:
                     fns, flops = _contenders(case, n, dtype, t, rng)
-                    times = measure(fns, reps)
+                    calls = _calls_per_sample(fns)
+                    times = measure({k: _repeated(fn, calls) for k, fn in fns.items()}, reps)
                     label = f"{case} {n}" if case == "square" else case
                     row = {"case": label, "dtype": dtype, "threads": t, "flops": flops}
                     for name, m in times.items():
                         # one thread: the calling thread's CPU time (every contender computes on
                         # it, and another process's load does not count); more: wall time
-                        seconds = statistics.median(m["cpu" if t == 1 else "wall"])
+                        seconds = statistics.median(m["cpu" if t == 1 else "wall"]) / calls
                         row[name] = {"ms": seconds * 1e3, "gflops": flops / seconds / 1e9}
                     gf = row["dpt_ir"]["gflops"]
                     ratios = "  ".join(f"vs {k} {gf / row[k]['gflops']:.2f}x" for k in fns if k != "dpt_ir")

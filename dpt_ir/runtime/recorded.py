@@ -146,7 +146,13 @@ class RecordedPhase:
         """Point every target descriptor at this call's array (or the workspace's), then
         replay the commands; returns `count`."""
         for name, targets in self.names:
-            ptr = address(bound[name]) if name in bound else self.fallback[name]
+            value = bound.get(name)
+            if value is None:
+                ptr = self.fallback[name]
+            elif type(value) is np.ndarray and _DATA_OFFSET is not None:  # `address`, inlined: every call's path
+                ptr = _pointer_at(id(value) + _DATA_OFFSET).value or 0
+            else:
+                ptr = address(value)
             for desc in targets:
                 desc.data = ptr
         for step in self.steps:
