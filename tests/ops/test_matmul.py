@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.backends.cxx.contraction import KB
+from dpt_ir.backends.cxx.contraction import KB, contraction_of, cpu_blocking
 from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes.options import CompileOptions
 from tests.backend.harness import off_cxx
@@ -252,6 +252,26 @@ def test_float64_products_are_the_documented_order_bit_for_bit(
     for k in (7, 8):
         want = _in_order64(feed[f"float64_a{k}"], feed[f"float64_b{k}"])
         assert np.array_equal(out[f"float64_o{k}"], want), k
+
+
+THIN = [((1, 300), (300, 70)), ((2, 5), (5, 120)), ((3, 20), (20, 128)), ((300,), (300, 120))]
+
+
+def test_thin_products_take_thin_tiles_and_keep_the_order() -> None:
+    """Products of 1 to 4 rows run on the thin micro tiles (`contraction.TILES`: 1 x 128, 2 x 128,
+    4 x 64 float32) and give the reference order's bits (k past a block, edge columns)."""
+    g = dp.GraphBuilder("matmul_thin")
+    feed = {}
+    for k, (sa, sb) in enumerate(THIN):
+        a, b = g.input(f"a{k}", sa, "float32"), g.input(f"b{k}", sb, "float32")
+        g.output(f"o{k}", a @ b)
+        feed[f"a{k}"], feed[f"b{k}"] = (RNG.standard_normal(x).astype(np.float32) for x in (sa, sb))
+    graph = g.build()
+    rows = [cpu_blocking(contraction_of(graph, n.name), "float").mr for n in graph.nodes if n.op == "matmul"]
+    assert rows == [1, 2, 4, 1], rows
+    out = dp.compile(graph, device="cpu").run(**feed)
+    for k in range(len(THIN)):
+        assert np.array_equal(out[f"o{k}"], _in_order(feed[f"a{k}"], feed[f"b{k}"])), k
 
 
 def test_every_product_takes_the_cxx_path(

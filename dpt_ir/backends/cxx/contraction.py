@@ -14,8 +14,10 @@ added in float64 in block order, ``C = (float) s`` (docs/backend.md gives why an
 bound ``|C - AB| <= (KB u + u) |A||B|``). The CPU and CUDA drivers and any thread count give
 the same bits; no atomics.
 
-- CPU (`cpu_driver`, blocks by dtype in `blocking`): a task is an output block of one batch
-  (float64 `TM64` x `TN64`, float32 `TM32` x `TN32`); consecutive tasks run down a column of
+- CPU (`cpu_driver`, blocks by dtype and shape in `cpu_blocking`): a task is an output block of
+  one batch (float64 `TM64` x `TN64`, float32 `TM32` x `TN32`, narrowed to a small product; the
+  micro tile is the default one below or, for a product of 1 to 4 rows, a thin one of `TILES`,
+  the same sums in the same order); consecutive tasks run down a column of
   blocks, so they share B's column strip (it stays in L2 while A's row blocks stream). It walks
   ``k`` in chunks (float64 `KC64`; float32 one k block, `KB`): packs the chunk's columns of B in
   the accumulation type, zero-padded to whole micro tiles (contiguous, in the order the micro
@@ -62,6 +64,11 @@ KB = 256  # the k block; CPU: also its chunk, so a chunk's sums stay in float32 
 TM64, TN64, MR64, NR64, KC64 = 128, 64, 4, 32, 256  # CPU, float64: block, micro tile (16 AVX-512 registers), chunk
 TM32, TN32 = 256, 64  # CPU, float32: a task's output block
 MR32, NR32 = 8, 32  # CPU, float32: the micro tile, MR32 x NR32 float accumulators (16 AVX-512 registers)
+# CPU micro tiles (rows, columns) by AVX-512 lanes of the packed type, the first the default: each
+# holds at most 16 vector accumulators; the thin ones fit a product with few rows (a vector times a
+# matrix fills one row of an 8-row tile: 1/8 of its FMAs count). No tile is narrower than 32
+# columns: clang's code for 16 x 16 float32 tiles ran a matrix-vector product 18x slower.
+TILES = {16: ((MR32, NR32), (4, 64), (1, 128), (2, 128)), 8: ((MR64, NR64), (1, 64), (2, 64))}
 TILE = 16  # CUDA: output tile edge and k tile, one thread per output element
 BLOCK = TILE * TILE  # CUDA: threads per block
 PAD = TILE + 1  # CUDA: a shared tile's row pitch (no bank conflicts on column reads)
@@ -96,8 +103,8 @@ def plan(graph: Graph, root: str, device: str) -> Plan:
         raise ContractError(f"node {root!r}: a contraction needs float32 or float64, found {dtype}")
     batches = math.prod(ct.batch)
     if device == "cpu":
-        tm, tn = (TM32, TN32) if dtype == "float32" else (TM64, TN64)  # `blocking`'s task blocks
-        dim = batches * -(-ct.m // tm) * -(-ct.n // tn)
+        bk = cpu_blocking(ct, C_TYPES[dtype])
+        dim = batches * -(-ct.m // bk.tm) * -(-ct.n // bk.tn)
     else:
         dim = batches * -(-ct.m // TILE) * -(-ct.n // TILE) * BLOCK
     sizes = [graph.types[v].size for v in (*graph.node_map[root].inputs, root)]
@@ -207,11 +214,36 @@ def blocking(p: Plan, cuda: bool) -> Blocking:
     one k block (`KB`), `MR32` x `NR32` tiles; a CUDA plan's replay: `TILE` x `TILE` blocks."""
     if cuda:  # the replay: the CUDA partition's tiles, packed panels
         return Blocking(TILE, TILE, MR, NR, KB if p.c_type == "float" else KC, p.c_type)
-    # A is read in place, transposed or not: packing a transposed A's panels cost more than it
-    # saved (the MLP layer's dW = Xᵀ dY, 512², float32: 2.6 -> 3.4 ms with packed panels).
-    if p.c_type == "float":
-        return Blocking(TM32, TN32, MR32, NR32, KB, "float", direct_a=True)
-    return Blocking(TM64, TN64, MR64, NR64, KC64, "double", direct_a=True)
+    return cpu_blocking(p.ct, p.c_type)
+
+
+def cpu_blocking(ct: Contraction, c_type: str) -> Blocking:
+    """The CPU driver's blocks for product ``ct``: the default micro tile of `TILES`, or the one
+    whose padded tiles waste the fewest FMAs on ``ct``'s rows and columns where that counts at
+    least twice the default's share of them (thin products), task blocks of
+    float32 `TM32` x `TN32` or float64 `TM64` x `TN64` (widened to a whole micro tile, narrowed to
+    the product's whole micro tiles), k chunks of `KB` (float32: one k block) or `KC64`. A is read
+    in place, transposed or not: packing a transposed A's panels cost more than it saved (the MLP
+    layer's dW = Xᵀ dY, 512², float32: 2.6 -> 3.4 ms with packed panels)."""
+    f32 = c_type == "float"
+
+    def used(extent: int, edge: int) -> float:  # the fraction of padded rows (or columns) that count
+        return extent / (edge * -(-extent // edge)) if extent else 1.0
+
+    lanes = 16 if f32 else 8
+    tiles = TILES[lanes]
+
+    def share(tile: tuple[int, int]) -> float:  # of the FMAs a step could issue, those that count
+        return used(ct.m, tile[0]) * used(ct.n, tile[1]) * tile[0] * tile[1] / lanes / 16
+
+    # A thin tile runs fewer accumulators per load than the default, so it must count at least
+    # twice the default's share of its FMAs (a vector times a matrix: 1/2 against 1/8).
+    fits = [t for t in tiles[1:] if share(t) >= 2 * share(tiles[0])]
+    mr, nr = max(fits, key=share) if fits else tiles[0]  # max: the first of equals
+    tm, tn = (TM32, TN32) if f32 else (TM64, TN64)
+    tm = min(max(tm, mr), mr * max(1, -(-ct.m // mr)))
+    tn = min(max(tn, nr), nr * max(1, -(-ct.n // nr)))
+    return Blocking(tm, tn, mr, nr, KB if f32 else KC64, c_type, direct_a=True)
 
 
 def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str) -> list[str]:
