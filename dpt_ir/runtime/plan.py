@@ -179,6 +179,11 @@ class ExecutionPlan:
         # The outputs a CPU `run` gives fresh arrays of their own, the same way.
         output_values = dict.fromkeys(self.outputs.values())
         self.direct_run_outputs = tuple(v for v in output_values if v in self.direct_values and device == "cpu")
+        # Each such value's shape and NumPy dtype, resolved once (`np.empty` of a dtype name parses it)
+        self.fresh = {
+            v: (graph.types[v].shape, np.dtype(graph.types[v].dtype))
+            for v in (*self.direct_gradients, *self.direct_run_outputs)
+        }
         self._lock = threading.Lock()
         self._all: weakref.WeakSet[Workspace] = weakref.WeakSet()  # every live workspace (alias checks)
         self._free: list[Workspace] = []  # allocated at the first call, not at compile

@@ -179,8 +179,8 @@ def _direct_results(plan: ExecutionPlan, bound: dict[str, Any], values: tuple[st
     everything else is read back by `_read`."""
     out: dict[str, np.ndarray] = {}
     for value in values:
-        t = plan.graph.types[value]
-        out[value] = bound[value] = np.empty(t.shape, dtype=t.dtype)
+        shape, dtype = plan.fresh[value]
+        out[value] = bound[value] = np.empty(shape, dtype=dtype)
     return out
 
 
