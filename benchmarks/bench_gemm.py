@@ -8,19 +8,23 @@ Cases, float32 and float64: square products ``A @ B`` at 64², 256², 512², 102
 (wrt x, W, b) runs the forward product and both backward ones (``dX = dY Wᵀ``, ``dW = Xᵀ dY``).
 Each contender runs with one thread (timed in the calling thread's CPU time, where every contender
 computes), then with every core (wall time; ``--threads``); the rounds interleave
-the contenders after a warm-up (`benchmarks.rounds.measure`) and report medians.
+the contenders after a warm-up (`benchmarks.rounds.measure`) and report medians. A sample is as
+many calls as make the slowest contender's span 2 ms (one call from 512² up; hundreds at 64²), the
+same count for every contender, and the figures are per call.
 
 OpenBLAS: this machine sets ``OPENBLAS_CORETYPE=Haswell`` and ``OPENBLAS_L2_SIZE``, which hold
 OpenBLAS to its AVX2 kernel; the script re-executes itself without them (and without any
 ``*_NUM_THREADS``) before NumPy is imported, so OpenBLAS picks its best kernel for the core, and
 prints which one ran (`threadpoolctl`). Tests and CI never change these variables.
 
-Peak: ``clock x FMA lanes x 2 (an FMA is two flops) x FMA pipes``. The clock is measured: a chain
-of dependent integer additions (one cycle each on every x86 core) compiled with the system C
-compiler, timed over 2·10⁹ additions; without a C compiler, the kernel's ``cpu MHz`` is used and
-the line says so. Lanes follow the widest vector ISA the CPU flags list (AVX-512: 16 float32 or 8
-float64; AVX2: 8 or 4); pipes are 2, the FMA units of current x86 server cores (stated, not
-measured).
+Peak: ``clock x FMA lanes x 2 (an FMA is two flops) x vector FMAs per cycle``. The clock is
+measured: a chain of dependent integer additions (one cycle each on every x86 core) compiled with
+the system C compiler, timed over 2·10⁹ additions; without a C compiler, the kernel's ``cpu MHz``
+is used and the line says so. Lanes follow the widest vector ISA the CPU flags list (AVX-512: 16
+float32 or 8 float64; AVX2: 8 or 4). The FMAs per cycle are measured too: 12 independent chains
+of vector FMAs of that width (``vfmadd231ps``), timed like the clock (an AMD Zen 4 core runs a
+512-bit FMA on its two 256-bit pipes, one per cycle; a Sapphire Rapids core two); without a C
+compiler, 2 (the FMA units of current x86 server cores), and the line says so.
 """
 
 from __future__ import annotations
@@ -90,11 +94,54 @@ def measured_clock_ghz() -> tuple[float, str]:
     return mhz / 1e3, "from /proc/cpuinfo (no C compiler to measure it)"
 
 
-def peak_gflops(dtype: str, ghz: float) -> tuple[float, str]:
+FMA_C = r"""
+#include <stdint.h>
+#define F(r) "vfmadd231ps %%REG0, %%REG1, %%" #r "\n\t"
+void fmas(uint64_t n) {
+    for (uint64_t i = 0; i < n; ++i)
+        __asm__ volatile(F(REG2) F(REG3) F(REG4) F(REG5) F(REG6) F(REG7)
+                         F(REG8) F(REG9) F(REG10) F(REG11) F(REG12) F(REG13) ::: "memory");
+}
+"""
+
+
+def vector_bits() -> int:
+    """The widest vector FMA the CPU flags list: 512 (AVX-512), 256 (AVX2) or 128."""
     flags = Path("/proc/cpuinfo").read_text()
-    bits = 512 if "avx512f" in flags else 256 if "avx2" in flags else 128
+    return 512 if "avx512f" in flags else 256 if "avx2" in flags else 128
+
+
+def measured_fmas_per_cycle(bits: int, ghz: float) -> tuple[float, str]:
+    """Vector FMAs of width ``bits`` the core retires per cycle, and how it was found: 12
+    independent chains (more than latency x pipes on current cores), timed in this thread."""
+    reg = {512: "zmm", 256: "ymm", 128: "xmm"}[bits]
+    text = FMA_C
+    for r in range(13, -1, -1):  # REG13 before REG1: no name is a prefix of a later one
+        text = text.replace(f"REG{r}", f"{reg}{r}")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, lib = Path(tmp) / "fma.c", Path(tmp) / "fma.so"
+        src.write_text(text)
+        flag = {512: "-mavx512f", 256: "-mavx2", 128: "-msse2"}[bits]
+        command = ["cc", "-O2", flag, "-mfma", "-shared", "-fPIC", str(src), "-o", str(lib)]
+        built = subprocess.run(command, capture_output=True)
+        if built.returncode == 0:
+            fmas = ctypes.CDLL(str(lib)).fmas
+            fmas.argtypes, fmas.restype = [ctypes.c_uint64], None
+            n = 100_000_000
+            fmas(n // 20)
+            start = time.thread_time()
+            fmas(n)
+            rate = 12 * n / (time.thread_time() - start) / (ghz * 1e9)
+            return rate, f"measured: {12 * n:.1e} independent {bits}-bit FMAs, timed in this thread's CPU time"
+    return 2.0, "stated: 2 FMA pipes (no C compiler to measure them)"
+
+
+def peak_gflops(dtype: str, ghz: float, fma_rate: float) -> tuple[float, str]:
+    bits = vector_bits()
     lanes = bits // (32 if dtype == "float32" else 64)
-    return ghz * lanes * 2 * 2, f"{ghz:.2f} GHz x {lanes} {dtype} lanes ({bits}-bit FMA) x 2 flops x 2 FMA pipes"
+    return ghz * lanes * 2 * fma_rate, (
+        f"{ghz:.2f} GHz x {lanes} {dtype} lanes ({bits}-bit FMA) x 2 flops x {fma_rate:.2f} FMAs per cycle"
+    )
 
 
 def _matmul_program(shape_a: tuple[int, ...], shape_b: tuple[int, ...], dtype: str, threads: int) -> dp.Program:
@@ -153,13 +200,39 @@ def _contenders(case: str, n: int, dtype: str, threads: int, rng: np.random.Gene
     return {"dpt_ir": lambda: program.run(a=a, b=b), "numpy": lambda: a @ b, "torch": lambda: ta @ tb}, flops
 
 
+SAMPLE_SECONDS = 2e-3  # a timed sample spans at least this long (`_calls_per_sample`)
+
+
+def _calls_per_sample(fns: dict[str, Callable[[], Any]]) -> int:
+    """Calls per timed sample, the same for every contender: enough for the slowest one's sample
+    to span `SAMPLE_SECONDS`. A lone call of a few microseconds (64²) would be timed mostly
+    cold and with the clock's own cost in it, which biases every ratio towards 1."""
+    slowest = 0.0
+    for fn in fns.values():
+        fn()  # warm
+        start = time.perf_counter()
+        fn()
+        slowest = max(slowest, time.perf_counter() - start)
+    return max(1, int(SAMPLE_SECONDS / max(slowest, 1e-9)))
+
+
+def _repeated(fn: Callable[[], Any], calls: int) -> Callable[[], None]:
+    def sample() -> None:
+        for _ in range(calls):
+            fn()
+
+    return sample
+
+
 def run(cases: list[tuple[str, int]], dtypes: list[str], threads: list[int], reps: int) -> list[dict[str, Any]]:
     rows = []
     rng = np.random.default_rng(0)
     ghz, how = measured_clock_ghz()
     print(f"clock {ghz:.2f} GHz ({how})")
+    fma_rate, fma_how = measured_fmas_per_cycle(vector_bits(), ghz)
+    print(f"vector FMAs per cycle {fma_rate:.2f} ({fma_how})")
     for dtype in dtypes:
-        peak, formula = peak_gflops(dtype, ghz)
+        peak, formula = peak_gflops(dtype, ghz, fma_rate)
         print(f"peak {dtype}: {peak:.0f} GFLOP/s per core = {formula}")
     for t in threads:
         torch.set_num_threads(t)
@@ -167,16 +240,17 @@ def run(cases: list[tuple[str, int]], dtypes: list[str], threads: list[int], rep
             blas = [f"{i['internal_api']} {i.get('version')} {i.get('architecture')}" for i in threadpool_info()]
             print(f"\n-- {t} thread(s); BLAS: {', '.join(blas)}")
             for dtype in dtypes:
-                peak, _ = peak_gflops(dtype, ghz)
+                peak, _ = peak_gflops(dtype, ghz, fma_rate)
                 for case, n in cases:
                     fns, flops = _contenders(case, n, dtype, t, rng)
-                    times = measure(fns, reps)
+                    calls = _calls_per_sample(fns)
+                    times = measure({k: _repeated(fn, calls) for k, fn in fns.items()}, reps)
                     label = f"{case} {n}" if case == "square" else case
                     row = {"case": label, "dtype": dtype, "threads": t, "flops": flops}
                     for name, m in times.items():
                         # one thread: the calling thread's CPU time (every contender computes on
                         # it, and another process's load does not count); more: wall time
-                        seconds = statistics.median(m["cpu" if t == 1 else "wall"])
+                        seconds = statistics.median(m["cpu" if t == 1 else "wall"]) / calls
                         row[name] = {"ms": seconds * 1e3, "gflops": flops / seconds / 1e9}
                     gf = row["dpt_ir"]["gflops"]
                     ratios = "  ".join(f"vs {k} {gf / row[k]['gflops']:.2f}x" for k in fns if k != "dpt_ir")

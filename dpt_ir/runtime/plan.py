@@ -176,6 +176,14 @@ class ExecutionPlan:
         # The gradients a CPU call gives fresh arrays of their own (`runtime._direct_results`).
         gradient_values = dict.fromkeys(self.outputs[g] for g in self.gradients.values())
         self.direct_gradients = tuple(v for v in gradient_values if v in self.direct_values and device == "cpu")
+        # The outputs a CPU `run` gives fresh arrays of their own, the same way.
+        output_values = dict.fromkeys(self.outputs.values())
+        self.direct_run_outputs = tuple(v for v in output_values if v in self.direct_values and device == "cpu")
+        # Each such value's shape and NumPy dtype, resolved once (`np.empty` of a dtype name parses it)
+        self.fresh = {
+            v: (graph.types[v].shape, np.dtype(graph.types[v].dtype))
+            for v in (*self.direct_gradients, *self.direct_run_outputs)
+        }
         self._lock = threading.Lock()
         self._all: weakref.WeakSet[Workspace] = weakref.WeakSet()  # every live workspace (alias checks)
         self._free: list[Workspace] = []  # allocated at the first call, not at compile
@@ -225,15 +233,17 @@ class ExecutionPlan:
 
     def checkout(self) -> Workspace:
         """A workspace no other call uses: a free one from the pool, else a new one (the
-        only allocation, when calls overlap). Give it back with `checkin`."""
-        with self._lock:
-            ws = self._free.pop() if self._free else None
-        return ws if ws is not None else self._new_workspace()
+        only allocation, when calls overlap). Give it back with `checkin`. The pool is a list
+        whose ``pop`` and ``append`` are each atomic under the GIL, so no lock is taken on a
+        call's path: two threads never pop the same workspace."""
+        try:
+            return self._free.pop()
+        except IndexError:
+            return self._new_workspace()
 
     def checkin(self, ws: Workspace) -> None:
         """Return ``ws`` to the pool; the caller no longer reads or writes its arrays."""
-        with self._lock:
-            self._free.append(ws)
+        self._free.append(ws)
 
     def workspace(self) -> Lease:
         """A workspace checked out for a ``with`` block and returned after it, even on error."""
@@ -324,7 +334,7 @@ class ExecutionPlan:
         return {n: self._flat(n, values[n], t, what, ws.staging) for n, t in names.items()}
 
     def _flat(self, name: str, value: Any, t: Any, what: str, staging: dict[str, wp.array]) -> Any:
-        if is_warp_array(value):
+        if type(value) is not np.ndarray and is_warp_array(value):  # the NumPy case first: the common one
             return self._check_warp(name, value, t, what)
         arr = host_array(name, value, t, what)
         if self.device == "cpu":

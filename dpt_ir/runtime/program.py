@@ -96,12 +96,16 @@ class Program:
     def run(self, **inputs: Any) -> dict[str, np.ndarray]:
         """Forward only: a dict output name -> numpy array."""
         plan = self.plans["run"]
-        with plan.workspace() as ws:
+        ws = plan.checkout()  # not `plan.workspace()`: this is the path of every small call
+        try:
             bound = plan.bind(inputs, self.input_types, ws)
+            direct = _direct_results(plan, bound, plan.direct_run_outputs)
             ws.clear_status()
             self.launch_count = plan.run("forward", bound, ws)
             self.checkpoint("forward", ws)
-            return {name: plan.output_copy(name, ws) for name in plan.outputs}
+            return {name: _take(plan, name, ws, direct) for name in plan.outputs}
+        finally:
+            plan.checkin(ws)
 
     def value_and_grad(self, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Outputs and the gradients of the loss output (seeded with 1) wrt ``wrt``."""
@@ -115,7 +119,7 @@ class Program:
         plan = self.plans["value_and_grad"]
         with plan.workspace() as ws:
             bound = plan.bind(inputs, self.input_types, ws)
-            direct = _direct_results(plan, bound)
+            direct = _direct_results(plan, bound, plan.direct_gradients)
             ws.clear_status()
             self.launch_count = plan.run("forward", bound, ws) + plan.run("backward", bound, ws)
             self.checkpoint("value_and_grad", ws)
@@ -166,16 +170,17 @@ def describe_slot(slot: StatusSlot) -> str:
     return f"{what} at node {slot.node!r} (op {slot.op}{origin}, kernel {slot.kernel}){detail}"
 
 
-def _direct_results(plan: ExecutionPlan, bound: dict[str, Any]) -> dict[str, np.ndarray]:
-    """CPU plans: a fresh NumPy array per gradient value that the kernels write into
+def _direct_results(plan: ExecutionPlan, bound: dict[str, Any], values: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """CPU plans: a fresh NumPy array per value of ``values`` that the kernels write into
     directly, bound for this call instead of the workspace's buffer (`ExecutionPlan.run`
     binds it), so the result needs no copy out of the workspace (a pass over 4 MB
     at 1024²). Only values with a buffer of their own (a graph output's), written by a launch
-    and read by no other pipeline (`ExecutionPlan.direct_gradients`); everything else is read back by `_read`."""
+    and read by no other pipeline (`ExecutionPlan.direct_gradients`, `direct_run_outputs`);
+    everything else is read back by `_read`."""
     out: dict[str, np.ndarray] = {}
-    for value in plan.direct_gradients:
-        t = plan.graph.types[value]
-        out[value] = bound[value] = np.empty(t.shape, dtype=t.dtype)
+    for value in values:
+        shape, dtype = plan.fresh[value]
+        out[value] = bound[value] = np.empty(shape, dtype=dtype)
     return out
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import dpt_ir as dp
-from dpt_ir.backends.cxx.contraction import KB
+from dpt_ir.backends.cxx.contraction import KB, contraction_of, cpu_blocking
 from dpt_ir.ir.kernel_ir import plan_of
 from dpt_ir.passes.options import CompileOptions
 from tests.backend.harness import off_cxx
@@ -217,10 +217,61 @@ def test_float32_products_are_the_documented_order_bit_for_bit(
     compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
 ) -> None:
     _, feed, _, program = compiled
-    out, _ = program.value_and_grad(**feed)  # the products of the forward (`run` would build another module)
+    out, grads = program.value_and_grad(**feed)  # the products of the forward (`run` would build another module)
     for k in FLOAT32_SHAPES:
         want = _in_order(feed[f"float32_a{k}"], feed[f"float32_b{k}"])
         assert np.array_equal(out[f"float32_o{k}"], want), k
+    # The gradients of the 2-D products: ``s Bᵀ`` (B read through a transpose flag, packed along
+    # its columns) and ``Aᵀ s`` (A read in place through one), the cotangent being ``s`` exactly.
+    for k in (0, 7, 8):
+        a, b, s = (feed[f"float32_{x}{k}"] for x in "abs")
+        assert np.array_equal(grads[f"float32_a{k}"], _in_order(s, b.T)), k
+        assert np.array_equal(grads[f"float32_b{k}"], _in_order(a.T, s)), k
+
+
+def _in_order64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A 2-D float64 product in the kernels' documented order, exactly: per element ``s = 0``,
+    then ``s = fma(a_p, b_p, s)`` for ``p`` ascending (one rounding per step: the exact value
+    rounded by ``float(Fraction)``, which rounds to nearest)."""
+    out = np.zeros((a.shape[0], b.shape[1]))
+    for i, j in np.ndindex(out.shape):
+        s = 0.0
+        for p in range(a.shape[1]):
+            s = float(Fraction(float(a[i, p])) * Fraction(float(b[p, j])) + Fraction(s))
+        out[i, j] = s
+    return out
+
+
+def test_float64_products_are_the_documented_order_bit_for_bit(
+    compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
+) -> None:
+    """Odd sizes in one k chunk (edge tiles stored from the last chunk's registers) and a k of 300
+    that crosses a chunk (sums carried in the task's double buffer): the reference order's bits."""
+    _, feed, _, program = compiled
+    out, _ = program.value_and_grad(**feed)
+    for k in (7, 8):
+        want = _in_order64(feed[f"float64_a{k}"], feed[f"float64_b{k}"])
+        assert np.array_equal(out[f"float64_o{k}"], want), k
+
+
+THIN = [((1, 300), (300, 70)), ((2, 5), (5, 120)), ((3, 20), (20, 128)), ((300,), (300, 120))]
+
+
+def test_thin_products_take_thin_tiles_and_keep_the_order() -> None:
+    """Products of 1 to 4 rows run on the thin micro tiles (`contraction.TILES`: 1 x 128, 2 x 128,
+    4 x 64 float32) and give the reference order's bits (k past a block, edge columns)."""
+    g = dp.GraphBuilder("matmul_thin")
+    feed = {}
+    for k, (sa, sb) in enumerate(THIN):
+        a, b = g.input(f"a{k}", sa, "float32"), g.input(f"b{k}", sb, "float32")
+        g.output(f"o{k}", a @ b)
+        feed[f"a{k}"], feed[f"b{k}"] = (RNG.standard_normal(x).astype(np.float32) for x in (sa, sb))
+    graph = g.build()
+    rows = [cpu_blocking(contraction_of(graph, n.name), "float").mr for n in graph.nodes if n.op == "matmul"]
+    assert rows == [1, 2, 4, 1], rows
+    out = dp.compile(graph, device="cpu").run(**feed)
+    for k in range(len(THIN)):
+        assert np.array_equal(out[f"o{k}"], _in_order(feed[f"a{k}"], feed[f"b{k}"])), k
 
 
 def test_every_product_takes_the_cxx_path(

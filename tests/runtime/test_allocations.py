@@ -120,6 +120,22 @@ def test_direct_gradients_are_fresh_per_call(program: dp.Program) -> None:
         assert not np.array_equal(grad, second[name]), name
 
 
+def test_direct_run_outputs_are_fresh_per_call(program: dp.Program) -> None:
+    """`run`'s outputs that the kernels write straight into (`ExecutionPlan.direct_run_outputs`)
+    are new arrays per call, as the direct gradients are: a later call neither shares nor
+    overwrites them."""
+    plan = program.plans["run"]
+    direct = [name for name, value in plan.outputs.items() if value in plan.direct_run_outputs]
+    assert direct or program.device != "cpu"
+    first = program.run(**make_inputs(1))
+    kept = {k: v.copy() for k, v in first.items()}
+    second = program.run(**make_inputs(2))
+    for name in direct:
+        assert not np.shares_memory(first[name], second[name]), name
+        np.testing.assert_array_equal(first[name], kept[name])
+        assert not np.array_equal(first[name], second[name]), name
+
+
 def test_gradients_sharing_one_value_are_arrays_of_their_own() -> None:
     """``sin(a) * x + sin(a) * y``: both gradients are the one value ``sin(a)``, which is then
     no direct value (`ExecutionPlan.direct_values`: the value of exactly one output), so each

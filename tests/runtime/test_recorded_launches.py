@@ -128,6 +128,16 @@ def test_recording_keeps_no_array_of_the_call_that_recorded(program: dp.Program)
     assert [ref() is None for ref in alive] == [True] * len(alive)
 
 
+def test_address_is_the_data_pointer() -> None:
+    """`recorded.address` (read from the array object on the call path) is NumPy's own data
+    pointer for arrays, views and subclasses, and a `wp.array`'s ``ptr``."""
+    base = np.arange(24, dtype=np.float32).reshape(4, 6)
+    for arr in (base, base[1:], base[:, 2:], base.T, np.empty(0), base.view(np.matrix), np.float64(2.0) * base):
+        assert recorded.address(arr) == arr.ctypes.data
+    w = wp.zeros(5, dtype=wp.float32, device="cpu")
+    assert recorded.address(w) == w.ptr
+
+
 def test_only_inputs_and_direct_values_can_be_bound(program: dp.Program) -> None:
     """A binding the recorded launches would ignore is refused, and the program stays usable."""
     plan = program.plans["run"]

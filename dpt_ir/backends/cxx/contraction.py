@@ -14,16 +14,21 @@ added in float64 in block order, ``C = (float) s`` (docs/backend.md gives why an
 bound ``|C - AB| <= (KB u + u) |A||B|``). The CPU and CUDA drivers and any thread count give
 the same bits; no atomics.
 
-- CPU (`cpu_driver`, blocks by dtype in `blocking`): a task is an output block of one batch
-  (float64 `TM64` x `TN64`, float32 `TM32` x `TN32`). It walks ``k`` in chunks (float64 `KC64`;
-  float32 one k block, `KB`): packs the chunk's columns of B in the accumulation type, zero-padded
-  to whole micro tiles (contiguous, in the order the micro kernel reads them), and runs a micro
-  kernel per micro tile (float64 `MR64` x `NR64` double accumulators continuing the task's
-  double buffer; float32 `MR32` x `NR32` float accumulators from 0, added to it per block), ``p``
-  ascending, one broadcast of A read in place (either transpose flag is a stride; a padded row
-  rereads the last valid one) and a row of contiguous B values per step (the loop over columns
-  is the vectorised one). Accumulators cross chunks through the task-local double buffer
-  (exact), so chunking does not change the order. Padded rows and columns are never stored. The
+- CPU (`cpu_driver`, blocks by dtype and shape in `cpu_blocking`): a task is an output block of
+  one batch (float64 `TM64` x `TN64`, float32 `TM32` x `TN32`, narrowed to a small product; the
+  micro tile is the default one below or, for a product of 1 to 4 rows, a thin one of `TILES`,
+  the same sums in the same order); consecutive tasks run down a column of
+  blocks, so they share B's column strip (it stays in L2 while A's row blocks stream). It walks
+  ``k`` in chunks (float64 `KC64`; float32 one k block, `KB`): packs the chunk's columns of B in
+  the accumulation type, zero-padded to whole micro tiles (contiguous, in the order the micro
+  kernel reads them), and runs a micro kernel per micro tile (float64 `MR64` x `NR64` double
+  accumulators, from 0 in the first chunk, continuing the task's double buffer after it; float32
+  `MR32` x `NR32` float accumulators from 0, added to it per block), ``p`` ascending, one
+  broadcast of A read in place (either transpose flag is a stride; a padded row rereads the last
+  valid one) and a row of contiguous B values per step (the loop over columns is the vectorised
+  one). Accumulators cross chunks through the task-local double buffer (exact), so chunking does
+  not change the order; the last chunk stores its tile's results straight from the micro kernel
+  (a product of one chunk has no buffer at all). Padded rows and columns are never stored. The
   partition depends on the shapes only (`Plan`): tasks split over threads. The CPU build of a
   CUDA plan (the export's replay) packs A too, in `TILE` x `TILE` blocks of `MR` x `NR` tiles.
 - CUDA (`cuda_driver`): a block of `BLOCK` threads per `TILE` x `TILE` output tile, one thread
@@ -57,8 +62,13 @@ MR, NR, KC = 4, 8, 128  # the CPU build of a CUDA plan (the export's replay): mi
 # float32: sums in float32 within a k block of KB steps, in float64 across blocks (module docstring)
 KB = 256  # the k block; CPU: also its chunk, so a chunk's sums stay in float32 registers
 TM64, TN64, MR64, NR64, KC64 = 128, 64, 4, 32, 256  # CPU, float64: block, micro tile (16 AVX-512 registers), chunk
-TM32, TN32 = 128, 64  # CPU, float32: a task's output block
+TM32, TN32 = 256, 64  # CPU, float32: a task's output block
 MR32, NR32 = 8, 32  # CPU, float32: the micro tile, MR32 x NR32 float accumulators (16 AVX-512 registers)
+# CPU micro tiles (rows, columns) by AVX-512 lanes of the packed type, the first the default: each
+# holds at most 16 vector accumulators; the thin ones fit a product with few rows (a vector times a
+# matrix fills one row of an 8-row tile: 1/8 of its FMAs count). No tile is narrower than 32
+# columns: clang's code for 16 x 16 float32 tiles ran a matrix-vector product 18x slower.
+TILES = {16: ((MR32, NR32), (4, 64), (1, 128), (2, 128)), 8: ((MR64, NR64), (1, 64), (2, 64))}
 TILE = 16  # CUDA: output tile edge and k tile, one thread per output element
 BLOCK = TILE * TILE  # CUDA: threads per block
 PAD = TILE + 1  # CUDA: a shared tile's row pitch (no bank conflicts on column reads)
@@ -93,8 +103,8 @@ def plan(graph: Graph, root: str, device: str) -> Plan:
         raise ContractError(f"node {root!r}: a contraction needs float32 or float64, found {dtype}")
     batches = math.prod(ct.batch)
     if device == "cpu":
-        tm, tn = (TM32, TN32) if dtype == "float32" else (TM64, TN64)  # `blocking`'s task blocks
-        dim = batches * -(-ct.m // tm) * -(-ct.n // tn)
+        bk = cpu_blocking(ct, C_TYPES[dtype])
+        dim = batches * -(-ct.m // bk.tm) * -(-ct.n // bk.tn)
     else:
         dim = batches * -(-ct.m // TILE) * -(-ct.n // TILE) * BLOCK
     sizes = [graph.types[v].size for v in (*graph.node_map[root].inputs, root)]
@@ -126,30 +136,37 @@ def _store(checks: bool) -> list[str]:
     return ["a2[co] = v;", *(["bad |= dp_nonfinite(v);"] if checks else [])]
 
 
-def micro_kernel_direct(c_type: str, mr: int, nr: int, direct: tuple[int, int] | None) -> str:
-    """``mr x nr`` accumulators over ``kc`` steps (``p`` ascending, one FMA each): float32 sums
-    from 0 in float, added to the float64 ``acc`` (one k block's sums); float64 sums continue
-    ``acc`` in double. ``direct``: A's (row, column) strides, read in place at ``a`` (``rows``
-    valid rows; a padded row rereads the last valid one, and its sums are never stored), else A's
-    packed panel ``ap[p * mr + r]``."""
+def micro_kernel(c_type: str, mr: int, nr: int, direct: tuple[int, int] | None, ldc: int, checks: bool) -> str:
+    """``mr x nr`` accumulators over ``kc`` steps (``p`` ascending, one FMA each) of one k chunk;
+    returns whether a stored value is non-finite (0 when it stores nothing, or without ``checks``).
+
+    float32: sums from 0 in float (one k block); float64: sums start at 0 in the ``first`` chunk and
+    continue the task's double buffer ``acc`` after it. A chunk that is not the ``last`` leaves its
+    sums in ``acc`` (float32: ``acc = s`` in the first chunk, ``acc += s`` after it, exact in double;
+    float64: ``acc = s``). The ``last`` chunk stores the tile's ``rows x cols`` results at ``out``
+    (row pitch ``ldc``) in place of the buffer: float32 ``(float)(acc + (double)s)``, or ``s``
+    itself when it is also the first (``(float)(0.0 + (double)s) == s``: a float sum from +0 is
+    never -0, so adding +0 changes no bit); float64 ``s``. The order per element is the reference
+    order; which chunk runs where never changes it. ``direct``: A's (row, column) strides, read in
+    place at ``a`` (``rows`` valid rows; a padded row rereads the last valid one, and its sums are
+    never stored), else A's packed panel ``ap[p * mr + r]``."""
     f32 = c_type == "float"
     if direct is None:
-        head, rows, read = f"const {c_type}* __restrict__ ap", "", f"ap[p * {mr} + r]"
+        head, setup, read = f"const {c_type}* __restrict__ ap", "", f"ap[p * {mr} + r]"
     else:
-        head, rows = (
-            f"const {c_type}* __restrict__ a, int rows",
-            (
-                f"    const {c_type}* ra[{mr}];\n"
-                f"    for (int r = 0; r < {mr}; ++r) ra[r] = a + (r < rows ? r : rows - 1) * {direct[0]};\n"
-            ),
+        head, read = f"const {c_type}* __restrict__ a", f"ra[r][p * {direct[1]}]"
+        setup = (
+            f"    const {c_type}* ra[{mr}];\n"
+            f"    for (int r = 0; r < {mr}; ++r) ra[r] = a + (r < rows ? r : rows - 1) * {direct[0]};\n"
         )
-        read = f"ra[r][p * {direct[1]}]"
-    init, fma, done = (
-        ("0.0f", "dp_fma", "+= (double)s[r][c]") if f32 else (f"acc[r * {nr} + c]", "dp_fma_d", "= s[r][c]")
-    )
-    return f"""DP_FN void {TOKEN}_micro_{c_type}({head}, const {c_type}* __restrict__ bp, int kc,
-                                double* __restrict__ acc) {{
-{rows}    {c_type} s[{mr}][{nr}];
+    cell = f"acc[r * {nr} + c]"
+    init, fma = ("0.0f", "dp_fma") if f32 else (f"first ? 0.0 : {cell}", "dp_fma_d")
+    keep = f"{cell} = first ? (double)e[r][c] : {cell} + (double)e[r][c]" if f32 else f"{cell} = e[r][c]"
+    value = f"first ? e[r][c] : (float)({cell} + (double)e[r][c])" if f32 else "e[r][c]"
+    check = "            bad |= dp_nonfinite(v);\n" if checks else ""
+    return f"""DP_FN int {TOKEN}_micro_{c_type}({head}, int rows, int cols, const {c_type}* __restrict__ bp, int kc,
+                                double* __restrict__ acc, int first, int last, {c_type}* __restrict__ out) {{
+{setup}    {c_type} s[{mr}][{nr}];
     for (int r = 0; r < {mr}; ++r)
         for (int c = 0; c < {nr}; ++c) s[r][c] = {init};
     for (int p = 0; p < kc; ++p) {{
@@ -158,8 +175,23 @@ def micro_kernel_direct(c_type: str, mr: int, nr: int, direct: tuple[int, int] |
             for (int c = 0; c < {nr}; ++c) s[r][c] = {fma}(av, bp[p * {nr} + c], s[r][c]);
         }}
     }}
+    // The sums leave the registers in one whole-tile copy (constant trip counts: the accumulators
+    // stay registers in the k loop); the epilogue reads the copy.
+    {c_type} e[{mr}][{nr}];
     for (int r = 0; r < {mr}; ++r)
-        for (int c = 0; c < {nr}; ++c) acc[r * {nr} + c] {done};
+        for (int c = 0; c < {nr}; ++c) e[r][c] = s[r][c];
+    if (!last) {{
+        for (int r = 0; r < {mr}; ++r)
+            for (int c = 0; c < {nr}; ++c) {keep};
+        return 0;
+    }}
+    int bad = 0;
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) {{
+            const {c_type} v = {value};
+            out[r * {ldc} + c] = v;
+{check}        }}
+    return bad;
 }}"""
 
 
@@ -182,9 +214,67 @@ def blocking(p: Plan, cuda: bool) -> Blocking:
     one k block (`KB`), `MR32` x `NR32` tiles; a CUDA plan's replay: `TILE` x `TILE` blocks."""
     if cuda:  # the replay: the CUDA partition's tiles, packed panels
         return Blocking(TILE, TILE, MR, NR, KB if p.c_type == "float" else KC, p.c_type)
-    if p.c_type == "float":
-        return Blocking(TM32, TN32, MR32, NR32, KB, "float", direct_a=True)
-    return Blocking(TM64, TN64, MR64, NR64, KC64, "double", direct_a=True)
+    return cpu_blocking(p.ct, p.c_type)
+
+
+def cpu_blocking(ct: Contraction, c_type: str) -> Blocking:
+    """The CPU driver's blocks for product ``ct``: the default micro tile of `TILES`, or the one
+    whose padded tiles waste the fewest FMAs on ``ct``'s rows and columns where that counts at
+    least twice the default's share of them (thin products), task blocks of
+    float32 `TM32` x `TN32` or float64 `TM64` x `TN64` (widened to a whole micro tile, narrowed to
+    the product's whole micro tiles), k chunks of `KB` (float32: one k block) or `KC64`. A is read
+    in place, transposed or not: packing a transposed A's panels cost more than it saved (the MLP
+    layer's dW = Xᵀ dY, 512², float32: 2.6 -> 3.4 ms with packed panels)."""
+    f32 = c_type == "float"
+
+    def used(extent: int, edge: int) -> float:  # the fraction of padded rows (or columns) that count
+        return extent / (edge * -(-extent // edge)) if extent else 1.0
+
+    lanes = 16 if f32 else 8
+    tiles = TILES[lanes]
+
+    def share(tile: tuple[int, int]) -> float:  # of the FMAs a step could issue, those that count
+        return used(ct.m, tile[0]) * used(ct.n, tile[1]) * tile[0] * tile[1] / lanes / 16
+
+    # A thin tile runs fewer accumulators per load than the default, so it must count at least
+    # twice the default's share of its FMAs (a vector times a matrix: 1/2 against 1/8).
+    fits = [t for t in tiles[1:] if share(t) >= 2 * share(tiles[0])]
+    mr, nr = max(fits, key=share) if fits else tiles[0]  # max: the first of equals
+    tm, tn = (TM32, TN32) if f32 else (TM64, TN64)
+    tm = min(max(tm, mr), mr * max(1, -(-ct.m // mr)))
+    tn = min(max(tn, nr), nr * max(1, -(-ct.n // nr)))
+    return Blocking(tm, tn, mr, nr, KB if f32 else KC64, c_type, direct_a=True)
+
+
+def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str) -> list[str]:
+    """The loops packing the chunk's columns of B into ``bp`` (micro panels of ``nr`` columns,
+    ``kc`` rows each, zero past the block's ``nc`` columns), reading along B's contiguous axis:
+    along a row of B (one step ``p``, the tile's columns) when its columns are contiguous, else
+    (B stored transposed) along a column (one column ``j``, 16 steps at a time, so the 16 panel
+    lines the stores walk stay in L1 across the columns)."""
+    src = f"({pk})a1[bb + (p0 + p) * {ct.b_row} + (j0 + j) * {ct.b_col}]"
+    dst = f"bp[(nj * {kc} + p) * {nr} + c]"
+    if ct.b_col == 1 or ct.b_row != 1:
+        return [
+            "    for (int nj = 0; nj < nt; ++nj)",
+            "        for (int p = 0; p < kc; ++p)",
+            f"            for (int c = 0; c < {nr}; ++c) {{",
+            f"                const int j = nj * {nr} + c;",
+            f"                {dst} = j < nc ? {src} : {zero};",
+            "            }",
+        ]
+    return [
+        "    for (int nj = 0; nj < nt; ++nj)",
+        "        for (int q = 0; q < kc; q += 16)",
+        f"            for (int c = 0; c < {nr}; ++c) {{",
+        f"                const int j = nj * {nr} + c;",
+        "                const int pe = kc - q < 16 ? kc - q : 16;",
+        "                if (j < nc)",
+        f"                    for (int p = q; p < q + pe; ++p) {dst} = {src};",
+        "                else",
+        f"                    for (int p = q; p < q + pe; ++p) {dst} = {zero};",
+        "            }",
+    ]
 
 
 def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
@@ -196,26 +286,33 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
     tm, tn, mr_, nr_, kc_, pk = bk.tm, bk.tn, bk.mr, bk.nr, bk.kc, bk.packed
     zero = "0.0" if pk == "double" else "0.0f"
     a_arg = (
-        f"a0 + ab + (i0 + mi * {mr_}) * {ct.a_row} + p0 * {ct.a_col}, mr - mi * {mr_}"
+        f"a0 + ab + (i0 + mi * {mr_}) * {ct.a_row} + p0 * {ct.a_col}"
         if bk.direct_a
         else f"ap + mi * {kc_ * mr_}"
     )
-    blocks_n = max(1, -(-ct.n // tn))  # >= 1: an empty product launches nothing, but its text still compiles
-    per_batch = max(1, -(-ct.m // tm) * blocks_n)
+    # >= 1: an empty product launches nothing, but its text still compiles
+    blocks_m, blocks_n = max(1, -(-ct.m // tm)), max(1, -(-ct.n // tn))
+    per_batch = blocks_m * blocks_n
+    # k = 0 still runs one (empty) chunk: it stores the zero sums
+    chunks = max(1, -(-ct.k // kc_))
+    acc_arg = f"acc + (mi * {tn // nr_} + nj) * {mr_ * nr_}" if chunks > 1 else "nullptr"
     task = [f"if (t % {BLOCK} != 0) return;", f"const int task = t / {BLOCK};"] if cuda else ["const int task = t;"]
     body = [
         *task,
         f"const int bt = task / {per_batch}, rem = task % {per_batch};",
-        f"const int i0 = (rem / {blocks_n}) * {tm}, j0 = (rem % {blocks_n}) * {tn};",
+        f"const int i0 = (rem % {blocks_m}) * {tm}, j0 = (rem / {blocks_m}) * {tn};",
         f"const int mr = {ct.m} - i0 < {tm} ? {ct.m} - i0 : {tm};",
         f"const int nc = {ct.n} - j0 < {tn} ? {ct.n} - j0 : {tn};",
         f"const int mt = (mr + {mr_ - 1}) / {mr_}, nt = (nc + {nr_ - 1}) / {nr_};",
         *_bases(ct, "bt"),
-        f"double acc[{tm * tn}];",
-        f"for (int e = 0; e < mt * {tn * mr_}; ++e) acc[e] = 0.0;  // the micro rows the task uses",
+        # the sums crossing chunks (none with one chunk: the last chunk stores them)
+        *([f"double acc[{tm * tn}];"] if chunks > 1 else []),
         *([] if bk.direct_a else [f"{pk} ap[{tm * kc_}];"]),
         f"{pk} bp[{kc_ * tn}];",
-        f"for (int p0 = 0; p0 < {ct.k}; p0 += {kc_}) {{",
+        f"{p.c_type}* const c0 = a2 + (bt * {ct.m} + i0) * {ct.n} + j0;",
+        "int bad = 0;",
+        f"for (int ch = 0; ch < {chunks}; ++ch) {{",
+        f"    const int p0 = ch * {kc_};",
         f"    const int kc = {ct.k} - p0 < {kc_} ? {ct.k} - p0 : {kc_};",
         *(
             []
@@ -230,32 +327,17 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
                 "            }",
             ]
         ),
-        "    for (int nj = 0; nj < nt; ++nj)",
-        "        for (int p = 0; p < kc; ++p)",
-        f"            for (int c = 0; c < {nr_}; ++c) {{",
-        f"                const int j = nj * {nr_} + c;",
-        f"                bp[(nj * {kc_} + p) * {nr_} + c] = j < nc ? "
-        f"({pk})a1[bb + (p0 + p) * {ct.b_row} + (j0 + j) * {ct.b_col}] : {zero};",
-        "            }",
-        "    for (int mi = 0; mi < mt; ++mi)",
-        "        for (int nj = 0; nj < nt; ++nj)",
-        f"            {TOKEN}_micro_{pk}({a_arg}, bp + nj * {kc_ * nr_}, kc, "
-        f"acc + (mi * {tn // nr_} + nj) * {mr_ * nr_});",
-        "}",
-        "int bad = 0;",
-        # tile by tile, no division per element: a small product's stores cost as much as its sums
-        "for (int mi = 0; mi < mt; ++mi)",
-        "    for (int nj = 0; nj < nt; ++nj) {",
-        f"        const double* tile = acc + (mi * {tn // nr_} + nj) * {mr_ * nr_};",
+        *_pack_b(ct, nr_, kc_, pk, zero),
+        "    for (int mi = 0; mi < mt; ++mi) {",
         f"        const int rows = mr - mi * {mr_} < {mr_} ? mr - mi * {mr_} : {mr_};",
-        f"        const int cols = nc - nj * {nr_} < {nr_} ? nc - nj * {nr_} : {nr_};",
-        "        for (int r = 0; r < rows; ++r)",
-        "            for (int c = 0; c < cols; ++c) {",
-        f"                const {p.c_type} v = ({p.c_type})tile[r * {nr_} + c];",
-        f"                const int co = (bt * {ct.m} + i0 + mi * {mr_} + r) * {ct.n} + j0 + nj * {nr_} + c;",
-        *("                " + s for s in _store(checks)),
-        "            }",
+        "        for (int nj = 0; nj < nt; ++nj) {",
+        f"            const int cols = nc - nj * {nr_} < {nr_} ? nc - nj * {nr_} : {nr_};",
+        f"            bad |= {TOKEN}_micro_{pk}({a_arg}, rows, cols, bp + nj * {kc_ * nr_}, kc,",
+        f"                {acc_arg}, ch == 0, ch == {chunks - 1},",
+        f"                c0 + mi * {mr_ * ct.n} + nj * {nr_});",
+        "        }",
         "    }",
+        "}",
         *status_flag(checks),
     ]
     return "\n".join([f"DP_FN void {TOKEN}_cpu({sig}) {{", *("    " + s for s in body), "}"])
@@ -346,7 +428,7 @@ def contraction_kernels(
     direct = (p.ct.a_row, p.ct.a_col) if bk.direct_a else None
 
     def drivers(sig: str) -> str:
-        micro = micro_kernel_direct(bk.packed, bk.mr, bk.nr, direct)
+        micro = micro_kernel(bk.packed, bk.mr, bk.nr, direct, p.ct.n, checks)
         cpu = cpu_driver(p, sig, checks, device != "cpu")
         return "\n".join([micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]) + "\n"
 
