@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, TOKEN
-from dpt_ir.backends.cxx.units import Unit, single_launch, status_flag
+from dpt_ir.backends.cxx.beams import check_index, culprit, program_launch
+from dpt_ir.backends.cxx.common import C_TYPES
+from dpt_ir.backends.cxx.units import status_flag
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.fanbeam import FanBeam
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
-from dpt_ir.ir.records import origin_of
 
 LANES = 8  # CPU forward: neighbouring lines per task (8 doubles: one AVX-512 register)
 CHUNK = 64  # transpose: samples computed ahead of their adds
@@ -59,17 +59,11 @@ def band_rows(b: FanBeam, device: str) -> int:
 
 
 def _check(graph: Graph, root: str, b: FanBeam) -> None:
-    sizes = [graph.types[v].size for v in (*graph.node_map[root].inputs, root)]
-    who = origin_of(graph, root) or f"op {graph.node_map[root].opdef.name!r}"
-    if max(sizes) > INDEX_LIMIT:
-        raise ContractError(
-            f"{who} (node {root!r}): the C++ backend indexes a projection's image and sinogram with 32-bit "
-            f"integers, at most {INDEX_LIMIT} elements each; found sizes {sizes}"
-        )
+    check_index(graph, root)
     if b.adjoint and b.w > MAX_WORK:
         raise ContractError(
-            f"{who} (node {root!r}): a fan-beam transpose holds image rows of at most {MAX_WORK} pixels on the "
-            f"C++ path (a band of one row), found width {b.w}"
+            f"{culprit(graph, root)} (node {root!r}): a fan-beam transpose holds image rows of at most "
+            f"{MAX_WORK} pixels on the C++ path (a band of one row), found width {b.w}"
         )
 
 
@@ -250,15 +244,10 @@ def fanbeam_kernels(
     """The one launch of fan-beam group ``group`` on ``device`` and its native definition
     (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
     (root,) = group.roots
-    node = graph.node_map[root]
     b = fan_of(graph, root)
     assert b is not None  # `kernels.group_kernels` sends only fan-beam programs here
     _check(graph, root, b)
     c_type = C_TYPES[graph.types[root].dtype]
-    key = f"$fan:{root}"
-    constants = {key: ("float64", b.table.reshape(-1))}
-    params = [node.inputs[0], key, root]
-    unit = Unit(graph, params, {root}, {}, constants)
     args = ("a0", "a1", "a2")
 
     def entry(sig: str, cpu: bool, fn: str) -> str:
@@ -266,7 +255,4 @@ def fanbeam_kernels(
             return _adjoint(b, sig, args, c_type, checks, band_rows(b, device if cpu else "cuda"), fn)
         return _forward(b, sig, args, c_type, checks, LANES if cpu and device == "cpu" else 1, fn)
 
-    def drivers(sig: str) -> str:
-        return entry(sig, True, f"{TOKEN}_cpu") + "\n" + entry(sig, False, f"{TOKEN}_cuda") + "\n"
-
-    return single_launch(unit, root, name, slots, checks, _tasks(b, device), group.id, drivers)
+    return program_launch(graph, group, name, slots, checks, f"$fan:{root}", b.table, _tasks(b, device), entry)
