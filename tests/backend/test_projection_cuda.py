@@ -73,17 +73,21 @@ def test_an_infinite_pixel_raises_its_flag(replay: tuple) -> None:
 
 
 def _banded_graph() -> tuple[dp.Graph, dict[str, np.ndarray]]:
-    """A transpose of two CPU bands with interleaved runs (70 rows, a 70-wide frame: four runs
-    of 18), and a float32 forward whose inner rows read their taps unmasked, in pairs on the CPU."""
+    """Transposes of two CPU bands with interleaved runs: a cropped frame (70 rows, 70 wide: four
+    runs of 18; every tap tested) and a square one (80², float32: taps outside the band land in
+    the work block's margins untested), and a float32 forward whose inner rows read their taps
+    unmasked, in pairs on the CPU."""
     theta = [float(t) for t in np.linspace(0.0, 180.0, 24, endpoint=False)] + [37.3, 301.0]
     g = dp.GraphBuilder("projection_cuda_bands")
-    attrs = {"theta": theta, "circle": True, "in_shape": (70, 90), "out_shape": (70, len(theta))}
-    s = g.input("s", (70, len(theta)), "float64")
-    x = g.input("x", (2, 70, 90), "float32")
-    g.output("xt", g.emit("radon_adjoint", [s], attrs))
-    g.output("y", dp.radon(x, theta))
     rng = np.random.default_rng(7)
-    feed = {"s": rng.standard_normal((70, len(theta))), "x": rng.standard_normal((2, 70, 90)).astype("float32")}
+    feed = {}
+    for name, shape, dtype in (("s", (70, 90), "float64"), ("q", (80, 80), "float32")):
+        attrs = {"theta": theta, "circle": True, "in_shape": shape, "out_shape": (shape[0], len(theta))}
+        g.output(f"{name}t", g.emit("radon_adjoint", [g.input(name, attrs["out_shape"], dtype)], attrs))
+        feed[name] = rng.standard_normal(attrs["out_shape"]).astype(dtype)
+    x = g.input("x", (2, 70, 90), "float32")
+    g.output("y", dp.radon(x, theta))
+    feed["x"] = rng.standard_normal((2, 70, 90)).astype("float32")
     return g.build(), feed
 
 
@@ -95,7 +99,7 @@ def test_banded_transpose_and_unmasked_forward_on_the_cpu_equal_the_cuda_drivers
     graph, feed = _banded_graph()
     results, bad, raised = replay_with_poison(graph, feed, tmp_path_factory.mktemp("bands"), "x", 35 * 90 + 45)
     for cuda in (False, True):
-        assert len(results[cuda]) == 2 and not bad[cuda], (cuda, bad[cuda])
+        assert len(results[cuda]) == 3 and not bad[cuda], (cuda, bad[cuda])
         assert len(raised[cuda]) == 1 and "radon" in raised[cuda][0], raised[cuda]
     cpu = dp.compile(graph, device="cpu", threads=2).run(**feed)
     for key, value in cpu.items():

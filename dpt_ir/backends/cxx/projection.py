@@ -257,8 +257,15 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
     head = ["const double lo = (double)(f0 - 1) - ky, hi = (double)f1 - ky;"]
 
     def mode(m: str, div: str, sign: str, by_col: bool) -> list[str]:
-        swap = {"RR": "(double)k", "CC": "oc"} if by_col else {"RR": "oc", "CC": "(double)k"}
-        lines = [ln.replace("RR", swap["RR"]).replace("CC", swap["CC"]) for ln in body]
+        # RR, CC: the sample's row and column (doubles); GI: its column's index in gcol
+        swap = {"RR": "(double)k", "CC": "oc", "GI": f"s * {q} + i"}
+        if not by_col:
+            swap = {"RR": "oc", "CC": "(double)k", "GI": "k"}
+        lines = []
+        for ln in body:
+            for token, text in swap.items():
+                ln = ln.replace(token, text)
+            lines.append(ln)
         return [
             f"for (int i = 0; i < {q}; ++i) {{",
             f"    int K0[{S}], KN[{S}]; int kmax = 0;",
@@ -273,7 +280,7 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
             "    }",
             f"    for (int s = 0; s < {S}; ++s) {{",
             f"        const int k0 = K0[s], kn = KN[s]; const double oc = (double)(s * {q} + i);",
-            f"        int* Os = O + s * {run}; int* O1s = O1 + s * {run};",
+            f"        int* Os = O + s * {run};",
             f"        double* Q00s = Q00 + s * {run}; double* Q01s = Q01 + s * {run};",
             f"        double* Q10s = Q10 + s * {run}; double* Q11s = Q11 + s * {run};",
             *("        " + ln for ln in lines),
@@ -316,18 +323,24 @@ def _interval(lo: str, hi: str, side: int) -> list[str]:
 
 def _run_body(b: ParallelBeam, B: int, lanes: int) -> list[str]:
     """One run of samples of stream ``s`` (``k`` in ``[k0, k0 + kn)``): each sample's top-left
-    tap in the work block (``Os``; ``O1s`` its right neighbour, a separate index so that no two
-    adds merge into one wider access, which a later overlapping add could not forward from) and
-    its four terms ``weight * g`` (0 for a tap outside the image or the band, or of weight 0: not
-    a tap, as in the reference). With ``lanes`` > 1 (CPU) the run is rounded up to whole groups
-    of ``lanes`` (one vector each, no scalar remainder): a sample past the run is tested
+    tap in the work block (``Os``) and its four terms ``weight * g`` (``g`` from ``gcol``, the
+    angle's sinogram column as doubles; 0 for a tap outside the image or the band, or of weight
+    0: not a tap, as in the reference). With ``lanes`` > 1 (CPU) the run is rounded up to whole
+    groups of ``lanes`` (one vector each, no scalar remainder): a sample past the run is tested
     exactly like the others (its taps are not the band's: 0), and one past the grid (``k >=
     side``) is no sample: its terms are 0 at the stream's own margin cell ``s``, where the pad
-    up to ``kmax`` also goes. Adding 0 changes no sum (a work sum is never -0)."""
-    na, w2 = b.n_angles, b.w + 2
+    up to ``kmax`` also goes. Adding 0 changes no sum (a work sum is never -0). When the frame
+    covers the image (padded, or the same square) a sample whose top-left tap is in the work
+    block puts its four taps in it, and a tap outside the frame, the image or the band lands in
+    a margin or a row past the band: those cells are never stored, so only ``in`` and the
+    weight are tested."""
+    w2 = b.w + 2
+    covers = b.r0 <= 0 and b.c0 <= 0 and b.side + b.r0 >= b.h and b.side + b.c0 >= b.w
     terms = []
     for oy, ox in ((0, 0), (0, 1), (1, 0), (1, 1)):
-        cond = f"kin && vy{oy} && vx{ox} && iy + {oy} >= f0 && iy + {oy} < f1 && w{oy}{ox} != 0.0"
+        cond = f"in && vy{oy} && vx{ox} && iy + {oy} >= f0 && iy + {oy} < f1 && w{oy}{ox} != 0.0"
+        if covers:
+            cond = f"in && w{oy}{ox} != 0.0"
         terms.append(f"const double m{oy}{ox} = w{oy}{ox} * gv; Q{oy}{ox}s[j] = ({cond}) ? m{oy}{ox} : 0.0;")
     loop = (
         ["for (int j = 0; j < kn; ++j) {"] if lanes == 1 else
@@ -339,27 +352,33 @@ def _run_body(b: ParallelBeam, B: int, lanes: int) -> list[str]:
         *loop,
         f"    const int k = k0 + j; const bool kin = k < {b.side}; const double rr = RR; const double cc = CC;",
         *("    " + ln for ln in _sample(b)),
-        f"    const double gv = kin ? (double)sino[(int)cc * {na} + a] : 0.0;",
-        *("    " + ln for ln in terms),
+        "    const double gv = gcol[GI];",
         f"    const int br = iy - f0 + 1, bc = ix + {b.c0 + 1};",
         f"    const bool in = kin && br >= 0 && br <= {B} && bc >= 0 && bc <= {b.w};",
-        f"    Os[j] = in ? br * {w2} + bc : s; O1s[j] = in ? br * {w2} + bc + 1 : s;",
+        *("    " + ln for ln in terms),
+        f"    Os[j] = in ? br * {w2} + bc : s;",
         "}",
         f"for (int j = {'kn' if lanes == 1 else 'kr'}; j < kmax; ++j) {{",
-        "    Os[j] = s; O1s[j] = s; Q00s[j] = 0.0; Q01s[j] = 0.0; Q10s[j] = 0.0; Q11s[j] = 0.0;",
+        "    Os[j] = s; Q00s[j] = 0.0; Q01s[j] = 0.0; Q10s[j] = 0.0; Q11s[j] = 0.0;",
         "}",
     ]
 
 
 def _scatter(b: ParallelBeam, run: int) -> list[str]:
     """The terms of step ``i``'s runs added to their pixels: sample ``j`` of every stream, then
-    ``j + 1``; the streams touch disjoint pixels (`_scan`), so their adds are independent."""
+    ``j + 1``; the streams touch disjoint pixels (`_scan`), so their adds are independent. On
+    the CPU the right neighbour's pointer is opaque (an empty asm), so clang does not merge two
+    scalar adds into one 128-bit access: the next sample's overlapping access could not be
+    forwarded from that store and would wait for it to reach the cache."""
     w2 = b.w + 2
     adds = []
     for s in range(streams(b)):
         o = s * run
         adds += [
-            f"    double* p{s} = work + O[{o} + j]; double* u{s} = work + O1[{o} + j];",
+            f"    double* p{s} = work + O[{o} + j]; double* u{s} = p{s} + 1;",
+            "#ifndef DP_CUDA",
+            f'    __asm__("" : "+r"(u{s}));',
+            "#endif",
             f"    p{s}[0] = p{s}[0] + Q00[{o} + j]; u{s}[0] = u{s}[0] + Q01[{o} + j];",
             f"    p{s}[{w2}] = p{s}[{w2}] + Q10[{o} + j]; u{s}[{w2}] = u{s}[{w2}] + Q11[{o} + j];",
         ]
@@ -387,9 +406,12 @@ def _adjoint(
         f"const {c_type}* sino = gs + s * {b.sinogram_size}; (void)sino;",
         f"double work[{(B + 2) * w2}];",
         f"for (int k = 0; k < {(B + 2) * w2}; ++k) work[k] = 0.0;",
-        f"int O[{n}], O1[{n}]; double Q00[{n}], Q01[{n}], Q10[{n}], Q11[{n}];",
-        "(void)O; (void)O1; (void)Q00; (void)Q01; (void)Q10; (void)Q11;",
+        f"int O[{n}]; double Q00[{n}], Q01[{n}], Q10[{n}], Q11[{n}];",
+        "(void)O; (void)Q00; (void)Q01; (void)Q10; (void)Q11;",
+        f"double gcol[{b.side + lanes}];  // the angle's sinogram column, zero past the grid",
+        f"for (int k = {b.side}; k < {b.side + lanes}; ++k) gcol[k] = 0.0;",
         f"for (int a = 0; a < {na if scan else 0}; ++a) {{",
+        f"    for (int k = 0; k < {b.side}; ++k) gcol[k] = (double)sino[k * {na} + a];",
         *("    " + s for s in [*_angle("a"), *scan]),
         "}",
         "int bad = 0;",
