@@ -20,15 +20,17 @@ for any thread count. No per-problem table: the generated text depends on the sh
   corners) read the taps unmasked, a float32 row's two taps as one 64-bit load on the CPU.
 - Transpose: task ``(slice, band)`` of `band_rows` image rows, its pixels summed in a float64
   work block; per angle in ascending order, the samples whose taps can reach the band (an
-  interval of rotated rows per column, or of columns per row, from the inverse rotation, one
-  spare at each end, clipped to the samples with a tap in the image) add each tap that lands in
-  the band to its pixel. A tap outside the band is another task's. The outer index (column or
-  row) runs as `STREAMS` interleaved ranges (`_scan`: streams at least 3 apart share no pixel,
-  so each pixel's order is fixed by the angle, the step, the outer index and the sample, the
-  same for any band height): each step's runs are computed first in loops that vectorise, then
-  added tap by tap with the streams' adds interleaved (independent load-add-store chains).
-  The band's work block (with a margin of one row and one column per side) holds at most
-  `MAX_WORK` doubles: a wider image is a ContractError naming the node.
+  interval of rotated rows per column, or of columns per row, from the inverse rotation, its
+  real bounds widened by `SLACK`, clipped to the samples with a tap in the image) add each tap
+  that lands in the band to its pixel. A tap outside the band is another task's (when the
+  frame covers the image it lands, untested, in a margin or a row past the band, never
+  stored). The outer index (column or row) runs as `STREAMS` interleaved ranges (`_scan`:
+  streams at least 3 apart share no pixel, so each pixel's order is fixed by the angle, the
+  step, the outer index and the sample, the same for any band height): each step's runs are
+  computed first in loops that vectorise, then added tap by tap with the streams' adds
+  interleaved (independent load-add-store chains). The band's work block (with a margin of
+  one row and one column per side) holds at most `MAX_WORK` doubles: a wider image is a
+  ContractError naming the node.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from dpt_ir.ir.records import origin_of
 LANES = 8  # CPU forward: detector columns per task (8 doubles: one AVX-512 register)
 MAX_WORK = 32768  # doubles of a transpose task's work block: 256 KiB of stack or CUDA local memory
 MAX_BAND = 64  # CPU transpose: image rows per task at most (taller bands recompute fewer edge samples)
+SLACK = "1e-6"  # transpose: the widening of a run's real bounds before they round to samples
 STREAMS = 4  # transpose: runs whose adds interleave (independent chains of loads and stores)
 
 
@@ -243,7 +246,7 @@ def streams(b: ParallelBeam) -> int:
 def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> list[str]:
     """The samples of one angle that can reach frame rows ``[f0, f1)``: ``y`` in ``[f0 - 1, f1)``.
     ``y = nsa c + ca r + ky``: with ``|ca| >= |sa|`` an interval of ``r`` per column, else of ``c``
-    per row (bounds widened by one: every sample is then tested exactly), at most ``run`` long.
+    per row (bounds widened by `SLACK`: every sample is then tested exactly), at most ``run`` long.
     The outer index (column or row) runs in `streams` ranges of ``q`` in step: at step ``i`` the
     runs of ``i, q + i, 2 q + i, ...`` (``body`` fills stream ``s``'s buffers for ``k`` in
     ``[k0, k0 + kn)`` with ``rr``/``cc`` given by ``RR``/``CC``, then zero terms up to the longest
@@ -296,15 +299,17 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
 
 def _support(b: ParallelBeam, c_outer: str, c_k: str) -> list[str]:
     """``[j0, j1)``: the ``k`` whose sample ``x = (c_outer oc + kx) + c_k k`` lies in ``[xlo - 1,
-    xhi)``, as a tap in the image needs (widened by 2; all of ``[0, side)`` when ``|c_k|`` is
-    below 1e-9). The samples outside have no tap in the image: their terms would be 0."""
+    xhi)``, as a tap in the image needs (`_interval`'s rounding, widened by `SLACK`; all of
+    ``[0, side)`` when ``|c_k|`` is below 1e-3, where a coordinate's rounding divided by the
+    slope could reach the slack). The samples outside have no tap in the image: their terms
+    would be 0."""
     g, side = _ranges(b), b.side
     return [
         f"int j0 = 0, j1 = {side};",
-        f"if (dp_abs({c_k}) > 1e-9) {{",
+        f"if (dp_abs({c_k}) > 1e-3) {{",
         f"    const double xb = {c_outer} * oc + kx;",
         f"    const double g0 = ({g['xlo'] - 1}.0 - xb) / {c_k}, g1 = ({g['xhi']}.0 - xb) / {c_k};",
-        "    const double h0 = dp_floor(g0 < g1 ? g0 : g1) - 2.0, h1 = dp_floor(g0 < g1 ? g1 : g0) + 3.0;",
+        f"    const double h0 = dp_ceil((g0 < g1 ? g0 : g1) - {SLACK}), h1 = dp_ceil((g0 < g1 ? g1 : g0) + {SLACK});",
         f"    j0 = h0 < 0.0 ? 0 : (h0 > {side}.0 ? {side} : (int)h0);",
         f"    j1 = h1 < 0.0 ? 0 : (h1 > {side}.0 ? {side} : (int)h1);",
         "}",
@@ -312,10 +317,13 @@ def _support(b: ParallelBeam, c_outer: str, c_k: str) -> list[str]:
 
 
 def _interval(lo: str, hi: str, side: int) -> list[str]:
-    """``[lo, hi)``: the integers from ``floor(min(e0, e1)) - 1`` to ``floor(max(e0, e1)) + 1``,
-    clipped to ``[0, side)`` (bounds far outside clip before the int conversion)."""
+    """``[lo, hi)``: the integers from ``min(e0, e1)`` to ``max(e0, e1)``, each end widened by
+    `SLACK` (far above the rounding of a sample's coordinate and of the bound, ~1e-11 for frames
+    up to 1e5, divided by a slope of at least 0.7), clipped to ``[0, side)`` (bounds far outside
+    clip before the int conversion)."""
     return [
-        f"    const double l{lo} = dp_floor(e0 < e1 ? e0 : e1) - 1.0, h{hi} = dp_floor(e0 < e1 ? e1 : e0) + 2.0;",
+        f"    const double l{lo} = dp_ceil((e0 < e1 ? e0 : e1) - {SLACK});",
+        f"    const double h{hi} = dp_ceil((e0 < e1 ? e1 : e0) + {SLACK});",
         f"    const int {lo} = l{lo} < 0.0 ? 0 : (l{lo} > {side}.0 ? {side} : (int)l{lo});",
         f"    const int {hi} = h{hi} < 0.0 ? 0 : (h{hi} > {side}.0 ? {side} : (int)h{hi});",
     ]
