@@ -249,8 +249,8 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
     per row (bounds widened by `SLACK`: every sample is then tested exactly), at most ``run`` long.
     The outer index (column or row) runs in `streams` ranges of ``q`` in step: at step ``i`` the
     runs of ``i, q + i, 2 q + i, ...`` (``body`` fills stream ``s``'s buffers for ``k`` in
-    ``[k0, k0 + kn)`` with ``rr``/``cc`` given by ``RR``/``CC``, then zero terms up to the longest
-    run), then ``scatter`` adds them sample by sample, the streams interleaved. Two samples of an
+    ``[k0, k0 + kn)`` with ``rr``/``cc`` given by ``RR``/``CC``), then ``scatter`` adds them
+    sample by sample, the streams interleaved up to the shortest run, then each stream's rest. Two samples of an
     angle whose taps share a pixel lie within 2 of each other in the outer index (``c = ca x - sa y
     + const`` and taps lie within 1 of ``(x, y)``: ``|c - c'| < 2 (|ca| + |sa|) < 3``), so streams
     at least 3 apart never share a pixel: each pixel sums in the order of steps, then outer index
@@ -271,7 +271,7 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
             lines.append(ln)
         return [
             f"for (int i = 0; i < {q}; ++i) {{",
-            f"    int K0[{S}], KN[{S}]; int kmax = 0;",
+            f"    int K0[{S}], KN[{S}]; int kmin = {run};",
             f"    for (int s = 0; s < {S}; ++s) {{",
             f"        const double oc = (double)(s * {q} + i); const double m = {m} * oc;",
             f"        const double e0 = (lo {sign} m) / {div}, e1 = (hi {sign} m) / {div};",
@@ -279,7 +279,7 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
             *("        " + ln for ln in _support(b, "ca" if by_col else "sa", "sa" if by_col else "ca")),
             "        const int ka = k0 > j0 ? k0 : j0, kb = k1 < j1 ? k1 : j1;",
             f"        const int kn = s * {q} + i >= {side} || kb <= ka ? 0 : (kb - ka < {run} ? kb - ka : {run});",
-            "        K0[s] = ka; KN[s] = kn; kmax = kn > kmax ? kn : kmax;",
+            "        K0[s] = ka; KN[s] = kn; kmin = kn < kmin ? kn : kmin;",
             "    }",
             f"    for (int s = 0; s < {S}; ++s) {{",
             f"        const int k0 = K0[s], kn = KN[s]; const double oc = (double)(s * {q} + i);",
@@ -336,8 +336,8 @@ def _run_body(b: ParallelBeam, B: int, lanes: int) -> list[str]:
     0: not a tap, as in the reference). With ``lanes`` > 1 (CPU) the run is rounded up to whole
     groups of ``lanes`` (one vector each, no scalar remainder): a sample past the run is tested
     exactly like the others (its taps are not the band's: 0), and one past the grid (``k >=
-    side``) is no sample: its terms are 0 at the stream's own margin cell ``s``, where the pad
-    up to ``kmax`` also goes. Adding 0 changes no sum (a work sum is never -0). When the frame
+    side``) is no sample: its terms are 0 at the stream's own margin cell ``s`` (none past
+    ``kn`` is added). Adding 0 changes no sum (a work sum is never -0). When the frame
     covers the image (padded, or the same square) a sample whose top-left tap is in the work
     block puts its four taps in it, and a tap outside the frame, the image or the band lands in
     a margin or a row past the band: those cells are never stored, so only ``in`` and the
@@ -366,23 +366,21 @@ def _run_body(b: ParallelBeam, B: int, lanes: int) -> list[str]:
         *("    " + ln for ln in terms),
         f"    Os[j] = in ? br * {w2} + bc : s;",
         "}",
-        f"for (int j = {'kn' if lanes == 1 else 'kr'}; j < kmax; ++j) {{",
-        "    Os[j] = s; Q00s[j] = 0.0; Q01s[j] = 0.0; Q10s[j] = 0.0; Q11s[j] = 0.0;",
-        "}",
     ]
 
 
 def _scatter(b: ParallelBeam, run: int) -> list[str]:
     """The terms of step ``i``'s runs added to their pixels: sample ``j`` of every stream, then
-    ``j + 1``; the streams touch disjoint pixels (`_scan`), so their adds are independent. On
+    ``j + 1``, up to the shortest run, then the rest of each run (so no stream pads a shorter
+    run); the streams touch disjoint pixels (`_scan`), so their adds are independent and each
+    run's order is kept. On
     the CPU the right neighbour's pointer is opaque (an empty asm), so clang does not merge two
     scalar adds into one 128-bit access: the next sample's overlapping access could not be
     forwarded from that store and would wait for it to reach the cache."""
     w2 = b.w + 2
-    adds = []
-    for s in range(streams(b)):
-        o = s * run
-        adds += [
+
+    def add(s: str, o: str) -> list[str]:
+        return [
             f"    double* p{s} = work + O[{o} + j]; double* u{s} = p{s} + 1;",
             "#ifndef DP_CUDA",
             f'    __asm__("" : "+r"(u{s}));',
@@ -390,7 +388,18 @@ def _scatter(b: ParallelBeam, run: int) -> list[str]:
             f"    p{s}[0] = p{s}[0] + Q00[{o} + j]; u{s}[0] = u{s}[0] + Q01[{o} + j];",
             f"    p{s}[{w2}] = p{s}[{w2}] + Q10[{o} + j]; u{s}[{w2}] = u{s}[{w2}] + Q11[{o} + j];",
         ]
-    return ["for (int j = 0; j < kmax; ++j) {", *adds, "}"]
+
+    interleaved = [ln for s in range(streams(b)) for ln in add(str(s), str(s * run))]
+    return [
+        "for (int j = 0; j < kmin; ++j) {",
+        *interleaved,
+        "}",
+        f"for (int s = 0; s < {streams(b)}; ++s) {{",
+        "    for (int j = kmin; j < KN[s]; ++j) {",
+        *("    " + ln for ln in add("r", f"s * {run}")),
+        "    }",
+        "}",
+    ]
 
 
 def _adjoint(
