@@ -7,7 +7,8 @@ In one process, for an N x N image (a phantom zero outside the inscribed circle)
 angles in [0, 180), every contender on one thread:
 
 1. dpt_ir: ``Program.value_and_grad`` of ``0.5 * ||radon(x) - b||²`` (``threads=1``): the
-   matrix-free projection and its exact transpose (`dpt_ir.backends.cxx.projection`);
+   matrix-free projection and its exact transpose (`dpt_ir.backends.cxx.projection`); and,
+   to show the split, ``Program.run`` of ``radon(x)`` alone (the forward);
 2. ASTRA Toolbox (if importable): its CPU ``linear`` parallel-beam projector, ``FP`` then
    ``BP`` of the residual (float32, matrix-free, preallocated data objects);
 3. scikit-image: ``skimage.transform.radon`` forward, then ``iradon(..., filter_name=None)``
@@ -105,6 +106,15 @@ def _dpt_program(n: int, theta: np.ndarray, dtype: str) -> tuple[Any, dict[str, 
     return program, facts
 
 
+def _forward_program(n: int, theta: np.ndarray, dtype: str) -> Any:
+    """``radon(x)`` alone, compiled like the step (``threads=1``)."""
+    import dpt_ir as dp
+
+    g = dp.GraphBuilder("bench_radon_forward")
+    g.output("y", dp.radon(g.input("x", (n, n), dtype), theta))
+    return dp.compile(g.build(), threads=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=256)
@@ -144,7 +154,9 @@ def main() -> None:
     def dpt_step() -> np.ndarray:
         return program.value_and_grad(x=x0, b=b)[1]["x"]
 
+    forward = _forward_program(n, theta, args.dtype)
     steps: dict[str, Callable[[], object]] = {"dpt_ir value_and_grad": dpt_step}
+    steps["dpt_ir forward alone (run)"] = lambda: forward.run(x=x0)["y"]
     astra_step = _astra_step(x0, b, theta)
     if astra_step is not None:
         steps["ASTRA CPU linear FP + BP"] = astra_step

@@ -61,6 +61,7 @@ def test_cuda_and_cpu_drivers_replayed_on_the_cpu_equal_the_reference_bit_for_bi
     results, bad, _ = replay
     for cuda in (False, True):
         assert len(results[cuda]) == 2 and not bad[cuda], (cuda, bad[cuda])
+    print(sorted(results[True]))
     for key, value in results[False].items():
         np.testing.assert_array_equal(value, results[True][key], err_msg=key)
 
@@ -69,3 +70,37 @@ def test_an_infinite_pixel_raises_its_flag(replay: tuple) -> None:
     _, _, raised = replay
     for cuda in (False, True):
         assert len(raised[cuda]) == 1 and "radon" in raised[cuda][0], raised[cuda]
+
+
+def _banded_graph() -> tuple[dp.Graph, dict[str, np.ndarray]]:
+    """Transposes of two CPU bands with interleaved runs: a cropped frame (70 rows, 70 wide: four
+    runs of 18; every tap tested) and a square one (80², float32: taps outside the band land in
+    the work block's margins untested), and a float32 forward whose inner rows read their taps
+    unmasked, in pairs on the CPU."""
+    theta = [float(t) for t in np.linspace(0.0, 180.0, 24, endpoint=False)] + [37.3, 301.0]
+    g = dp.GraphBuilder("projection_cuda_bands")
+    rng = np.random.default_rng(7)
+    feed = {}
+    for name, shape, dtype in (("s", (70, 90), "float64"), ("q", (80, 80), "float32")):
+        attrs = {"theta": theta, "circle": True, "in_shape": shape, "out_shape": (shape[0], len(theta))}
+        g.output(f"{name}t", g.emit("radon_adjoint", [g.input(name, attrs["out_shape"], dtype)], attrs))
+        feed[name] = rng.standard_normal(attrs["out_shape"]).astype(dtype)
+    x = g.input("x", (2, 70, 90), "float32")
+    g.output("y", dp.radon(x, theta))
+    feed["x"] = rng.standard_normal((2, 70, 90)).astype("float32")
+    return g.build(), feed
+
+
+def test_banded_transpose_and_unmasked_forward_on_the_cpu_equal_the_cuda_drivers_bit_for_bit(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # the bundle holds the CUDA target's drivers (one row or column per thread) in both host
+    # builds; the CPU program's own drivers (bands of 64 rows, 8 lanes, paired reads) must agree
+    graph, feed = _banded_graph()
+    results, bad, raised = replay_with_poison(graph, feed, tmp_path_factory.mktemp("bands"), "x", 35 * 90 + 45)
+    for cuda in (False, True):
+        assert len(results[cuda]) == 3 and not bad[cuda], (cuda, bad[cuda])
+        assert len(raised[cuda]) == 1 and "radon" in raised[cuda][0], raised[cuda]
+    cpu = dp.compile(graph, device="cpu", threads=2).run(**feed)
+    for key, value in cpu.items():
+        np.testing.assert_array_equal(value.reshape(-1), results[True][f"output/{key}"], err_msg=key)

@@ -15,15 +15,22 @@ for any thread count. No per-problem table: the generated text depends on the sh
 
 - Forward: task ``(slice, angle, column block)``; the block's `LANES` neighbouring detector
   columns (one on CUDA) run in lanes (the lane loop vectorises) and sum their samples over the
-  rotated rows ``r`` in ascending order.
+  rotated rows ``r`` in ascending order. Rows with no tap in the image for any lane are skipped
+  (their terms are 0), and rows whose every tap is in the image (a range checked at its
+  corners) read the taps unmasked, a float32 row's two taps as one 64-bit load on the CPU.
 - Transpose: task ``(slice, band)`` of `band_rows` image rows, its pixels summed in a float64
   work block; per angle in ascending order, the samples whose taps can reach the band (an
-  interval of rotated rows per column, or of columns per row, from the inverse rotation, one
-  spare at each end) add each tap that lands in the band, in a fixed order, to its pixel. A tap
-  outside the band is another task's. Each run of samples is computed first in a loop that
-  vectorises, then added tap by tap. The band's work block (with a margin of one row and one
-  column per side) holds at most `MAX_WORK` doubles: a wider image is a ContractError naming
-  the node.
+  interval of rotated rows per column, or of columns per row, from the inverse rotation, its
+  real bounds widened by `SLACK`, clipped to the samples with a tap in the image) add each tap
+  that lands in the band to its pixel. A tap outside the band is another task's (when the
+  frame covers the image it lands, untested, in a margin or a row past the band, never
+  stored). The outer index (column or row) runs as `STREAMS` interleaved ranges (`_scan`:
+  streams at least 3 apart share no pixel, so each pixel's order is fixed by the angle, the
+  step, the outer index and the sample, the same for any band height): each step's runs are
+  computed first in loops that vectorise, then added tap by tap with the streams' adds
+  interleaved (independent load-add-store chains). The band's work block (with a margin of
+  one row and one column per side) holds at most `MAX_WORK` doubles: a wider image is a
+  ContractError naming the node.
 """
 
 from __future__ import annotations
@@ -40,7 +47,9 @@ from dpt_ir.ir.records import origin_of
 
 LANES = 8  # CPU forward: detector columns per task (8 doubles: one AVX-512 register)
 MAX_WORK = 32768  # doubles of a transpose task's work block: 256 KiB of stack or CUDA local memory
-MAX_BAND = 32  # CPU transpose: image rows per task at most
+MAX_BAND = 64  # CPU transpose: image rows per task at most (taller bands recompute fewer edge samples)
+SLACK = "1e-6"  # transpose: the widening of a run's real bounds before they round to samples
+STREAMS = 4  # transpose: runs whose adds interleave (independent chains of loads and stores)
 
 
 def beam_of(graph: Graph, root: str) -> ParallelBeam:
@@ -107,22 +116,106 @@ def _angle(a: str) -> list[str]:
             "const double nsa = -sa;"]  # fmt: skip
 
 
-def _forward(b: ParallelBeam, sig: str, args: tuple[str, str, str], c_type: str, checks: bool, L: int, fn: str) -> str:
+def _rows(b: ParallelBeam, L: int) -> list[str]:
+    """Statements giving a forward block's rotated rows: ``[ra0, ra1)`` holds every row with a
+    tap in the image for some lane (a bound widened by 2 rows; an axis whose slope is below 1e-9
+    bounds nothing), and ``[ri0, ri1)`` rows where every lane's four taps are in the image (a
+    bound narrowed by 1, then checked at its four corners with the sample's own expressions: a
+    sample coordinate is monotone in ``r`` and in ``c``, each operation being monotone in its
+    varying operand, so the corners bound the box; empty when the check fails)."""
+    g = _ranges(b)
+    side = b.side
+
+    def bound(pv: str, slope: str, lo: float, hi: float, dst: str, inner: bool) -> list[str]:
+        # with p in [pmin, pmax] over the lanes: some lane in [lo, hi) needs lo - pmax <= slope r <
+        # hi - pmin; every lane needs lo - pmin <= slope r < hi - pmax
+        near, far = ("pmin", "pmax") if inner else ("pmax", "pmin")
+        grow = "1.0" if inner else "-2.0"  # narrowed by 1 row, or widened by 2
+        return [
+            f"{{ const double q0 = b{pv}0, q1 = b{pv}1;",
+            "  const double pmin = q0 < q1 ? q0 : q1, pmax = q0 < q1 ? q1 : q0;",
+            f"  if (dp_abs({slope}) > 1e-9) {{",
+            f"    const double u0 = ({lo:.1f} - {near}) / {slope}, u1 = ({hi:.1f} - {far}) / {slope};",
+            "    const double v0 = u0 < u1 ? u0 : u1, v1 = u0 < u1 ? u1 : u0;",
+            f"    {dst}0 = {dst}0 > dp_floor(v0) + {grow} ? {dst}0 : dp_floor(v0) + {grow};",
+            f"    {dst}1 = {dst}1 < dp_floor(v1) + 1.0 - {grow} ? {dst}1 : dp_floor(v1) + 1.0 - {grow};",
+            "  } }",
+        ]
+
+    corner = [
+        "for (int q = 0; q < 4; ++q) {",
+        f"    const double rr = (double)((q & 1) ? ri1 - 1 : ri0), cc = (double)(cb * {L} + ((q & 2) ? {L - 1} : 0));",
+        *("    " + ln for ln in _sample(b)[:3]),
+        f"    ok = ok && fx >= {g['xlo']}.0 && fx < {g['xhi'] - 1}.0 && fy >= {g['ylo']}.0 && fy < {g['yhi'] - 1}.0;",
+        "}",
+    ]
+    return [
+        f"const double bc0 = (double)(cb * {L}), bc1 = (double)(cb * {L} + {L - 1});",
+        "const double bx0 = ca * bc0 + kx, bx1 = ca * bc1 + kx, by0 = nsa * bc0 + ky, by1 = nsa * bc1 + ky;",
+        f"double ga0 = 0.0, ga1 = {side}.0, gi0 = 0.0, gi1 = {side}.0;",
+        *bound("x", "sa", g["xlo"] - 1, g["xhi"], "ga", False),
+        *bound("y", "ca", g["ylo"] - 1, g["yhi"], "ga", False),
+        *bound("x", "sa", g["xlo"], g["xhi"] - 1, "gi", True),
+        *bound("y", "ca", g["ylo"], g["yhi"] - 1, "gi", True),
+        f"const int ra0 = ga0 < 0.0 ? 0 : (ga0 > {side}.0 ? {side} : (int)ga0);",
+        f"const int ra1 = ga1 < (double)ra0 ? ra0 : (ga1 > {side}.0 ? {side} : (int)ga1);",
+        "int ri0 = gi0 < (double)ra0 ? ra0 : (gi0 > (double)ra1 ? ra1 : (int)gi0);",
+        "int ri1 = gi1 < (double)ri0 ? ri0 : (gi1 > (double)ra1 ? ra1 : (int)gi1);",
+        "bool ok = ri0 < ri1;",
+        *corner,
+        "if (!ok) { ri0 = ra0; ri1 = ra0; }",
+    ]
+
+
+def _forward(
+    b: ParallelBeam, sig: str, args: tuple[str, str, str], c_type: str, checks: bool, L: int, pairs: bool, fn: str
+) -> str:
     """Entry ``fn``: task ``t`` sums detector columns ``cb * L .. cb * L + L - 1`` of one angle
-    and slice over the rotated rows (module docstring)."""
+    and slice over the rotated rows in ascending order (module docstring): the rows of
+    `_rows`'s ``[ri0, ri1)`` read their taps unmasked (``pairs``: a float32 image's two taps of
+    a row as one 64-bit load, CPU only), the other rows of ``[ra0, ra1)`` test each tap, and the
+    rest hold no tap (their terms would be 0: skipped, the same sums)."""
     x, tb, y = args
     nb = -(-b.side // L)
     w, side, na = b.w, b.side, b.n_angles
-    reads = []
+    reads, fast = [], [f"const int o = (iy + {b.r0}) * {w} + ix + {b.c0};"]
     for oy, ox in ((0, 0), (0, 1), (1, 0), (1, 1)):
         ok = f"vy{oy} && vx{ox}"  # an invalid tap reads pixel 0 and weighs nothing: no branch
         reads.append(f"const int o{oy}{ox} = ({ok}) ? (iy + {oy + b.r0}) * {w} + ix + {ox + b.c0} : 0;")
         reads.append(f"const double p{oy}{ox} = ({ok}) ? (double)img[o{oy}{ox}] : 0.0;")
-    sample = [] if b.image_size == 0 else [
-        *_sample(b), *reads,
+    plain, pair = [], []
+    for oy in (0, 1):
+        at = f"o + {oy * w}"
+        plain += [f"const double p{oy}0 = (double)img[{at}]; const double p{oy}1 = (double)img[{at} + 1];"]
+        pair += [  # little-endian: the lower address is the low half
+            f"long long h{oy}; __builtin_memcpy(&h{oy}, img + {at}, 8);",
+            f"const double p{oy}0 = (double)dp_as_float((int)h{oy});",
+            f"const double p{oy}1 = (double)dp_as_float((int)(h{oy} >> 32));",
+        ]
+    # NVRTC compiles the CPU entry too (one unit): it sees the plain reads
+    fast += ["#ifdef DP_CUDA", *plain, "#else", *pair, "#endif"] if pairs else plain
+    terms = [
         "const double t00 = w00 * p00; const double t01 = w01 * p01; const double t10 = w10 * p10;",
         "const double t11 = w11 * p11; const double u0 = t00 + t01; const double u1 = u0 + t10;",
         "const double v = u1 + t11; acc[l] = acc[l] + v;",
+    ]
+
+    def rows(lo: str, hi: str, sample: list[str]) -> list[str]:
+        return [
+            f"for (int r = {lo}; r < {hi}; ++r) {{",
+            "    const double rr = (double)r;",
+            f"    for (int l = 0; l < {L}; ++l) {{",
+            f"        const double cc = (double)(cb * {L} + l);",
+            *("        " + s for s in sample),
+            "    }",
+            "}",
+        ]
+
+    loops = [] if b.image_size == 0 else [
+        *_rows(b, L),
+        *rows("ra0", "ri0", [*_sample(b), *reads, *terms]),
+        *rows("ri0", "ri1", [*_sample(b)[:8], *fast, *terms]),
+        *rows("ri1", "ra1", [*_sample(b), *reads, *terms]),
     ]  # fmt: skip
     body = [
         f"const {c_type}* x = {x}; {c_type}* y = {y}; const double* tb = {tb};",
@@ -130,13 +223,7 @@ def _forward(b: ParallelBeam, sig: str, args: tuple[str, str, str], c_type: str,
         *_angle("a"),
         f"const {c_type}* img = x + s * {b.image_size}; (void)img;",
         f"double acc[{L}]; for (int l = 0; l < {L}; ++l) acc[l] = 0.0;",
-        f"for (int r = 0; r < {side if sample else 0}; ++r) {{",
-        "    const double rr = (double)r;",
-        f"    for (int l = 0; l < {L}; ++l) {{",
-        f"        const double cc = (double)(cb * {L} + l);",
-        *("        " + s for s in sample),
-        "    }",
-        "}",
+        *loops,
         "int bad = 0;",
         f"for (int l = 0; l < {L}; ++l) {{",
         f"    const int c = cb * {L} + l;",
@@ -150,78 +237,184 @@ def _forward(b: ParallelBeam, sig: str, args: tuple[str, str, str], c_type: str,
     return "\n".join([f"DP_FN void {fn}({sig}) {{", *("    " + s for s in body), "}"])
 
 
-def _scan(b: ParallelBeam, run: int, body: list[str]) -> list[str]:
+def streams(b: ParallelBeam) -> int:
+    """Independent runs the transpose interleaves: 4 when the outer index splits into 4 ranges
+    of at least 3 (1 for a small frame)."""
+    return STREAMS if b.side >= 3 * STREAMS else 1
+
+
+def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> list[str]:
     """The samples of one angle that can reach frame rows ``[f0, f1)``: ``y`` in ``[f0 - 1, f1)``.
     ``y = nsa c + ca r + ky``: with ``|ca| >= |sa|`` an interval of ``r`` per column, else of ``c``
-    per row (bounds widened by one: every sample is then tested exactly), at most ``run`` long;
-    ``body`` runs over ``k`` in ``[k0, k1)`` with ``rr``/``cc`` given by ``RR``/``CC``."""
-    side = b.side
+    per row (bounds widened by `SLACK`: every sample is then tested exactly), at most ``run`` long.
+    The outer index (column or row) runs in `streams` ranges of ``q`` in step: at step ``i`` the
+    runs of ``i, q + i, 2 q + i, ...`` (``body`` fills stream ``s``'s buffers for ``k`` in
+    ``[k0, k0 + kn)`` with ``rr``/``cc`` given by ``RR``/``CC``), then ``scatter`` adds them
+    sample by sample, the streams interleaved up to the shortest run, then each stream's rest. Two samples of an
+    angle whose taps share a pixel lie within 2 of each other in the outer index (``c = ca x - sa y
+    + const`` and taps lie within 1 of ``(x, y)``: ``|c - c'| < 2 (|ca| + |sa|) < 3``), so streams
+    at least 3 apart never share a pixel: each pixel sums in the order of steps, then outer index
+    (streams), then samples, whatever the band."""
+    side, S = b.side, streams(b)
+    q = -(-side // S)
     head = ["const double lo = (double)(f0 - 1) - ky, hi = (double)f1 - ky;"]
 
-    def mode(outer: str, m: str, div: str, sign: str) -> list[str]:
-        swap = {"RR": "(double)k", "CC": "oc"} if outer == "c" else {"RR": "oc", "CC": "(double)k"}
-        lines = [ln.replace("RR", swap["RR"]).replace("CC", swap["CC"]) for ln in body]
+    def mode(m: str, div: str, sign: str, by_col: bool) -> list[str]:
+        # RR, CC: the sample's row and column (doubles); GI: its column's index in gcol
+        swap = {"RR": "(double)k", "CC": "oc", "GI": f"s * {q} + i"}
+        if not by_col:
+            swap = {"RR": "oc", "CC": "(double)k", "GI": "k"}
+        lines = []
+        for ln in body:
+            for token, text in swap.items():
+                ln = ln.replace(token, text)
+            lines.append(ln)
         return [
-            f"for (int {outer} = 0; {outer} < {side}; ++{outer}) {{",
-            f"    const double oc = (double){outer}; const double m = {m} * oc;",
-            f"    const double e0 = (lo {sign} m) / {div}, e1 = (hi {sign} m) / {div};",
-            *_interval("k0", "k1", side),
-            f"    const int kn = k1 - k0 < {run} ? k1 - k0 : {run};",
-            *("    " + ln for ln in lines),
+            f"for (int i = 0; i < {q}; ++i) {{",
+            f"    int K0[{S}], KN[{S}]; int kmin = {run};",
+            f"    for (int s = 0; s < {S}; ++s) {{",
+            f"        const double oc = (double)(s * {q} + i); const double m = {m} * oc;",
+            f"        const double e0 = (lo {sign} m) / {div}, e1 = (hi {sign} m) / {div};",
+            *("    " + ln for ln in _interval("k0", "k1", side)),
+            *("        " + ln for ln in _support(b, "ca" if by_col else "sa", "sa" if by_col else "ca")),
+            "        const int ka = k0 > j0 ? k0 : j0, kb = k1 < j1 ? k1 : j1;",
+            f"        const int kn = s * {q} + i >= {side} || kb <= ka ? 0 : (kb - ka < {run} ? kb - ka : {run});",
+            "        K0[s] = ka; KN[s] = kn; kmin = kn < kmin ? kn : kmin;",
+            "    }",
+            f"    for (int s = 0; s < {S}; ++s) {{",
+            f"        const int k0 = K0[s], kn = KN[s]; const double oc = (double)(s * {q} + i);",
+            f"        int* Os = O + s * {run};",
+            f"        double* Q00s = Q00 + s * {run}; double* Q01s = Q01 + s * {run};",
+            f"        double* Q10s = Q10 + s * {run}; double* Q11s = Q11 + s * {run};",
+            *("        " + ln for ln in lines),
+            "    }",
+            *("    " + ln for ln in scatter),
             "}",
         ]
 
-    by_col = mode("c", "sa", "ca", "+")
-    by_row = mode("r", "ca", "nsa", "-")
+    by_col = mode("sa", "ca", "+", True)
+    by_row = mode("ca", "nsa", "-", False)
     return [*head, "if (dp_abs(ca) >= dp_abs(sa)) {", *by_col, "} else {", *by_row, "}"]
 
 
-def _interval(lo: str, hi: str, side: int) -> list[str]:
-    """``[lo, hi)``: the integers from ``floor(min(e0, e1)) - 1`` to ``floor(max(e0, e1)) + 1``,
-    clipped to ``[0, side)`` (bounds far outside clip before the int conversion)."""
+def _support(b: ParallelBeam, c_outer: str, c_k: str) -> list[str]:
+    """``[j0, j1)``: the ``k`` whose sample ``x = (c_outer oc + kx) + c_k k`` lies in ``[xlo - 1,
+    xhi)``, as a tap in the image needs (`_interval`'s rounding, widened by `SLACK`; all of
+    ``[0, side)`` when ``|c_k|`` is below 1e-3, where a coordinate's rounding divided by the
+    slope could reach the slack). The samples outside have no tap in the image: their terms
+    would be 0."""
+    g, side = _ranges(b), b.side
     return [
-        f"    const double l{lo} = dp_floor(e0 < e1 ? e0 : e1) - 1.0, h{hi} = dp_floor(e0 < e1 ? e1 : e0) + 2.0;",
+        f"int j0 = 0, j1 = {side};",
+        f"if (dp_abs({c_k}) > 1e-3) {{",
+        f"    const double xb = {c_outer} * oc + kx;",
+        f"    const double g0 = ({g['xlo'] - 1}.0 - xb) / {c_k}, g1 = ({g['xhi']}.0 - xb) / {c_k};",
+        f"    const double h0 = dp_ceil((g0 < g1 ? g0 : g1) - {SLACK}), h1 = dp_ceil((g0 < g1 ? g1 : g0) + {SLACK});",
+        f"    j0 = h0 < 0.0 ? 0 : (h0 > {side}.0 ? {side} : (int)h0);",
+        f"    j1 = h1 < 0.0 ? 0 : (h1 > {side}.0 ? {side} : (int)h1);",
+        "}",
+    ]
+
+
+def _interval(lo: str, hi: str, side: int) -> list[str]:
+    """``[lo, hi)``: the integers from ``min(e0, e1)`` to ``max(e0, e1)``, each end widened by
+    `SLACK` (far above the rounding of a sample's coordinate and of the bound, ~1e-11 for frames
+    up to 1e5, divided by a slope of at least 0.7), clipped to ``[0, side)`` (bounds far outside
+    clip before the int conversion)."""
+    return [
+        f"    const double l{lo} = dp_ceil((e0 < e1 ? e0 : e1) - {SLACK});",
+        f"    const double h{hi} = dp_ceil((e0 < e1 ? e1 : e0) + {SLACK});",
         f"    const int {lo} = l{lo} < 0.0 ? 0 : (l{lo} > {side}.0 ? {side} : (int)l{lo});",
         f"    const int {hi} = h{hi} < 0.0 ? 0 : (h{hi} > {side}.0 ? {side} : (int)h{hi});",
     ]
 
 
-def _run_body(b: ParallelBeam, B: int) -> list[str]:
-    """One run of samples (``k`` in ``[k0, k0 + kn)``): first, in a loop that vectorises, each
-    sample's top-left tap in the work block ``o`` and its four terms ``weight * g`` (0 for a tap
-    outside the image or the band, or of weight 0: not a tap, as in the reference); then the
-    terms added to their pixels, in sample order, one sample after another."""
-    na, w2 = b.n_angles, b.w + 2
+def _run_body(b: ParallelBeam, B: int, lanes: int) -> list[str]:
+    """One run of samples of stream ``s`` (``k`` in ``[k0, k0 + kn)``): each sample's top-left
+    tap in the work block (``Os``) and its four terms ``weight * g`` (``g`` from ``gcol``, the
+    angle's sinogram column as doubles; 0 for a tap outside the image or the band, or of weight
+    0: not a tap, as in the reference). With ``lanes`` > 1 (CPU) the run is rounded up to whole
+    groups of ``lanes`` (one vector each, no scalar remainder): a sample past the run is tested
+    exactly like the others (its taps are not the band's: 0), and one past the grid (``k >=
+    side``) is no sample: its terms are 0 at the stream's own margin cell ``s`` (none past
+    ``kn`` is added). Adding 0 changes no sum (a work sum is never -0). When the frame
+    covers the image (padded, or the same square) a sample whose top-left tap is in the work
+    block puts its four taps in it, and a tap outside the frame, the image or the band lands in
+    a margin or a row past the band: those cells are never stored, so only ``in`` and the
+    weight are tested."""
+    w2 = b.w + 2
+    covers = b.r0 <= 0 and b.c0 <= 0 and b.side + b.r0 >= b.h and b.side + b.c0 >= b.w
     terms = []
     for oy, ox in ((0, 0), (0, 1), (1, 0), (1, 1)):
-        cond = f"vy{oy} && vx{ox} && iy + {oy} >= f0 && iy + {oy} < f1 && w{oy}{ox} != 0.0"
-        terms.append(f"const double m{oy}{ox} = w{oy}{ox} * gv; Q{oy}{ox}[j] = ({cond}) ? m{oy}{ox} : 0.0;")
+        cond = f"in && vy{oy} && vx{ox} && iy + {oy} >= f0 && iy + {oy} < f1 && w{oy}{ox} != 0.0"
+        if covers:
+            cond = f"in && w{oy}{ox} != 0.0"
+        terms.append(f"const double m{oy}{ox} = w{oy}{ox} * gv; Q{oy}{ox}s[j] = ({cond}) ? m{oy}{ox} : 0.0;")
+    loop = (
+        ["for (int j = 0; j < kn; ++j) {"] if lanes == 1 else
+        [f"const int kr = (kn + {lanes - 1}) / {lanes} * {lanes};",
+         f"DP_SCALAR_LOOP for (int jb = 0; jb < kr; jb += {lanes}) DP_LANE_LOOP for (int l = 0; l < {lanes}; ++l) {{",
+         "    const int j = jb + l;"]
+    )  # fmt: skip
     return [
-        "for (int j = 0; j < kn; ++j) {",
-        "    const int k = k0 + j; const double rr = RR; const double cc = CC;",
+        *loop,
+        f"    const int k = k0 + j; const bool kin = k < {b.side}; const double rr = RR; const double cc = CC;",
         *("    " + ln for ln in _sample(b)),
-        f"    const double gv = (double)sino[(int)cc * {na} + a];",
-        *("    " + ln for ln in terms),
+        "    const double gv = gcol[GI];",
         f"    const int br = iy - f0 + 1, bc = ix + {b.c0 + 1};",
-        f"    O[j] = (br >= 0 && br <= {B} && bc >= 0 && bc <= {b.w}) ? br * {w2} + bc : 0;",
-        "}",
-        "for (int j = 0; j < kn; ++j) {",
-        "    double* p = work + O[j];",
-        "    p[0] = p[0] + Q00[j]; p[1] = p[1] + Q01[j];",
-        f"    p[{w2}] = p[{w2}] + Q10[j]; p[{w2 + 1}] = p[{w2 + 1}] + Q11[j];",
+        f"    const bool in = kin && br >= 0 && br <= {B} && bc >= 0 && bc <= {b.w};",
+        *("    " + ln for ln in terms),
+        f"    Os[j] = in ? br * {w2} + bc : s;",
         "}",
     ]
 
 
-def _adjoint(b: ParallelBeam, sig: str, args: tuple[str, str, str], c_type: str, checks: bool, B: int, fn: str) -> str:
+def _scatter(b: ParallelBeam, run: int) -> list[str]:
+    """The terms of step ``i``'s runs added to their pixels: sample ``j`` of every stream, then
+    ``j + 1``, up to the shortest run, then the rest of each run (so no stream pads a shorter
+    run); the streams touch disjoint pixels (`_scan`), so their adds are independent and each
+    run's order is kept. On
+    the CPU the right neighbour's pointer is opaque (an empty asm), so clang does not merge two
+    scalar adds into one 128-bit access: the next sample's overlapping access could not be
+    forwarded from that store and would wait for it to reach the cache."""
+    w2 = b.w + 2
+
+    def add(s: str, o: str) -> list[str]:
+        return [
+            f"    double* p{s} = work + O[{o} + j]; double* u{s} = p{s} + 1;",
+            "#ifndef DP_CUDA",
+            f'    __asm__("" : "+r"(u{s}));',
+            "#endif",
+            f"    p{s}[0] = p{s}[0] + Q00[{o} + j]; u{s}[0] = u{s}[0] + Q01[{o} + j];",
+            f"    p{s}[{w2}] = p{s}[{w2}] + Q10[{o} + j]; u{s}[{w2}] = u{s}[{w2}] + Q11[{o} + j];",
+        ]
+
+    interleaved = [ln for s in range(streams(b)) for ln in add(str(s), str(s * run))]
+    return [
+        "for (int j = 0; j < kmin; ++j) {",
+        *interleaved,
+        "}",
+        f"for (int s = 0; s < {streams(b)}; ++s) {{",
+        "    for (int j = kmin; j < KN[s]; ++j) {",
+        *("    " + ln for ln in add("r", f"s * {run}")),
+        "    }",
+        "}",
+    ]
+
+
+def _adjoint(
+    b: ParallelBeam, sig: str, args: tuple[str, str, str], c_type: str, checks: bool, B: int, lanes: int, fn: str
+) -> str:
     """Entry ``fn``: task ``t`` computes image rows ``band * B .. band * B + B - 1`` of one slice
     in a work block with a margin of one row and column on each side (taps there are not
     the band's; module docstring)."""
     g_, tb, y = args
     nb = -(-b.h // B)
     na, w, w2 = b.n_angles, b.w, b.w + 2
-    run = int((B + 1) * 1.4143) + 5  # an interval's length: (B + 1) / max(|cos|, |sin|) + 4
-    scan = _scan(b, run, _run_body(b, B)) if b.image_size and b.side else []
+    # an interval's length, (B + 1) / max(|cos|, |sin|) + 4, in whole groups of lanes
+    run = -(-(int((B + 1) * 1.4143) + 5) // lanes) * lanes
+    n = streams(b) * run
+    scan = _scan(b, run, _run_body(b, B, lanes), _scatter(b, run)) if b.image_size and b.side else []
     body = [
         f"const {c_type}* gs = {g_}; {c_type}* y = {y}; const double* tb = {tb}; (void)tb;",
         f"const int s = t / {nb}, band = t % {nb};",
@@ -230,9 +423,12 @@ def _adjoint(b: ParallelBeam, sig: str, args: tuple[str, str, str], c_type: str,
         f"const {c_type}* sino = gs + s * {b.sinogram_size}; (void)sino;",
         f"double work[{(B + 2) * w2}];",
         f"for (int k = 0; k < {(B + 2) * w2}; ++k) work[k] = 0.0;",
-        f"int O[{run}]; double Q00[{run}], Q01[{run}], Q10[{run}], Q11[{run}];",
+        f"int O[{n}]; double Q00[{n}], Q01[{n}], Q10[{n}], Q11[{n}];",
         "(void)O; (void)Q00; (void)Q01; (void)Q10; (void)Q11;",
+        f"double gcol[{b.side + lanes}];  // the angle's sinogram column, zero past the grid",
+        f"for (int k = {b.side}; k < {b.side + lanes}; ++k) gcol[k] = 0.0;",
         f"for (int a = 0; a < {na if scan else 0}; ++a) {{",
+        f"    for (int k = 0; k < {b.side}; ++k) gcol[k] = (double)sino[k * {na} + a];",
         *("    " + s for s in [*_angle("a"), *scan]),
         "}",
         "int bad = 0;",
@@ -270,8 +466,10 @@ def projection_kernels(
 
     def entry(sig: str, cpu: bool, fn: str) -> str:
         if b.adjoint:
-            return _adjoint(b, sig, args, c_type, checks, band_rows(b, device if cpu else "cuda"), fn)
-        return _forward(b, sig, args, c_type, checks, LANES if cpu and device == "cpu" else 1, fn)
+            lanes = LANES if cpu and device == "cpu" else 1
+            return _adjoint(b, sig, args, c_type, checks, band_rows(b, device if cpu else "cuda"), lanes, fn)
+        lanes = LANES if cpu and device == "cpu" else 1
+        return _forward(b, sig, args, c_type, checks, lanes, cpu and c_type == "float", fn)
 
     def drivers(sig: str) -> str:
         return entry(sig, True, f"{TOKEN}_cpu") + "\n" + entry(sig, False, f"{TOKEN}_cuda") + "\n"
