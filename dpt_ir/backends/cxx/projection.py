@@ -37,13 +37,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, TOKEN
-from dpt_ir.backends.cxx.units import Unit, single_launch, status_flag
+from dpt_ir.backends.cxx.beams import check_index, culprit, program_launch
+from dpt_ir.backends.cxx.common import C_TYPES
+from dpt_ir.backends.cxx.units import status_flag
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
 from dpt_ir.ir.projection import ParallelBeam
-from dpt_ir.ir.records import origin_of
 
 LANES = 8  # CPU forward: detector columns per task (8 doubles: one AVX-512 register)
 MAX_WORK = 32768  # doubles of a transpose task's work block: 256 KiB of stack or CUDA local memory
@@ -68,17 +68,11 @@ def band_rows(beam: ParallelBeam, device: str) -> int:
 
 
 def _check(graph: Graph, root: str, beam: ParallelBeam) -> None:
-    sizes = [graph.types[v].size for v in (*graph.node_map[root].inputs, root)]
-    who = origin_of(graph, root) or f"op {graph.node_map[root].opdef.name!r}"
-    if max(sizes) > INDEX_LIMIT:
-        raise ContractError(
-            f"{who} (node {root!r}): the C++ backend indexes a projection's image and sinogram with 32-bit "
-            f"integers, at most {INDEX_LIMIT} elements each; found sizes {sizes}"
-        )
+    check_index(graph, root)
     if beam.adjoint and 3 * (beam.w + 2) > MAX_WORK:
         raise ContractError(
-            f"{who} (node {root!r}): a projection's transpose holds image rows of at most {MAX_WORK // 3 - 2} "
-            f"pixels on the C++ path (a band of one row and its margins), found width {beam.w}"
+            f"{culprit(graph, root)} (node {root!r}): a projection's transpose holds image rows of at most "
+            f"{MAX_WORK // 3 - 2} pixels on the C++ path (a band of one row and its margins), found width {beam.w}"
         )
 
 
@@ -454,14 +448,9 @@ def projection_kernels(
     """The one launch of projection group ``group`` on ``device`` and its native definition
     (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
     (root,) = group.roots
-    node = graph.node_map[root]
     b = beam_of(graph, root)
     _check(graph, root, b)
     c_type = C_TYPES[graph.types[root].dtype]
-    key = f"$beam:{root}"
-    constants = {key: ("float64", b.table.reshape(-1))}
-    params = [node.inputs[0], key, root]
-    unit = Unit(graph, params, {root}, {}, constants)
     args = ("a0", "a1", "a2")
 
     def entry(sig: str, cpu: bool, fn: str) -> str:
@@ -471,7 +460,4 @@ def projection_kernels(
         lanes = LANES if cpu and device == "cpu" else 1
         return _forward(b, sig, args, c_type, checks, lanes, cpu and c_type == "float", fn)
 
-    def drivers(sig: str) -> str:
-        return entry(sig, True, f"{TOKEN}_cpu") + "\n" + entry(sig, False, f"{TOKEN}_cuda") + "\n"
-
-    return single_launch(unit, root, name, slots, checks, _tasks(b, device), group.id, drivers)
+    return program_launch(graph, group, name, slots, checks, f"$beam:{root}", b.table, _tasks(b, device), entry)
