@@ -52,27 +52,6 @@ def _astra(n: int, geo: dict[str, Any]) -> tuple[Any, Any] | None:
     return astra, (vol, proj, astra.create_projector("line_fanflat", proj, vol))
 
 
-def _astra_step(astra: Any, ids: tuple, x0: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
-    vol, proj, pid = ids
-    vid = astra.data2d.create("-vol", vol, x0.astype(np.float32))
-    sid = astra.data2d.create("-sino", proj, 0.0)
-    gid = astra.data2d.create("-vol", vol, 0.0)
-    fp = astra.astra_dict("FP")
-    fp.update(ProjectorId=pid, ProjectionDataId=sid, VolumeDataId=vid)
-    bp = astra.astra_dict("BP")
-    bp.update(ProjectorId=pid, ProjectionDataId=sid, ReconstructionDataId=gid)
-    fp_id, bp_id = astra.algorithm.create(fp), astra.algorithm.create(bp)
-    b32 = b.astype(np.float32)
-
-    def step() -> np.ndarray:
-        astra.algorithm.run(fp_id)
-        astra.data2d.store(sid, astra.data2d.get_shared(sid) - b32)
-        astra.algorithm.run(bp_id)
-        return astra.data2d.get_shared(gid)
-
-    return step
-
-
 def _program(n: int, geo: dict[str, Any], dtype: str) -> Any:
     import dpt_ir as dp
 
@@ -91,7 +70,7 @@ def main() -> None:
     parser.add_argument("--angles", type=int, default=180)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
-    from benchmarks.bench_resample import _phantom
+    from benchmarks.bench_resample import _phantom, astra_fp_bp
     from benchmarks.rounds import measure
 
     n, geo = args.size, _geometry(args.size, args.angles)
@@ -110,7 +89,7 @@ def main() -> None:
         diff = np.abs(theirs - exact["sino"]) / np.abs(exact["sino"]).max()
         print(f"  values: ASTRA line_fanflat vs dpt_ir (float64), relative to the largest: max {diff.max():.2e}, "
               f"median {np.median(diff):.2e}")  # fmt: skip
-        steps["ASTRA CPU line_fanflat FP + BP"] = _astra_step(astra, ids, x0, b)
+        steps["ASTRA CPU line_fanflat FP + BP"] = astra_fp_bp(astra, ids, x0, b.astype(np.float32))
     times = measure(steps, args.reps)
     print(f"fan-beam {n}x{n}, {args.angles} angles, {geo['det_count']} detectors, float32, one thread each, "
           f"median of {args.reps} rounds; dpt_ir set-up (two compiles and first calls) {setup:.2f} s")  # fmt: skip

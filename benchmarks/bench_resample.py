@@ -70,6 +70,15 @@ def _astra_step(x0: np.ndarray, b: np.ndarray, theta: np.ndarray) -> Callable[[]
     vol = astra.create_vol_geom(n, n)
     proj = astra.create_proj_geom("parallel", 1.0, n, np.deg2rad(theta))
     pid = astra.create_projector("linear", proj, vol)
+    # ASTRA's sinogram is (angles, detectors)
+    return astra_fp_bp(astra, (vol, proj, pid), x0, np.ascontiguousarray(b.T, dtype=np.float32))
+
+
+def astra_fp_bp(astra: Any, ids: tuple[Any, Any, int], x0: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
+    """One least-squares step with ASTRA projector ``ids`` (volume and projection geometries,
+    projector id): FP of ``x0`` into a preallocated sinogram, minus ``b`` (ASTRA's layout,
+    float32), then BP into a preallocated volume."""
+    vol, proj, pid = ids
     vid = astra.data2d.create("-vol", vol, x0.astype(np.float32))
     sid = astra.data2d.create("-sino", proj, 0.0)
     gid = astra.data2d.create("-vol", vol, 0.0)
@@ -78,11 +87,10 @@ def _astra_step(x0: np.ndarray, b: np.ndarray, theta: np.ndarray) -> Callable[[]
     bp = astra.astra_dict("BP")
     bp.update(ProjectorId=pid, ProjectionDataId=sid, ReconstructionDataId=gid)
     fp_id, bp_id = astra.algorithm.create(fp), astra.algorithm.create(bp)
-    bt = np.ascontiguousarray(b.T, dtype=np.float32)  # ASTRA's sinogram is (angles, detectors)
 
     def step() -> np.ndarray:
         astra.algorithm.run(fp_id)
-        astra.data2d.store(sid, astra.data2d.get_shared(sid) - bt)
+        astra.data2d.store(sid, astra.data2d.get_shared(sid) - b)
         astra.algorithm.run(bp_id)
         return astra.data2d.get_shared(gid)
 

@@ -17,6 +17,8 @@ import pytest
 import dpt_ir as dp
 from dpt_ir.reference.radon_ref import radon_shape
 
+from .projection_checks import assert_stack_program
+
 THETA = np.linspace(0.0, 180.0, 40, endpoint=False)
 
 
@@ -38,20 +40,7 @@ def test_stack_equals_the_interpreter_and_passes_the_dot_test(shape: tuple[int, 
     rng = np.random.default_rng(29)
     x = rng.standard_normal(shape)
     w = rng.standard_normal((shape[0], *radon_shape(shape[1:], list(THETA), circle)))
-    got = {}
-    for threads in (1, 2):
-        program = dp.compile(graph, wrt=["x"], device="cpu", threads=threads)
-        out, grads = program.value_and_grad(x=x, w=w)
-        got[threads] = (out["y"], grads["x"])
-    np.testing.assert_array_equal(got[1][0], got[2][0])
-    np.testing.assert_array_equal(got[1][1], got[2][1])
-    y, gx = got[1]
-    want = dp.interpret(graph, x=x, w=w)["y"]
-    np.testing.assert_allclose(y, want, rtol=1e-13, atol=1e-13 * np.abs(want).max())
-    want_g = dp.interpret_grad(graph, ["x"], x=x, w=w)["x"]
-    np.testing.assert_allclose(gx, want_g, rtol=1e-12, atol=1e-12 * np.abs(want_g).max())
-    lhs, rhs = float(np.sum(y * w)), float(np.sum(x * gx))
-    assert abs(lhs - rhs) <= 1e-12 * abs(lhs)
+    assert_stack_program(graph, x, w)
 
 
 def test_the_angle_table_is_the_only_constant() -> None:

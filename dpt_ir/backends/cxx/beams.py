@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.backends.cxx.common import INDEX_LIMIT, TOKEN
-from dpt_ir.backends.cxx.units import Unit, single_launch
+from dpt_ir.backends.cxx.units import Unit, single_launch, status_flag
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
@@ -37,6 +37,21 @@ def check_index(graph: Graph, root: str) -> None:
             f"{culprit(graph, root)} (node {root!r}): the C++ backend indexes a projection's image and sinogram "
             f"with 32-bit integers, at most {INDEX_LIMIT} elements each; found sizes {sizes}"
         )
+
+
+def store_rows(c_type: str, image_size: int, w: int, src: str, checks: bool) -> list[str]:
+    """A transpose task's end: image rows ``R0 .. R1 - 1`` of slice ``s`` stored from its work
+    block (``src``: the C++ of element ``k``'s double), each rounded once, and the status
+    flag of a non-finite one."""
+    return [
+        "int bad = 0;",
+        f"for (int k = 0; k < (R1 - R0) * {w}; ++k) {{",
+        f"    {c_type}& out = y[s * {image_size} + R0 * {w} + k];",
+        f"    out = ({c_type}){src};",
+        *(["    bad |= dp_nonfinite(out);"] if checks else []),
+        "}",
+        *status_flag(checks),
+    ]
 
 
 def program_launch(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpt_ir.backends.cxx.beams import check_index, culprit, program_launch
+from dpt_ir.backends.cxx.beams import check_index, culprit, program_launch, store_rows
 from dpt_ir.backends.cxx.common import C_TYPES
 from dpt_ir.backends.cxx.units import status_flag
 from dpt_ir.ir.errors import ContractError
@@ -221,13 +221,7 @@ def _adjoint(b: FanBeam, sig: str, args: tuple[str, str, str], c_type: str, chec
         f"for (int r = 0; r < {lines if b.image_size else 0}; ++r) {{",
         *("    " + s for s in per_line),
         "}",
-        "int bad = 0;",
-        f"for (int k = 0; k < (R1 - R0) * {w}; ++k) {{",
-        f"    {c_type}& out = y[s * {b.image_size} + R0 * {w} + k];",
-        f"    out = ({c_type})work[k];",
-        *(["    bad |= dp_nonfinite(out);"] if checks else []),
-        "}",
-        *status_flag(checks),
+        *store_rows(c_type, b.image_size, w, "work[k]", checks),
     ]
     return "\n".join([f"DP_FN void {fn}({sig}) {{", *("    " + s for s in body), "}"])
 

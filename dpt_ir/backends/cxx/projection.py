@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpt_ir.backends.cxx.beams import check_index, culprit, program_launch
+from dpt_ir.backends.cxx.beams import check_index, culprit, program_launch, store_rows
 from dpt_ir.backends.cxx.common import C_TYPES
 from dpt_ir.backends.cxx.units import status_flag
 from dpt_ir.ir.errors import ContractError
@@ -425,13 +425,7 @@ def _adjoint(
         f"    for (int k = 0; k < {b.side}; ++k) gcol[k] = (double)sino[k * {na} + a];",
         *("    " + s for s in [*_angle("a"), *scan]),
         "}",
-        "int bad = 0;",
-        f"for (int k = 0; k < (R1 - R0) * {w}; ++k) {{",
-        f"    {c_type}& out = y[s * {b.image_size} + R0 * {w} + k];",
-        f"    out = ({c_type})work[(k / {w} + 1) * {w2} + k % {w} + 1];",
-        *(["    bad |= dp_nonfinite(out);"] if checks else []),
-        "}",
-        *status_flag(checks),
+        *store_rows(c_type, b.image_size, w, f"work[(k / {w} + 1) * {w2} + k % {w} + 1]", checks),
     ]
     return "\n".join([f"DP_FN void {fn}({sig}) {{", *("    " + s for s in body), "}"])
 
