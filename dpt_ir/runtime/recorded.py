@@ -147,12 +147,7 @@ class RecordedPhase:
         replay the commands; returns `count`."""
         for name, targets in self.names:
             value = bound.get(name)
-            if value is None:
-                ptr = self.fallback[name]
-            elif type(value) is np.ndarray and _DATA_OFFSET is not None:  # `address`, inlined: every call's path
-                ptr = _pointer_at(id(value) + _DATA_OFFSET).value or 0
-            else:
-                ptr = address(value)
+            ptr = self.fallback[name] if value is None else address(value)
             for desc in targets:
                 desc.data = ptr
         for step in self.steps:
