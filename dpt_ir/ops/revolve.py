@@ -127,8 +127,9 @@ def advances(actions: list[Action]) -> int:
 class FirstSweep(FrozenModel):
     """A schedule's actions before its first ``reverse``: advances from ``c_0`` to
     ``c_{length-1}`` with stores on the way, the steps the loop's forward runs too. A forward
-    that keeps the carries it stores (``stores``: slot -> step) and ``c_{length-1}`` lets the
-    reverse start after them: ``advances`` fewer forward steps, the same carries."""
+    that keeps the carries it stores (``stores``: slot -> step), and leaves ``c_{length-1}``
+    where the reverse can read it, lets the reverse start after them: ``advances`` fewer
+    forward steps, the same carries."""
 
     actions: int = Field(ge=1)
     stores: dict[int, int]

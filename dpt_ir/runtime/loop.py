@@ -100,6 +100,7 @@ class Loop:
         # every carry for a store-every-carry reverse, else its schedule's first sweep's.
         # (That reverse starts from ``c_{length-1}`` where the forward left it: `last_carry`.)
         self.kept: dict[int, list[wp.array]] = {}  # step p -> the carries c_p
+        self.destinations: list[list[wp.array]] = []  # a scan's: where step i writes c_{i+1} (`ready`)
         self.source: Loop | None = None
         self.fwd_plan = self.body.plans["run"]
         self.direct = self.fwd_plan.direct_outputs(self.body_outputs)
@@ -138,6 +139,8 @@ class Loop:
         self.zeros = {k: self._zeros(k) for k in self._closures()}
         if self._keeps:
             self.kept = self._kept_carries()
+        if self.vjp is None:
+            self.destinations = self._destinations()
         if self.vjp is not None and not self.stores_every_carry():
             # Slots the first sweep fills are the forward's kept carries, when it keeps them.
             kept = self.source.kept if self.source is not None else {}
@@ -377,7 +380,7 @@ class Loop:
         """Where forward step ``i`` writes ``c_{i+1}``: the packed result's final carries at the
         last step, a kept step's own arrays, else the two pool buffers in turn (so never the
         step's input), where from the second step a passed-through carry is its source's array
-        of the step before (`_rotated`). The same arrays at every call."""
+        of the step before (`_rotated`). Made once, with the other buffers (`ready`)."""
         a = self.attrs
         final = [
             _view(self.packed, self.result_offsets[k], self.result_offsets[k] + self.results[k].size)
@@ -415,12 +418,13 @@ class Loop:
     def last_carry(self, initial: list[wp.array]) -> list[wp.array]:
         """The arrays holding ``c_{length-1}`` after a forward (``initial``: ``c_0``, the loop's
         input): a reverse that starts there reads them before the next forward writes them."""
-        return list(self._destinations()[-2]) if self.attrs.length > 1 else initial
+        self.ready()
+        return list(self.destinations[-2]) if self.attrs.length > 1 else initial
 
     def _forward_steps(self, arrays: list[wp.array]) -> None:
         a = self.attrs
         carry = list(arrays[: a.carries])
-        for i, into in enumerate(self._destinations()):
+        for i, into in enumerate(self.destinations):
             ys = {}
             for k, value in self.direct.items():  # each y straight into its row of the packed result
                 if k >= a.carries:
