@@ -1,5 +1,6 @@
-"""What the matrix-free projection lowerings share (`projection`: radon, `fanbeam`): the index
-range check and the one launch of a program's C++ unit.
+"""What the matrix-free projection lowerings share (`projection`: radon, `fanbeam`): the node's
+program, the index range check, a transpose's store of its rows, and the one launch of a
+program's C++ unit.
 
 Assumes: a fusion group of kind ``projection``, one root reading one materialised input, whose
 program carries a float64 table (the one launch constant). Guarantees: the error and the launch
@@ -16,11 +17,23 @@ import numpy as np
 from dpt_ir.backends.cxx.common import INDEX_LIMIT, TOKEN
 from dpt_ir.backends.cxx.units import Unit, single_launch, status_flag
 from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.fanbeam import FanBeam
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
+from dpt_ir.ir.projection import ParallelBeam
 from dpt_ir.ir.records import origin_of
 
 Entry = Callable[[str, bool, str], str]  # (signature, CPU build, function name) -> a driver's C++
+
+
+def program_of(graph: Graph, root: str) -> ParallelBeam | FanBeam:
+    """The projection program of node ``root`` (its op's program for its attributes and input
+    shape); the lowering follows its kind (`kernels.group_kernels`)."""
+    node = graph.node_map[root]
+    op = node.opdef
+    if op.projection is None:
+        raise ContractError(f"node {root!r}: expected an op with a projection program, found op {op.name!r}")
+    return op.projection(op.parse_attrs(node.attrs, root), tuple(graph.types[node.inputs[0]].shape))
 
 
 def culprit(graph: Graph, root: str) -> str:

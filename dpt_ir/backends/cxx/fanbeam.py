@@ -42,16 +42,6 @@ MAX_WORK = 32768  # doubles of a transpose task's work block: 256 KiB of stack o
 MAX_BAND = 32  # CPU transpose: image rows per task at most
 
 
-def fan_of(graph: Graph, root: str) -> FanBeam | None:
-    """The `FanBeam` program of node ``root``, or None when its op's program is another kind."""
-    node = graph.node_map[root]
-    op = node.opdef
-    if op.projection is None:
-        return None
-    program = op.projection(op.parse_attrs(node.attrs, root), tuple(graph.types[node.inputs[0]].shape))
-    return program if isinstance(program, FanBeam) else None
-
-
 def band_rows(b: FanBeam, device: str) -> int:
     """Image rows per transpose task: one on CUDA (a thread each), else as many as the work
     block holds, at most `MAX_BAND`."""
@@ -233,13 +223,11 @@ def _tasks(b: FanBeam, device: str) -> int:
 
 
 def fanbeam_kernels(
-    graph: Graph, group: KernelGroup, name: str, slots: list[Any], checks: bool, device: str
+    graph: Graph, group: KernelGroup, b: FanBeam, name: str, slots: list[Any], checks: bool, device: str
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
-    """The one launch of fan-beam group ``group`` on ``device`` and its native definition
-    (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
+    """The one launch of fan-beam group ``group`` (program ``b``) on ``device`` and its native
+    definition (stub name -> C++ and stub text), as `kernels.group_kernels` gives them."""
     (root,) = group.roots
-    b = fan_of(graph, root)
-    assert b is not None  # `kernels.group_kernels` sends only fan-beam programs here
     _check(graph, root, b)
     c_type = C_TYPES[graph.types[root].dtype]
     args = ("a0", "a1", "a2")

@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from dpt_ir.backends.base import Target
-from dpt_ir.backends.cxx import columns, contraction, drivers, fanbeam, projection, recurrence, sort_stages
+from dpt_ir.backends.cxx import beams, columns, contraction, drivers, fanbeam, projection, recurrence, sort_stages
 from dpt_ir.backends.cxx.common import C_TYPES, DTYPE_OF_C, INDEX_LIMIT, TOKEN
 from dpt_ir.backends.cxx.emit import ElementWriter
 from dpt_ir.backends.cxx.nest import Nest, cover
 from dpt_ir.backends.cxx.units import Unit, hashed, launch
+from dpt_ir.ir.fanbeam import FanBeam
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
 
@@ -52,9 +53,10 @@ def group_kernels(
     if group.kind == "recurrence":  # a line filter: its own drivers (`recurrence`)
         return recurrence.recurrence_kernels(graph, group, name, slots, checks, target.kind)
     if group.kind == "projection":  # a matrix-free projection: its program's own drivers
-        fan = fanbeam.fan_of(graph, group.roots[0]) is not None
-        lower = fanbeam.fanbeam_kernels if fan else projection.projection_kernels
-        return lower(graph, group, name, slots, checks, target.kind)
+        program = beams.program_of(graph, group.roots[0])
+        if isinstance(program, FanBeam):
+            return fanbeam.fanbeam_kernels(graph, group, program, name, slots, checks, target.kind)
+        return projection.projection_kernels(graph, group, program, name, slots, checks, target.kind)
     nest = cover(graph, group)
     if nest is None or (stage is not None and (nest.columns or nest.index != "int")):
         return None  # a row kernel's stages take 32-bit rows (its members then launch one by one)

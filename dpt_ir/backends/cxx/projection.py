@@ -52,15 +52,6 @@ SLACK = "1e-6"  # transpose: the widening of a run's real bounds before they rou
 STREAMS = 4  # transpose: runs whose adds interleave (independent chains of loads and stores)
 
 
-def beam_of(graph: Graph, root: str) -> ParallelBeam:
-    """The `ParallelBeam` of node ``root`` (its op's program for its attributes and input shape)."""
-    node = graph.node_map[root]
-    op = node.opdef
-    if op.projection is None:
-        raise ContractError(f"node {root!r}: expected an op with a projection program, found op {op.name!r}")
-    return op.projection(op.parse_attrs(node.attrs, root), tuple(graph.types[node.inputs[0]].shape))
-
-
 def band_rows(beam: ParallelBeam, device: str) -> int:
     """Image rows per transpose task: one on CUDA (a thread each), else as many as the work
     block holds, at most `MAX_BAND`."""
@@ -437,12 +428,11 @@ def _tasks(b: ParallelBeam, device: str) -> int:
 
 
 def projection_kernels(
-    graph: Graph, group: KernelGroup, name: str, slots: list[Any], checks: bool, device: str
+    graph: Graph, group: KernelGroup, b: ParallelBeam, name: str, slots: list[Any], checks: bool, device: str
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
-    """The one launch of projection group ``group`` on ``device`` and its native definition
-    (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
+    """The one launch of projection group ``group`` (program ``b``) on ``device`` and its native
+    definition (stub name -> C++ and stub text), as `kernels.group_kernels` gives them."""
     (root,) = group.roots
-    b = beam_of(graph, root)
     _check(graph, root, b)
     c_type = C_TYPES[graph.types[root].dtype]
     args = ("a0", "a1", "a2")
