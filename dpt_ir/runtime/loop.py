@@ -111,7 +111,7 @@ class Loop:
             found = self.vjp_plan.direct_outputs([self.grad_outputs[self._name(k)] for k in wanted])
             self.vjp_direct = {wanted[j]: v for j, v in found.items()}
         self._keeps: frozenset[int] = frozenset()  # the steps `keep` asked for
-        self._share = False  # kept carries may share arrays (`_kept_carries`)
+        self._keeps_all = False  # every step kept, for a reverse that only reads them (they may share arrays)
         # The op table of each direction ("forward", "reverse"), recorded at its first call
         # (`loop_native`); `_emit` is the table being recorded, None when running.
         self._tables: dict[str, NativeSteps] = {}
@@ -163,7 +163,7 @@ class Loop:
         fewer (`_copy` skips a copy onto itself)."""
         a, out = self.attrs, {}
         for p in sorted(self._keeps):
-            prior = out.get(p - 1) if self._share else None
+            prior = out.get(p - 1) if self._keeps_all else None
             out[p] = [prior[self.through[k]] if prior is not None and k in self.through else self._zeros(k)
                       for k in range(a.carries)]  # fmt: skip
         return out
@@ -209,7 +209,7 @@ class Loop:
 
     def keeps_every_carry(self) -> bool:
         """Whether this forward keeps every step's carry (for a store-every-carry reverse)."""
-        return self._share
+        return self._keeps_all
 
     def keep(self, reverse: Loop) -> bool:
         """Keep, during the forward, the carries ``reverse`` (this scan's ``scan_vjp``) would
@@ -219,10 +219,10 @@ class Loop:
         reads them, and only when nothing else is kept), and starts from ``c_{length-1}``
         where the forward left it (`last_carry`). Allocated with the other buffers (`ready`).
         False where nothing is kept for ``reverse``."""
-        length = self.attrs.length
-        if reverse.stores_every_carry() and not (self._keeps and not self._share):
-            self._keeps, self._share = frozenset(range(1, length)), True
-        elif not reverse.stores_every_carry() and not self._keeps:
+        every = reverse.stores_every_carry()
+        if every and (self._keeps_all or not self._keeps):
+            self._keeps, self._keeps_all = frozenset(range(1, self.attrs.length)), True
+        elif not every and not self._keeps:
             self._keeps = frozenset(reverse.sweep.stores.values())
         else:
             return False
