@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from dpt_ir.backends.base import Target
+from dpt_ir.backends.cxx import row_images
 from dpt_ir.backends.cxx.common import INDEX_LIMIT
 from dpt_ir.backends.cxx.nest import Nest
 from dpt_ir.ir.registry import LanePass
@@ -114,18 +115,23 @@ def c_min(a: str, b: str | int) -> str:
 
 
 def row_bases(nest: Nest, row: str) -> list[str]:
-    """Statements setting ``rb[k]``, the base offset of each row read in row ``row``, and,
-    with guards, ``glo`` / ``ghi``: the row's interior ``[glo, ghi)`` of positions in it."""
-    rows = [r for r in nest.reads.values() if r.mode == "row"]
-    if not rows and not nest.guards:
+    """Statements setting ``rb[k]``, the base offset of each row read in row ``row``, after
+    the row images' entries (`row_images.statements`: each image's index, and whether it has
+    one, in ``rb`` past the reads), and, with guards, ``glo`` / ``ghi``: the row's interior
+    ``[glo, ghi)`` of positions in it."""
+    rows = nest.row_reads
+    if not rows and not nest.guards and not nest.images:
         return []
     ix = nest.index
-    out = [f"{ix} rb[{max(len(rows), 1)}];", f"{ix} glo = 0, ghi = 0;", f"{{ {ix} q = {row};"]
+    size = max(len(rows) + 2 * len(nest.images), 1)
+    out = [f"{ix} rb[{size}];", f"{ix} glo = 0, ghi = 0;", f"{{ {ix} q = {row};"]
     for a in reversed(range(len(nest.base_outer))):
         out.append(f"const {ix} c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")
     out.append("(void)q;")
+    out += row_images.statements(nest.images, len(rows), ix)
     for k, r in enumerate(rows):
         terms = [*([str(r.offset)] if r.offset else []), *(f"c{a} * {s}" for a, s in enumerate(r.strides) if s)]
+        terms += [f"q{m} * {x}" if x != 1 else f"q{m}" for m, x in enumerate(r.images) if x]
         out.append(f"rb[{k}] = {' + '.join(terms) or '0'};")
     return out + (_interior(nest) if nest.guards else []) + ["}"]
 
@@ -174,7 +180,8 @@ def _split(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> 
 
 
 def _rb(nest: Nest) -> str:
-    return "rb" if any(r.mode == "row" for r in nest.reads.values()) or nest.guards else f"(const {nest.index}*)0"
+    rb = any(r.mode == "row" for r in nest.reads.values()) or nest.guards or nest.images
+    return "rb" if rb else f"(const {nest.index}*)0"
 
 
 def _call(spec: DriverSpec, p: str, w: str, i: str, j: str, flags: str, ys: list[str], fn: str = "elem") -> str:

@@ -89,10 +89,10 @@ class ElementWriter:
 
     def load(self, value: str, at: Affine) -> str:
         """A read of ``value`` at flat offset ``at`` (over the current space)."""
-        if self.at_output or self.edge or len(at.w) > len(self.space()):  # (the last: a gather)
+        r = None if self.at_output or self.edge else self.nest.reads.get((value, at))
+        if r is None or r.mode == "gather":  # (None: a sparse map's or scatter's row, at new coordinates)
             where = self.render(at)
         else:
-            r = self.nest.reads[(value, at)]
             where = {"full": "i", "scalar": str(r.offset)}.get(r.mode) or f"rb[{self._row(value, at)}]"
             if r.mode == "row" and r.step:
                 where += " + j" if r.step == 1 else f" + j * {r.step}"
@@ -171,7 +171,10 @@ class ElementWriter:
         elif scatter.is_scatter(op):  # a scatter's root: base plus its CSR row (`scatter`)
             var = scatter.row_sum(self, node, coords)
         else:
-            found = sites.children(self.graph, node, coords, ext, [], self._fresh, len(self.space()), self.nest.digits)
+            rows = None if self.edge or self.at_output else self._row_image
+            found = sites.children(
+                self.graph, node, coords, ext, [], self._fresh, len(self.space()), self.nest.digits, rows
+            )
             if found is None:  # cover walked the same coordinates
                 raise ContractError(f"C++ kernel {self.kernel}: {name!r} cannot be read at {coords}")
             args = tuple(self.value(i, c) for i, c in found)
@@ -211,6 +214,11 @@ class ElementWriter:
     def _fresh(self, form: Affine, n: int, cxx: Callable[[str], str]) -> Affine:
         return self.variable(cxx(self.render(form)), n)
 
+    def _row_image(self, node: str, axis: int, form: Affine, ax: Any, n: int) -> Affine | None:
+        """The coordinate of the row image the nest's walk found there (`row_images`), if any."""
+        found = self.nest.row_images.lookup(node, axis, form, ax) if self.nest.row_images else None
+        return None if found is None else idx.axis(found.coord, found.coord + 1)
+
     def _select(self, node: Any, coords: Coords, args: tuple[str, ...]) -> str:
         """A join: the input whose range along the axis holds the element (each input was
         read at its clamped local index, so every read is in bounds)."""
@@ -230,11 +238,27 @@ class ElementWriter:
         for c, lo, hi in sites.selects(node, coords, in_shape):
             at = self.render(c)
             conds.append(f"{lo} <= ({at}) && ({at}) <= {hi}")
+        conds += self._has_images(node, coords, in_shape)
         if not conds:
             return read
         out_t = C_TYPES[node.type.dtype]
         fill = cxx_literal(sites.image_map(node, in_shape).fill, out_t)
         return self.define(out_t, f"({' && '.join(conds)}) ? {read} : {fill}")
+
+    def _has_images(self, node: Any, coords: Coords, in_shape: tuple[int, ...]) -> list[str]:
+        """Per row image of the view at ``coords`` (`row_images`): its row's flag of having
+        an image (``rb`` past the row reads), false where the fill is read."""
+        if self.nest.row_images is None:
+            return []
+        m = sites.image_map(node, in_shape)
+        base = len(self.nest.row_reads)
+        images = {r.coord: k for k, r in enumerate(self.nest.images)}
+        out = []
+        for d, (c, ax) in enumerate(zip(sites.per_axis(node, coords), m.axes, strict=False)):
+            found = None if ax.plain else self.nest.row_images.lookup(node.name, d, c, ax)
+            if found is not None and any(not im for im in ax.images):
+                out.append(f"rb[{base + 2 * images[found.coord]}]")
+        return out
 
     def _taps(self, node: Any, args: tuple[str, ...]) -> str:
         """sum_t w[t] * x[at + t] over the non-zero taps in row-major order, accumulated in
@@ -334,6 +358,11 @@ class ElementWriter:
         ``memcpy`` call per block: 13% of softmax_xent's step). Not with guards (the edge
         function reads through image tables)."""
         direct_ok, self.loads = not self.nest.guards, {}
+        interior = not self.edge and self.nest.row_images is not None
+        if interior:  # the row images' indices: coordinates past the space (`row_images`)
+            self.extra = [r.extent for r in self.nest.images]
+            base = len(self.nest.row_reads)
+            self.lines += [f"const int q{m} = rb[{base + 2 * m + 1}]; (void)q{m};" for m in range(len(self.extra))]
         for q, root in enumerate(self.nest.roots):
             var = self.value(self.graph.node_map[root].inputs[0])
             if direct_ok and var in self.loads:
@@ -344,4 +373,6 @@ class ElementWriter:
             var = self.value(v)
             check = self.nonfinite(v, var)
             self.lines.append(f"if (W) {{ {self.param(v)}[i] = {var};{' ' + check if check else ''} }}")
+        if interior:
+            self.extra = []
         return self.lines

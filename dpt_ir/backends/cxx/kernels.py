@@ -13,7 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 from dpt_ir.backends.base import Target
-from dpt_ir.backends.cxx import beams, columns, contraction, drivers, fanbeam, projection, recurrence, sort_stages
+from dpt_ir.backends.cxx import (
+    beams,
+    columns,
+    contraction,
+    drivers,
+    fanbeam,
+    projection,
+    recurrence,
+    row_images,
+    sort_stages,
+)
 from dpt_ir.backends.cxx.common import C_TYPES, DTYPE_OF_C, INDEX_LIMIT, TOKEN
 from dpt_ir.backends.cxx.emit import ElementWriter
 from dpt_ir.backends.cxx.nest import Nest, cover
@@ -96,7 +106,7 @@ def group_kernels(
     # per vector and check: the five benchmark graphs' steps took 1.01-1.07x as long).
     ix = nest.index
     head = f"({unit.sig()}, {ix} i, {ix} j, const {ix}* rb, bool& big, bool* fl{ys}) {{"
-    elem = [*w.table_definitions()]
+    elem = [*w.table_definitions(), *row_images.tables(nest.images, TOKEN)]
     for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge)):
         if lines is not None:
             elem += ["template <bool P, bool W>", f"{macro} void {TOKEN}_{fn}{head}"]

@@ -31,9 +31,11 @@ from typing import Any
 
 from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
 from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, WIDE_INDEX, WIDE_LIMIT, flat_index
+from dpt_ir.backends.cxx.row_images import RowImage, RowImages
 from dpt_ir.backends.cxx.rowmap import RowMap
 from dpt_ir.backends.cxx.sites import Guard, Site
 from dpt_ir.ir.graph import Graph
+from dpt_ir.ir.indexing import Affine
 from dpt_ir.ir.kernel_ir import KernelGroup
 from dpt_ir.ir.records import origin_of
 from dpt_ir.ir.registry import CxxReduce
@@ -46,13 +48,15 @@ class Read:
     the iteration index ``i``), ``scalar`` (element ``offset``), ``row`` (``rb[k] + j *
     step``: a base per row, ``offset`` plus ``strides[a]`` times each outer coordinate, plus
     the inner counter times ``step``: 1 contiguous, 0 broadcast, other strided) or
-    ``gather`` (through a join's clamped coordinate: the index is computed per element)."""
+    ``gather`` (through a join's clamped coordinate: the index is computed per element). A
+    ``row`` read below a row image (`row_images`) adds its per-row index times a weight."""
 
     value: str
     mode: str
     offset: int = 0
     strides: tuple[int, ...] = ()
     step: int = 0
+    images: tuple[int, ...] = ()  # ``row``: the weight of each row image's index (`row_images`)
 
 
 @dataclass
@@ -92,6 +96,19 @@ class Nest:
     # The C++ type of element indices, offsets and positions: ``int``, or `WIDE_INDEX` when the
     # space or a tensor the group reads or writes has more than `INDEX_LIMIT` elements (`cover`).
     index: str = "int"
+    # Per-axis views' bounded axes read at a per-row index (`row_images`), not split by guards:
+    # coordinates ``len(space) + m`` of the reads' forms; the rows are the last axis, as with guards.
+    row_images: RowImages | None = None
+
+    @property
+    def images(self) -> list[RowImage]:
+        """The row images, by coordinate (none without them)."""
+        return self.row_images.images if self.row_images else []
+
+    @property
+    def row_reads(self) -> list[Read]:
+        """The ``row`` reads, in the order of their bases ``rb[k]``."""
+        return [r for r in self.reads.values() if r.mode == "row"]
 
     @property
     def row_position(self) -> bool:
@@ -125,18 +142,21 @@ def aligned(shape: tuple[int, ...], ndim: int) -> tuple[int, ...]:
     return (1,) * (ndim - len(shape)) + tuple(shape)
 
 
-def classify(site: Site, space: tuple[int, ...], k: int) -> Read | None:
+def classify(site: Site, space: tuple[int, ...], k: int, images: int = 0) -> Read | None:
     """How the read ``site`` is done in a nest whose inner axes are the last ``k`` of
-    ``space``; None when its inner part is neither contiguous nor broadcast (nor, with one
-    inner axis, strided): that would need a division or modulus of the inner counter."""
+    ``space`` (and whose coordinates past the space are ``images`` row images, if any: a read
+    below one is a row read whose base adds the image's index); None when its inner part is
+    neither contiguous nor broadcast (nor, with one inner axis, strided): that would need a
+    division or modulus of the inner counter."""
     value, at = site
-    cut = len(space) - k
-    if len(at.w) > len(space):  # at a join's clamped coordinate: an index computed per element
-        return Read(value, "gather")
-    at = at.padded(len(space))
-    if at == flat_index(space).padded(len(space)):
+    cut, n = len(space) - k, len(space)
+    if len(at.w) > n + images or (len(at.w) > n and not images):
+        return Read(value, "gather")  # at a join's clamped coordinate: an index computed per element
+    weights = at.padded(n + images).w[n:]
+    at = Affine(at.b, at.w[:n]).padded(n)
+    if not any(weights) and at == flat_index(space).padded(n):
         return Read(value, "full")
-    if not any(at.w):
+    if not any(at.w) and not any(weights):
         return Read(value, "scalar", at.b)
     inner = at.w[cut:]
     if not any(inner):
@@ -147,7 +167,7 @@ def classify(site: Site, space: tuple[int, ...], k: int) -> Read | None:
         step = inner[0]
     else:
         return None
-    return Read(value, "row", at.b, at.w[:cut], step)
+    return Read(value, "row", at.b, at.w[:cut], step, tuple(weights) if any(weights) else ())
 
 
 def _types_ok(graph: Graph, values: list[str]) -> bool:
@@ -224,7 +244,7 @@ def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
     if after_shape is None:
         return None
     found: list[sites.Guard] = []
-    walked = sites.walk(graph, members, seeds, space, guards=found)
+    walked, images = _walk_rows(graph, members, seeds, space, found)
     axes = tuple(group.axes)
     if walked is None:  # a reshape that does not split: a finer space may make it affine
         space, axes, walked = _refined(graph, members, seeds, space, axes, found)
@@ -236,26 +256,27 @@ def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
     if walked is None:
         return None
     guards = list(dict.fromkeys(found))
-    most = 1 if guards else len(space)  # the interior split runs along the last axis
+    n_images = len(images.found) if images else 0
+    most = 1 if guards or n_images else len(space)  # the interior split, row images: along the last axis
     columns = None
     if kind == "reduction":
         if not roots:
             return None
         if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()):
             parts = (roots, stores, templates, after, after_shape, guards)
-            return _with_digits(_spread(group, space, axes, walked, most, *parts), digits)
+            return _with_rows(_spread(group, space, axes, walked, most, *parts, n_images), digits, images)
         kept = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block
         if kept:  # the columns: the most trailing kept axes every read is contiguous over
-            k = _inner_axes(walked, space, min(kept, most))
+            k = _inner_axes(walked, space, min(kept, most), n_images)
             p, r = math.prod(space[: axes[0]]), math.prod(space[axes[0] : axes[-1] + 1])
             columns = (p, r, math.prod(space[axes[-1] + 1 : len(space) - k]), math.prod(space[-k:]))
         else:
             k = len(axes)
     else:
-        k = _inner_axes(walked, space, most)
+        k = _inner_axes(walked, space, most, n_images)
     cut = len(space) - k
-    k_read = k if kind == "pointwise" or columns else _inner_axes(walked, space, min(k, most))
-    reads = _classified(walked, space, k_read)
+    k_read = k if kind == "pointwise" or columns else _inner_axes(walked, space, min(k, most), n_images)
+    reads = _classified(walked, space, k_read, n_images)
     if reads is None:
         return None
     inner = math.prod(space[cut:])
@@ -264,13 +285,28 @@ def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
     nest = Nest(
         group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards, columns
     )
-    return _with_digits(nest, digits)
+    return _with_rows(nest, digits, images)
 
 
-def _with_digits(nest: Nest | None, digits: bool) -> Nest | None:
+def _with_rows(nest: Nest | None, digits: bool, images: RowImages | None) -> Nest | None:
     if nest is not None:
         nest.digits = digits
+        nest.row_images = images if images and images.found else None
     return nest
+
+
+def _walk_rows(
+    graph: Graph, members: set[str], seeds: list[str], space: tuple[int, ...], found: list[Guard]
+) -> tuple[list[Site] | None, RowImages | None]:
+    """The walk over ``space`` with row images (`row_images`: bounded axes constant along a
+    row read at a per-row index), or, where the group also makes coordinates of other kinds
+    (joins, gathers: their indices are computed per element), the walk with guards only."""
+    images = RowImages(space)
+    walked = sites.walk(graph, members, seeds, space, guards=found, images=images)
+    if walked is None or not images.others or not images.found:
+        return walked, (images if walked is not None else None)
+    found.clear()
+    return sites.walk(graph, members, seeds, space, guards=found), None
 
 
 def largest(graph: Graph, group: KernelGroup) -> int:
@@ -283,7 +319,7 @@ def _wide_ok(graph: Graph, nest: Nest) -> bool:
     strided, broadcast and scalar reads do; guards (per-axis views through image tables),
     row maps, digit reads, gathers, constant tables, sparse maps and scatters index with
     32-bit ints."""
-    if nest.guards or nest.digits or nest.row_map is not None or nest.group.kind == "scatter":
+    if nest.guards or nest.images or nest.digits or nest.row_map is not None or nest.group.kind == "scatter":
         return False
     if any(r.mode == "gather" for r in nest.reads.values()):
         return False
@@ -309,11 +345,12 @@ def _refined(
     return finer, tuple(b for b, a in enumerate(owner) if a in axes), walked
 
 
-def _classified(walked: list[Site], space: tuple[int, ...], k: int) -> dict[Site, Read] | None:
-    """Each memory read's `Read` over ``k`` inner axes (`classify`); None if one has none."""
+def _classified(walked: list[Site], space: tuple[int, ...], k: int, images: int = 0) -> dict[Site, Read] | None:
+    """Each memory read's `Read` over ``k`` inner axes (`classify`, ``images``: the row
+    images' coordinates past the space); None if one has none."""
     reads = {}
     for site in walked:
-        r = classify(site, space, k)
+        r = classify(site, space, k, images)
         if r is None:
             return None
         reads[site] = r
@@ -332,6 +369,7 @@ def _spread(
     after: list[str],
     after_shape: tuple[int, ...],
     guards: list[Guard],
+    images: int = 0,
 ) -> Nest | None:
     """The nest of a reduction over non-adjacent ``axes`` (`rowmap`), no transpose: with the
     last axis reduced, one output per kept element reduces its sub-rows (the trailing
@@ -341,11 +379,11 @@ def _spread(
     n = len(space)
     if axes[-1] == n - 1:
         block = n - next(a for a in range(n) if all(b in axes for b in range(a, n)))
-        k = _inner_axes(walked, space, min(block, most))
+        k = _inner_axes(walked, space, min(block, most), images)
     else:
-        k = _inner_axes(walked, space, min(n - 1 - axes[-1], most))
+        k = _inner_axes(walked, space, min(n - 1 - axes[-1], most), images)
     cut = n - k
-    reads = _classified(walked, space, k)
+    reads = _classified(walked, space, k, images)
     if reads is None:
         return None
     row_map = RowMap(space[:cut], tuple(a in axes for a in range(cut)))
@@ -404,12 +442,12 @@ def _after_shape(graph: Graph, after: list[str], roots: list[str]) -> tuple[int,
     return shape if math.prod(shape) == graph.types[roots[0]].size else None
 
 
-def _inner_axes(walked: list[Site], space: tuple[int, ...], most: int) -> int:
+def _inner_axes(walked: list[Site], space: tuple[int, ...], most: int, images: int = 0) -> int:
     """The most trailing axes (at most ``most``) over which every read is contiguous or
     broadcast (at least the last axis, where a read may also be strided)."""
     best = min(1, most)
     for k in range(1, most + 1):
-        if all(classify(site, space, k) for site in walked):
+        if all(classify(site, space, k, images) for site in walked):
             best = k
         else:
             break

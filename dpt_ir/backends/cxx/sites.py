@@ -28,6 +28,7 @@ import numpy as np
 
 from dpt_ir.backends.cxx import gathers, scatter, sparse
 from dpt_ir.backends.cxx.common import flat_index, offset
+from dpt_ir.backends.cxx.row_images import RowImages
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.indexing import Affine, Coords, ImageMap
@@ -101,18 +102,26 @@ def selected(ax: idx.AxisImages, n: int) -> bool:
     return n == 1 and all(not im for k, im in enumerate(ax.images) if not ax.lo <= k <= ax.hi)
 
 
+def per_axis(node: Node, coords: Coords) -> Coords:
+    """A view's output coordinates per axis (flat ones of a value with one long axis unflattened,
+    as `children` reads them)."""
+    out_shape = tuple(node.type.shape)
+    return (_unflattened(coords, out_shape) or ()) if idx.is_flat(coords, out_shape) else coords
+
+
 def selects(node: Node, coords: Coords, in_shape: Shape) -> list[tuple[Affine, int, int]]:
     """The selected axes (`selected`) of a per-axis view read at ``coords``: per axis, its
     coordinate and the interior ``[lo, hi]`` where the view reads its input."""
-    out_shape = tuple(node.type.shape)
-    per_axis = _unflattened(coords, out_shape) if idx.is_flat(coords, out_shape) else coords
     m = image_map(node, in_shape)
-    axes = zip(per_axis or (), m.axes, in_shape, strict=False)
+    axes = zip(per_axis(node, coords), m.axes, in_shape, strict=False)
     return [(c, ax.lo, ax.hi) for c, ax, n in axes if not ax.plain and selected(ax, n)]
 
 
 # A new coordinate in [0, n): (form, n, its C++ from the C++ of form) -> its form.
 Variable = Callable[[Affine, int, Callable[[str], str]], Affine]
+# A per-axis view's bounded axis read per row (`row_images`): (view, axis, form, its images,
+# input length) -> the coordinate of its per-row input index, or None (a guard instead).
+RowImage = Callable[[str, int, Affine, idx.AxisImages, int], Affine | None]
 
 
 def _joined(graph: Graph, node: Node, coords: Coords, variable: Variable) -> list[tuple[str, Coords]]:
@@ -195,13 +204,15 @@ def children(
     variable: Variable | None = None,
     fresh_from: int | None = None,
     digits: bool = False,
+    rows: RowImage | None = None,
 ) -> list[tuple[str, Coords]] | None:
     """The (input, coordinates) that ``node`` at ``coords`` reads, in order: one per input for
     elementwise ops and views, one per non-zero tap for stencils, the interior shift for
-    per-axis views (``OpDef.axis_images``: the condition of the interior goes to ``guards``),
-    the indices and the source of a gather (`gathers`). New coordinates come from
-    ``variable``; ``fresh_from``: the first of them (the loop space's rank). None when the
-    node cannot be evaluated there."""
+    per-axis views (``OpDef.axis_images``: the condition of the interior goes to ``guards``;
+    a bounded axis that ``rows`` makes a row image is read at its coordinate instead), the
+    indices and the source of a gather (`gathers`). New coordinates come from ``variable``;
+    ``fresh_from``: the first of them (the loop space's rank). None when the node cannot be
+    evaluated there."""
     op, out_shape = node.opdef, tuple(node.type.shape)
     shapes = [tuple(graph.types[i].shape) for i in node.inputs]
     if idx.is_flat(coords, out_shape):
@@ -240,14 +251,19 @@ def children(
             at = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) if ax.plain else variable(c, n, str)
                   for c, ax, n in axes]  # fmt: skip
             return [(node.inputs[0], tuple(at))]
-        lengths = [n for ax, n in zip(m.axes, shapes[0], strict=True) if not ax.plain]
-        for (c, ax), n in zip(bounded, lengths, strict=True):
-            if not selected(ax, n):  # a selected axis is the element function's select (`selects`)
+        at = []
+        for d, (c, ax, n) in enumerate(zip(coords, m.axes, shapes[0], strict=True)):
+            # An input axis of length 1 is read at 0 (a guard, if any, holds the coordinate there).
+            plain = idx.zero(len(space)) if n == 1 else c.shifted(ax.shift)
+            lo, hi = c.bounds(space)
+            if ax.plain or ax.lo <= lo <= hi <= ax.hi:  # every element read is in the interior
+                at.append(plain)
+                continue
+            q = None if n == 1 or rows is None else rows(node.name, d, c, ax, n)
+            if q is None and not selected(ax, n):  # selected: the element function's select
                 guards.append((idx.canonical(c, space), ax.lo, ax.hi))  # type: ignore[union-attr]
-        # An input axis of length 1 is read at 0 (the guard holds the coordinate there).
-        axes = zip(coords, m.axes, shapes[0], strict=True)
-        shifted = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) for c, ax, n in axes]
-        return [(node.inputs[0], tuple(shifted))]
+            at.append(plain if q is None else q)
+        return [(node.inputs[0], tuple(at))]
     return None
 
 
@@ -259,20 +275,37 @@ def walk(
     terminals: frozenset[str] = frozenset(),
     guards: list[Guard] | None = None,
     digits: bool = False,
+    images: RowImages | None = None,
 ) -> list[Site] | None:
     """The memory reads of evaluating ``seeds`` at the space's element, in first-visit order:
     values outside ``members`` are read; ``terminals`` (finished reductions in an epilogue)
     must be needed at the space's own element only. Per-axis views are walked in their
-    interior, whose conditions go to ``guards`` (None: such views are refused). None when
-    some member cannot be evaluated where it is needed."""
+    interior, whose conditions go to ``guards`` (None: such views are refused), but for the
+    bounded axes ``images`` takes as row images (`row_images`). None when some member
+    cannot be evaluated where it is needed."""
     reads: list[Site] = []
     seen: set[Site] = set()
     stack: list[tuple[str, Coords]] = []
-    extra: list[int] = []  # extents of the new coordinates (joins, gathers)
+    extra: list[int] = []  # extents of the new coordinates (joins, gathers, row images)
 
     def variable(form: Affine, n: int, cxx: Callable[[str], str]) -> Affine:
         extra.append(n)
+        if images is not None:
+            images.others += 1
         return idx.axis(len(space) + len(extra) - 1, len(space) + len(extra))
+
+    rows: RowImage | None = None
+    if images is not None and not digits:
+        table = images
+
+        def row_image(node: str, axis: int, form: Affine, ax: idx.AxisImages, n: int) -> Affine | None:
+            before = len(table.found)
+            q = table.coordinate(node, axis, form, ax, n, len(space) + len(extra))
+            if len(table.found) > before:  # a new coordinate: its extent
+                extra.append(n)
+            return q
+
+        rows = row_image
 
     for s in reversed(seeds):
         coords = identity(tuple(graph.types[s].shape), space)
@@ -293,7 +326,7 @@ def walk(
         if name not in members or gathers.is_table(graph, name):  # a table: read from its array
             reads.append(site)
             continue
-        found = children(graph, graph.node_map[name], coords, ext, guards, variable, len(space), digits)
+        found = children(graph, graph.node_map[name], coords, ext, guards, variable, len(space), digits, rows)
         if found is None:
             return None
         stack += reversed(found)
