@@ -189,6 +189,12 @@ def _call(spec: DriverSpec, p: str, w: str, i: str, j: str, flags: str, ys: list
     return f"F_{fn}<{p}, {w}>({spec.args}, {i}, {j}, {_rb(spec.nest)}, big, {flags}{extra});"
 
 
+def _ends(nest: Nest) -> str:
+    """The element function of the CPU's row ends (outside the interior split's range): the
+    inlined ends function where the nest has one (`row_ends`), else the edge function."""
+    return "ends" if nest.ends is not None else "edge"
+
+
 def _anywhere(nest: Nest) -> str:
     """The element function valid at every element: the edge one when there are guards."""
     return "edge" if nest.guards else "elem"
@@ -214,7 +220,7 @@ def cpu_block(spec: DriverSpec, w: str, i: str, ys: list[str], jr: str = "j", of
     the row's positions start in ``j``)."""
     nest, nf = spec.nest, spec.nf
     interior = _call(spec, "false", w, i, jr, "bf", ys)
-    edge = _call(spec, "false", w, i, jr, "bf", ys, "edge")
+    edge = _call(spec, "false", w, i, jr, "bf", ys, _ends(nest))
     lines = [f"bool bf[{nf}] = {{false}}; bool big = false;", *_split(nest, "jb", "je", off, interior, edge)]
     if spec.uses_big:
         lines.append(f"if (big) {{ for (int k = 0; k < {nf}; ++k) bf[k] = false;")
@@ -252,7 +258,7 @@ def pointwise_drivers(spec: DriverSpec) -> str:
     else:
         cpu.append("bool big = false; (void)big;")
         interior = _call(spec, "false", "true", f"row * {inner} + j", "j", "fl", [])
-        cpu += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", "F_edge<"))
+        cpu += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", f"F_{_ends(nest)}<"))
     cpu += ["}", *status_stores(spec)]
     cuda = [*head, f"for ({ix} i = b; i < e; ++i) {{", f"const {ix} row = i / {inner}, j = i - row * {inner};"]
     cuda += [*row_bases(nest, "row"), *cuda_element(spec, "true", "i", "j", []), "}"]

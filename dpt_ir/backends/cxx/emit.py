@@ -46,6 +46,7 @@ class ElementWriter:
         self.uses_big = False
         self.at_output = False  # computing an epilogue (at output o), not an element (at i)
         self.edge = False  # the edge function: per-axis views through their tables
+        self.ends = False  # the row ends' function (`row_ends`): clamped reads, the pads' selects
         # The element and edge functions of a nest whose drivers walk rows of its last axis
         # (`Nest.row_position`, set by `kernels.group_kernels`): ``j`` is the position in the
         # row (`render`). Other writers (the sort stages) bind ``i`` and ``j`` their own way.
@@ -94,7 +95,10 @@ class ElementWriter:
             where = self.render(at)
         else:
             where = {"full": "i", "scalar": str(r.offset)}.get(r.mode) or f"rb[{self._row(value, at)}]"
-            if r.mode == "row" and r.step:
+            clamp = self.nest.ends.get((value, at)) if self.ends and self.nest.ends else None
+            if clamp is not None:  # a row end: in its own row, what a pad outside its interior discards
+                where += f" + dp_clampi(j, {clamp[0]}, {clamp[1]})"
+            elif r.mode == "row" and r.step:
                 where += " + j" if r.step == 1 else f" + j * {r.step}"
         var = f"r{len(self.vars)}"
         member_table = value in self.nest.group.nodes and gathers.is_table(self.graph, value)
@@ -239,6 +243,7 @@ class ElementWriter:
             at = self.render(c)
             conds.append(f"{lo} <= ({at}) && ({at}) <= {hi}")
         conds += self._has_images(node, coords, in_shape)
+        conds += self._in_interior(node, coords, in_shape) if self.ends else []
         if not conds:
             return read
         out_t = C_TYPES[node.type.dtype]
@@ -258,6 +263,20 @@ class ElementWriter:
             found = None if ax.plain else self.nest.row_images.lookup(node.name, d, c, ax)
             if found is not None and any(not im for im in ax.images):
                 out.append(f"rb[{base + 2 * images[found.coord]}]")
+        return out
+
+    def _in_interior(self, node: Any, coords: Coords, in_shape: tuple[int, ...]) -> list[str]:
+        """At a row end (`row_ends`): per guarded axis of the view (neither a row image nor a
+        select, nor read in its interior only), the condition of the element being in it."""
+        m, out = sites.image_map(node, in_shape), []
+        for d, (c, ax, n) in enumerate(zip(sites.per_axis(node, coords), m.axes, in_shape, strict=False)):
+            lo, hi = c.bounds(self.ext())
+            if ax.plain or sites.selected(ax, n) or ax.lo <= lo <= hi <= ax.hi:
+                continue
+            if self.nest.row_images is not None and self.nest.row_images.lookup(node.name, d, c, ax):
+                continue
+            at = self.render(c)
+            out.append(f"{ax.lo} <= ({at}) && ({at}) <= {ax.hi}")
         return out
 
     def _taps(self, node: Any, args: tuple[str, ...]) -> str:
@@ -346,6 +365,14 @@ class ElementWriter:
         self.vars, self.lines, self.edge, self.extra = {}, [], True, []
         lines = self.body()
         self.vars, self.lines, self.edge, self.extra = {}, [], False, []
+        return lines
+
+    def ends_body(self) -> list[str]:
+        """Statements of the row ends' function (`row_ends`), after `body`: the element
+        function with each moving read clamped into its row and each constant pad's select."""
+        self.vars, self.lines, self.ends = {}, [], True
+        lines = self.body()
+        self.vars, self.lines, self.ends = {}, [], False
         return lines
 
     def body(self) -> list[str]:

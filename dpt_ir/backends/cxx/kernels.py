@@ -85,6 +85,7 @@ def group_kernels(
     w.rows = nest.row_position
     body = w.body()
     edge = w.edge_body() if nest.guards else None
+    ends = w.ends_body() if nest.ends is not None else None
     partials: dict[str, tuple[str, int]] = dict(w.scratch)
     finish: list[str] = []
     for q, root in enumerate(nest.roots):
@@ -107,7 +108,7 @@ def group_kernels(
     ix = nest.index
     head = f"({unit.sig()}, {ix} i, {ix} j, const {ix}* rb, bool& big, bool* fl{ys}) {{"
     elem = [*w.table_definitions(), *row_images.tables(nest.images, TOKEN)]
-    for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge)):
+    for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge), ("ends", "DP_FN", ends)):
         if lines is not None:
             elem += ["template <bool P, bool W>", f"{macro} void {TOKEN}_{fn}{head}"]
             elem += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]

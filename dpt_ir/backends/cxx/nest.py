@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpt_ir.backends.cxx import gathers, scatter, sites, sparse
+from dpt_ir.backends.cxx import gathers, row_ends, scatter, sites, sparse
 from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, WIDE_INDEX, WIDE_LIMIT, flat_index
 from dpt_ir.backends.cxx.row_images import RowImage, RowImages
 from dpt_ir.backends.cxx.rowmap import RowMap
@@ -99,6 +99,10 @@ class Nest:
     # Per-axis views' bounded axes read at a per-row index (`row_images`), not split by guards:
     # coordinates ``len(space) + m`` of the reads' forms; the rows are the last axis, as with guards.
     row_images: RowImages | None = None
+    # Where the row ends (elements outside the interior of constant pads along the row) run the
+    # inlined ``F_ends`` instead of the edge function: per read moving along the row, the range
+    # its inner counter is clamped into (`row_ends`); None: the ends take the edge function.
+    ends: row_ends.Clamps | None = None
 
     @property
     def images(self) -> list[RowImage]:
@@ -244,7 +248,8 @@ def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
     if after_shape is None:
         return None
     found: list[sites.Guard] = []
-    walked, images = _walk_rows(graph, members, seeds, space, found)
+    lasts: dict[Site, Affine | None] = {}  # each read's coordinate along its value's last axis
+    walked, images = _walk_rows(graph, members, seeds, space, found, lasts)
     axes = tuple(group.axes)
     if walked is None:  # a reshape that does not split: a finer space may make it affine
         space, axes, walked = _refined(graph, members, seeds, space, axes, found)
@@ -264,7 +269,8 @@ def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
             return None
         if axes != tuple(range(axes[0], axes[-1] + 1) if axes else ()):
             parts = (roots, stores, templates, after, after_shape, guards)
-            return _with_rows(_spread(group, space, axes, walked, most, *parts, n_images), digits, images)
+            nest = _spread(group, space, axes, walked, most, *parts, n_images)
+            return _with_rows(graph, nest, digits, images, lasts)
         kept = len(space) - 1 - axes[-1] if axes else 0  # kept axes after the reduced block
         if kept:  # the columns: the most trailing kept axes every read is contiguous over
             k = _inner_axes(walked, space, min(kept, most), n_images)
@@ -285,28 +291,39 @@ def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
     nest = Nest(
         group, space, outer, inner, reads, roots, stores, templates, after, after_shape, *sub_rows, guards, columns
     )
-    return _with_rows(nest, digits, images)
+    return _with_rows(graph, nest, digits, images, lasts)
 
 
-def _with_rows(nest: Nest | None, digits: bool, images: RowImages | None) -> Nest | None:
+def _with_rows(
+    graph: Graph, nest: Nest | None, digits: bool, images: RowImages | None, columns: dict[Site, Affine | None]
+) -> Nest | None:
+    """``nest`` with its digit reads, row images and row ends (`row_ends`) set."""
     if nest is not None:
         nest.digits = digits
         nest.row_images = images if images and images.found else None
+        nest.ends = row_ends.clamps(graph, nest, columns) if images is not None else None
     return nest
 
 
 def _walk_rows(
-    graph: Graph, members: set[str], seeds: list[str], space: tuple[int, ...], found: list[Guard]
+    graph: Graph,
+    members: set[str],
+    seeds: list[str],
+    space: tuple[int, ...],
+    found: list[Guard],
+    columns: dict[Site, Affine | None],
 ) -> tuple[list[Site] | None, RowImages | None]:
     """The walk over ``space`` with row images (`row_images`: bounded axes constant along a
     row read at a per-row index), or, where the group also makes coordinates of other kinds
-    (joins, gathers: their indices are computed per element), the walk with guards only."""
+    (joins, gathers: their indices are computed per element), the walk with guards only (and
+    no row images: None). ``columns`` receives the reads' coordinates along their last axis."""
     images = RowImages(space)
-    walked = sites.walk(graph, members, seeds, space, guards=found, images=images)
+    walked = sites.walk(graph, members, seeds, space, guards=found, images=images, columns=columns)
     if walked is None or not images.others or not images.found:
         return walked, (images if walked is not None else None)
     found.clear()
-    return sites.walk(graph, members, seeds, space, guards=found), None
+    columns.clear()
+    return sites.walk(graph, members, seeds, space, guards=found, columns=columns), None
 
 
 def largest(graph: Graph, group: KernelGroup) -> int:

@@ -276,13 +276,15 @@ def walk(
     guards: list[Guard] | None = None,
     digits: bool = False,
     images: RowImages | None = None,
+    columns: dict[Site, Affine | None] | None = None,
 ) -> list[Site] | None:
     """The memory reads of evaluating ``seeds`` at the space's element, in first-visit order:
     values outside ``members`` are read; ``terminals`` (finished reductions in an epilogue)
     must be needed at the space's own element only. Per-axis views are walked in their
     interior, whose conditions go to ``guards`` (None: such views are refused), but for the
-    bounded axes ``images`` takes as row images (`row_images`). None when some member
-    cannot be evaluated where it is needed."""
+    bounded axes ``images`` takes as row images (`row_images`). ``columns`` receives each
+    read's coordinate along its value's last axis (None: read at flat coordinates). None when
+    some member cannot be evaluated where it is needed."""
     reads: list[Site] = []
     seen: set[Site] = set()
     stack: list[tuple[str, Coords]] = []
@@ -325,6 +327,8 @@ def walk(
             continue
         if name not in members or gathers.is_table(graph, name):  # a table: read from its array
             reads.append(site)
+            if columns is not None:
+                columns[site] = coords[-1] if shape and not idx.is_flat(coords, shape) else None
             continue
         found = children(graph, graph.node_map[name], coords, ext, guards, variable, len(space), digits, rows)
         if found is None:
