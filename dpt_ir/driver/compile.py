@@ -104,12 +104,18 @@ def resolve_device(device: str | None) -> str:
 
 
 def options_of(
-    target: Target, checks: bool = True, fuse: bool = True, recompute: bool = True, reciprocal: bool = True
+    target: Target,
+    checks: bool = True,
+    fuse: bool = True,
+    recompute: bool = True,
+    reciprocal: bool = True,
+    denormals: str = "keep",
 ) -> dict[str, Any]:
     """The compile options every pipeline of a program shares (and the cache keys): the
     switches, and the budgets and device facts of ``target`` that the passes plan with."""
     return {
         "checks": checks,
+        "denormals": denormals,
         "fuse": fuse,
         "recompute": recompute,
         "reciprocal": reciprocal,
@@ -160,6 +166,7 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     recompute_budget: int | None = None,
     threads: int | None = None,
     reciprocal: bool = True,
+    denormals: str = "keep",
 ) -> Program:
     """Compile ``graph`` for ``device``; differentiate wrt the inputs named in ``wrt``.
 
@@ -175,6 +182,10 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     no limit, a large number lifts it on the CPU). All options are part of the cache key.
     ``threads``: CPU threads per launch (None: the machine's cores; results are the same for
     any count, see `CompileOptions`); it keys the in-process cache only.
+    ``denormals``: ``"keep"`` (IEEE: denormal values are computed as such) or ``"flush"``
+    (the CPU kernels flush denormal results to zero and read denormal inputs as zero, as XLA
+    does on the CPU; a time-stepped field whose wavefront decays through denormals runs
+    faster; CUDA kernels and exported bundles keep them; docs/backend.md).
     """
     start = time.perf_counter()
     if not isinstance(graph, Graph):
@@ -194,15 +205,16 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         n_threads = CompileOptions(threads=threads).resolved_threads()
     except pydantic.ValidationError:
         raise ContractError(f"compile: threads must be None or an integer >= 1, found {threads!r}") from None
+    if denormals not in ("keep", "flush"):
+        raise ContractError(f"compile: denormals must be 'keep' or 'flush', found {denormals!r}")
     target = Target.for_device(
         dev,
         n_threads,
         None if halo_budget is None else int(halo_budget),
         None if recompute_budget is None else int(recompute_budget),
     )
-    base = options_of(
-        target, checks=bool(checks), fuse=bool(fuse), recompute=bool(recompute), reciprocal=bool(reciprocal)
-    )
+    switches = {"checks": checks, "fuse": fuse, "recompute": recompute, "reciprocal": reciprocal}
+    base = options_of(target, **{k: bool(v) for k, v in switches.items()}, denormals=denormals)
     if any(n.opdef.kind == "loop" for n in graph.nodes):  # a trait: loop ops compile their bodies once
         from dpt_ir.runtime.loop_program import LoopProgram
 
@@ -245,7 +257,7 @@ def _build(
         log.debug("compile %r: passes done in %.2f s", graph.name, time.perf_counter() - start)
         sources = {  # one module per pipeline, so that a call builds only the module it launches
             f"{stem}_{PLAN_PREFIX[n]}": codegen.generate(
-                {PLAN_PREFIX[n]: r.graph}, graph.name, _header(base), base["checks"], target
+                {PLAN_PREFIX[n]: r.graph}, graph.name, _header(base), base["checks"], target, base["denormals"]
             )
             for n, r in results.items()
         }
@@ -310,8 +322,9 @@ def compile_pieces(
             results = {name: run_pipeline(g, pipelines(g, (), None, base)["run"]) for name, g in pieces.items()}
             graphs = {name: r.graph for name, r in results.items()}
             source = codegen.generate(
-                {prefixes[n]: g for n, g in graphs.items()}, title, _header(base), base["checks"], target
-            )
+                {prefixes[n]: g for n, g in graphs.items()}, title, _header(base), base["checks"], target,
+                base["denormals"],
+            )  # fmt: skip
             return results, Built(graphs, source.kernels, {module_name: source.slots}, {module_name: source.text})
 
         label = f"{title} ({len(pieces)} loop-program pieces)"

@@ -83,7 +83,7 @@ class DerivedPlanBuilder:
         def build() -> tuple[dict[str, PipelineResult], Built]:
             result = run_pipeline(derived, options, PIPELINE)
             source = codegen.generate({prefix: result.graph}, self.graph.name, self.header, self.base["checks"],
-                                      self.target)  # fmt: skip
+                                      self.target, self.base["denormals"])  # fmt: skip
             built = Built({kind: result.graph}, source.kernels, {module_name: source.slots},
                           {module_name: source.text})  # fmt: skip
             return {kind: result}, built

@@ -5,7 +5,7 @@ the compile caches); `PassOptions`: the base of each pass's own options model, t
 from __future__ import annotations
 
 import os
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +36,8 @@ class CompileOptions(BaseModel):
       `dp.compile` sets its target's, `Target.expand`: on for the CPU, off for CUDA).
     - ``fuse``: let `fusion` group nodes (off: one kernel per node).
     - ``checks``: kernels report non-finite and out-of-domain values.
+    - ``denormals``: ``keep`` (IEEE) or ``flush`` (the CPU kernels flush denormals to zero;
+      read by the backend only: no pass plans with it).
     - ``max_inline_consumers``: a cheap value read by more fusion groups than this is
       materialised once instead of being recomputed in each.
     - ``halo_budget``: the work per element a stencil (or any node reading its input
@@ -65,6 +67,7 @@ class CompileOptions(BaseModel):
     expand: bool = True
     fuse: bool = True
     checks: bool = True
+    denormals: Literal["keep", "flush"] = "keep"
     max_inline_consumers: int = 4
     halo_budget: int | None = None
     recompute_budget: int | None = None

@@ -30,6 +30,21 @@
 #define DP_CONST static const
 #define DP_COLD static __attribute__((noinline))
 #endif
+// The CPU's floating-point mode around a kernel call (the stubs, per task): with
+// DP_FLUSH_DENORMALS (a module compiled with denormals="flush"), x86-64's MXCSR flushes
+// denormal results to zero and reads denormal inputs as zero (FTZ | DAZ), as XLA's CPU
+// runtime does; the caller's mode is restored after. Otherwise (and on CUDA) nothing changes.
+#if defined(DP_FLUSH_DENORMALS) && defined(__x86_64__) && !defined(DP_CUDA)
+DP_FN unsigned dp_fp_enter() {
+    const unsigned m = __builtin_ia32_stmxcsr();
+    __builtin_ia32_ldmxcsr(m | 0x8040u);
+    return m;
+}
+DP_FN void dp_fp_leave(unsigned m) { __builtin_ia32_ldmxcsr(m); }
+#else
+DP_FN unsigned dp_fp_enter() { return 0u; }
+DP_FN void dp_fp_leave(unsigned) {}
+#endif
 // An index clamped into [lo, hi] (a join's input read at its local index, in bounds).
 DP_FN int dp_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 // DP_COLD: the edge functions of stencil kernels (per-axis views through their tables),

@@ -88,14 +88,17 @@ def empty(graph: Graph, group: KernelGroup) -> bool:
     return all(graph.types[v].size == 0 for v in group.outputs)
 
 
-def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, target: Target) -> ModuleSource:
+def generate(
+    plans: dict[str, Graph], title: str, header: str, checks: bool, target: Target, denormals: str = "keep"
+) -> ModuleSource:
     """Kernels for every fusion group of each named scheduled graph, in one module, laid out
     for ``target`` (its kind, task partition, element blocks, reduction partials and combine
     levels: the object is passed down to every driver that reads them); a kernel shared by
     several launches (`_share`) is defined once, after a comment line per launch naming its
     group and nodes. A row set (`dpt_ir.backends.cxx.rows`) is one row kernel in place of its
     member groups (CPU targets). The C++ units and the math header are the module's CPU and
-    CUDA preamble. ContractError (nothing generated) when a group has no C++ lowering."""
+    CUDA preamble; ``denormals="flush"`` defines ``DP_FLUSH_DENORMALS`` in the CPU one
+    (`dp_fp_enter`). ContractError (nothing generated) when a group has no C++ lowering."""
     kernels: list[KernelSource] = []
     slots: list[StatusSlot] = []
     natives: dict[str, tuple[str, str]] = {}
@@ -134,7 +137,7 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, tar
             "",
             "import warp as wp",
             "",
-            *_module_options(natives, wide),
+            *_module_options(natives, wide, denormals == "flush"),
             "",
             *(stub + "\n" for _, stub in natives.values()),
             *("\n".join([*users[name], k.text]) + "\n" for name, k in distinct.items()),
@@ -143,11 +146,12 @@ def generate(plans: dict[str, Graph], title: str, header: str, checks: bool, tar
     return ModuleSource(kernels, slots, text, natives)
 
 
-def _module_options(natives: dict[str, tuple[str, str]], wide: bool) -> list[str]:
+def _module_options(natives: dict[str, tuple[str, str]], wide: bool, flush: bool = False) -> list[str]:
     """The module's options; with C++ kernels, their source and the math header as the CPU
     and CUDA preambles (one text for both devices), and on the CPU the thread pool's native
     side (``dp_pool.h``, `dpt_ir.backends.warp.tasks`). ``wide`` (a matrix product in the
-    module): Warp's CPU flags plus ``-mprefer-vector-width=512``."""
+    module): Warp's CPU flags plus ``-mprefer-vector-width=512``. ``flush``: the CPU preamble
+    starts by defining ``DP_FLUSH_DENORMALS`` (denormals flushed to zero in its kernels)."""
     # max_unroll 1: the stubs hold no loops; kept so that Warp never unrolls into a module.
     options = '"enable_backward": False, "max_unroll": 1'
     if not natives:
@@ -155,7 +159,8 @@ def _module_options(natives: dict[str, tuple[str, str]], wide: bool) -> list[str
     source = "\n".join(cxx for cxx, _ in natives.values())
     if "'''" in source or "\\" in source:
         raise ContractError("generated C++ contains a triple quote or a backslash; it cannot be embedded in the module")
-    build = "wp.ModuleBuildOptions(extra_cpu_preamble=_PREAMBLE + pool_header(), extra_cuda_preamble=_PREAMBLE)"
+    cpu = ('"#define DP_FLUSH_DENORMALS 1\\n" + ' if flush else "") + "_PREAMBLE + pool_header()"
+    build = f"wp.ModuleBuildOptions(extra_cpu_preamble={cpu}, extra_cuda_preamble=_PREAMBLE)"
     if wide:
         # clang's -march=native prefers 256-bit vectors on AVX-512 cores (Skylake-X on), so the
         # micro kernel's loops would use half the register width: 88 -> 147 GFLOP/s at 1024²

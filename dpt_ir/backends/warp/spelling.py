@@ -52,8 +52,8 @@ def native_stub(fn: str, cpu: str, cuda: str, params: Sequence[tuple[str, str, i
             "@wp.func_native('''",
             "#if defined(DP_CUDA)",
             f"    {cuda}{call}",
-            "#else",
-            f"    {cpu}{call}",
+            "#else",  # the CPU's floating-point mode for the call (`dp_fp_enter`: denormals)
+            f"    {{ const unsigned dp_fp = dp_fp_enter(); {cpu}{call} dp_fp_leave(dp_fp); }}",
             "#endif",
             "''')",
             f"def n_{fn}({', '.join(_arrays(params))}{extra}, t: int): ...",
