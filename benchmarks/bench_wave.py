@@ -14,6 +14,10 @@ The model (float32, ``n x n`` cells of ``H`` m, ``steps`` leapfrog steps of ``DT
 image is the zero value). ``f`` is a Ricker wavelet of ``FREQ`` Hz; ``dt`` is far inside deepwave's CFL
 limit so it takes no internal sub-steps. ``d_obs`` comes from the true model (`velocity`).
 
+``dpt_ir_flush`` and ``dpt_ir_K16_flush`` compile with ``denormals="flush"``: XLA's CPU runtime flushes
+denormals to zero (under ``jax.jit``, ``float32(1e-30) * 1e-10`` is 0, not 1e-40), and the wavefront's
+precursor decays through them (docs/backend.md, "Denormals"); the other contenders keep IEEE denormals.
+
 Each contender runs in its own child process (``--child NAME``) so its peak resident memory is its own
 (``peak_mib``: the peak minus the resident size after imports and set-up, in the last round, where
 dpt_ir's caches are warm so the C++ compiler's memory is not counted). Children run in interleaved
@@ -45,7 +49,17 @@ from typing import Any
 
 import numpy as np
 
-CONTENDERS = ("dpt_ir", "dpt_ir_K16", "deepwave", "jax", "jax_ckpt", "torch", "torch_compile")
+CONTENDERS = (
+    "dpt_ir",
+    "dpt_ir_K16",
+    "dpt_ir_flush",
+    "dpt_ir_K16_flush",
+    "deepwave",
+    "jax",
+    "jax_ckpt",
+    "torch",
+    "torch_compile",
+)
 H, DT, FREQ, REC_ROW, SRC_ROW = 5.0, 0.0005, 25.0, 2, 2
 LAP = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
 
@@ -128,11 +142,11 @@ def _rss_mib() -> float:
 
 
 # -- contenders: each returns a function () -> gradient wrt v (float32 numpy) ----------------------
-def dpt_ir_runner(x: dict[str, np.ndarray], steps: int, checkpoint: int | None) -> Any:
+def dpt_ir_runner(x: dict[str, np.ndarray], steps: int, checkpoint: int | None, denormals: str = "keep") -> Any:
     import dpt_ir as dp
 
     graph = wave_graph(x["mask"].shape[1], steps, x["mask"].shape[0], checkpoint)
-    program = dp.compile(graph, wrt=["v"], threads=1)
+    program = dp.compile(graph, wrt=["v"], threads=1, denormals=denormals)
     return lambda: program.value_and_grad(**x)[1]["v"]
 
 
@@ -224,7 +238,8 @@ def child(name: str, x: dict[str, np.ndarray], steps: int, repeat: int, out: Pat
     base = _rss_mib()
     start = time.perf_counter()
     if name.startswith("dpt_ir"):
-        call = dpt_ir_runner(x, steps, 16 if name.endswith("K16") else None)
+        checkpoint = 16 if "K16" in name else None
+        call = dpt_ir_runner(x, steps, checkpoint, "flush" if name.endswith("flush") else "keep")
     elif name == "deepwave":
         call = deepwave_runner(x, steps)
     elif name.startswith("torch"):
