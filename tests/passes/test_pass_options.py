@@ -16,7 +16,8 @@ from dpt_ir.passes.options import CompileOptions
 from .graphs import CASES
 
 VALID = (
-    r"valid options are \['checks', 'expand', 'factor', 'fuse', 'halo_budget', 'loss', 'max_inline_consumers', "
+    r"valid options are \['checks', 'denormals', 'expand', 'factor', 'fuse', 'halo_budget', 'loss', "
+    r"'max_inline_consumers', "
     r"'reciprocal', 'recompute'"
 )
 
