@@ -34,6 +34,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -117,6 +118,7 @@ class Loop:
         self._tables: dict[str, NativeSteps] = {}
         self._emit: NativeSteps | None = None
         self._allocated = False  # the buffers are allocated at the first use (`ready`), never at compile
+        self.seconds: float | None = None  # the last sweep's wall seconds (`LoopProgram.loop_costs`)
 
     # -- buffers --
     def ready(self) -> None:
@@ -370,10 +372,12 @@ class Loop:
     def forward(self, arrays: list[wp.array]) -> wp.array:
         """The packed results of ``scan`` on its input arrays (flat)."""
         self.ready()
+        start = time.perf_counter()
         self._begin(self.fwd_ws)
         if not self._native("forward", arrays, self._forward_steps):
             self._forward_steps(arrays)
         self._check(self.body, self.fwd_ws)
+        self.seconds = time.perf_counter() - start
         return self.packed
 
     def _destinations(self) -> list[list[wp.array]]:
@@ -442,12 +446,14 @@ class Loop:
     def reverse(self, arrays: list[wp.array]) -> wp.array:
         """The packed gradients of ``scan_vjp`` (inputs: the scan's, then its cotangent)."""
         self.ready()
+        start = time.perf_counter()
         self._begin(self.fwd_ws, self.vjp_ws)
         if not self._native("reverse", arrays, self._reverse_steps):
             self._reverse_steps(arrays)
         self._check(self.body, self.fwd_ws)
         if self.vjp is not None:
             self._check(self.vjp, self.vjp_ws)
+        self.seconds = time.perf_counter() - start
         return self.grads
 
     def _reverse_steps(self, arrays: list[wp.array]) -> None:

@@ -41,7 +41,7 @@ from dpt_ir.runtime.loop import Loop
 from dpt_ir.runtime.loop_pieces import check_loop_dtypes, piece_names, vjp_piece
 from dpt_ir.runtime.loop_tape import LoopTapePass, PassLock, tape_graph
 from dpt_ir.runtime.plan import WP_DTYPES
-from dpt_ir.runtime.report import LoopProgramReport, LoopRow
+from dpt_ir.runtime.report import LoopCost, LoopProgramReport, LoopRow
 
 
 class PieceCompiler(Protocol):
@@ -155,10 +155,12 @@ class Segments:
                 env[what.name] = runner.forward(arrays) if what.op == "scan" else runner.reverse(arrays)
 
 
-def saved_text(loops: tuple[LoopRow, ...]) -> str:
+def saved_text(loops: tuple[LoopRow, ...], costs: tuple[LoopCost, ...] = ()) -> str:
     """``saved.txt`` of a loop program: what each reverse sweep holds and recomputes (the
-    pieces' own ``saved.txt`` are in their dump folders)."""
+    pieces' own ``saved.txt`` are in their dump folders), and, once measured (``costs``, the
+    second ``value_and_grad``'s), what its sweep and the rebuilding of carries cost."""
     lines = ["# loops: what each reverse sweep (scan_vjp) holds and recomputes"]
+    measured = {c.node: c for c in costs}
     for r in loops:
         if r.op != "scan_vjp":
             continue
@@ -174,6 +176,14 @@ def saved_text(loops: tuple[LoopRow, ...]) -> str:
             f"recompute factor {r.recompute_factor:.3f} "
             "(forward steps rerun / length; each step's vjp also runs its step's forward once)",
         ]
+        c = measured.get(r.node)
+        if c is not None and c.seconds is not None and c.seconds_per_step is not None:
+            line = f"  measured at the second value_and_grad: this sweep {c.seconds * 1e3:.3f} ms "
+            line += f"({c.seconds_per_step * 1e6:.2f} us a step)"
+            if c.rerun_seconds is not None:
+                line += f", of which rebuilding carries about {c.rerun_seconds * 1e3:.3f} ms "
+                line += f"({c.steps_rerun} steps at its forward's measured time a step)"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -224,6 +234,9 @@ class LoopProgram:
         self._tape: Segments | None = None  # compiled at the first tape_pass
         self._derived: dict[tuple[str, str | None], Segments] = {}  # jvp, hvp, gnvp: compiled at first use
         self._dump_dir = dump_dir
+        # value_and_grad calls so far: the second writes its measured costs into saved.txt (the
+        # first records the loops' native step tables, a one-time cost).
+        self._joint_calls = 0
         self._tape_lock = PassLock()  # held by the open tape pass, from forward to close
         modules = sorted({p.module_name for p in programs.values()})
         self.module_name = "+".join(modules)
@@ -265,6 +278,25 @@ class LoopProgram:
             f"LoopProgram({self.graph.name!r}, wrt={list(self.wrt)}, device={self.device!r}, loops={loops}, "
             f"kernels={self.kernel_count})"
         )
+
+    def loop_costs(self) -> tuple[LoopCost, ...]:
+        """Each loop node's sweep as last run (`LoopCost`): wall seconds, seconds a step, and
+        for a reverse sweep the forward steps it reran and their cost at its forward's
+        measured time a step. Before a loop has run, its seconds are None."""
+        out = []
+        for seg in [self.forward] + ([self.joint] if self.joint else []):
+            for kind, runner, node in seg.stages:
+                if kind != "loop":
+                    continue
+                n, s = runner.schedule.length, runner.seconds
+                row = {"node": node.name, "op": node.op, "length": n, "seconds": s,
+                       "seconds_per_step": None if s is None or not n else s / n}  # fmt: skip
+                if node.op == "scan_vjp":
+                    rerun = int(runner.held()["advances"])
+                    fwd = runner.source.seconds if runner.source is not None else None
+                    row.update(steps_rerun=rerun, rerun_seconds=None if fwd is None or not n else rerun * fwd / n)
+                out.append(LoopCost(**row))
+        return tuple(out)
 
     def _loops_report(self) -> tuple[LoopRow, ...]:
         out = []
@@ -326,6 +358,9 @@ class LoopProgram:
         seed = np.ones(joint.types[ct].shape, dtype=joint.types[ct].dtype)
         with self._lock:
             results = self._evaluate(self.joint, {**checked, ct: seed})
+            self._joint_calls += 1
+            if self._dump_dir is not None and self._joint_calls == 2:  # the second call: a steady one
+                (self._dump_dir / "saved.txt").write_text(saved_text(self.report.loops, self.loop_costs()))
         grads = records.joint_record(joint).gradients
         outs = {o.name: results[o.name] for o in self.graph.outputs}
         return outs, {w: results[grads[w]] for w in self.wrt}

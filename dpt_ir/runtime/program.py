@@ -29,7 +29,7 @@ from dpt_ir.ir.errors import ContractError, LifecycleError, NumericalError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.runtime.modules import BUILD_LOCK, GeneratedModule, load
 from dpt_ir.runtime.plan import ExecutionPlan, Workspace
-from dpt_ir.runtime.report import BuildRow, ProgramReport
+from dpt_ir.runtime.report import BuildRow, LoopCost, ProgramReport
 from dpt_ir.runtime.second_order import DerivedPlans, PlanMaker, gnvp, hvp, jvp
 
 
@@ -68,6 +68,10 @@ class Program:
         stands now."""
         builds = {name: BuildRow.model_validate(plan.module.info) for name, plan in self.plans.items()}
         return ProgramReport.model_validate({**self._report.model_dump(), "builds": builds})
+
+    def loop_costs(self) -> tuple[LoopCost, ...]:
+        """The measured costs of the program's loop sweeps (`LoopProgram.loop_costs`): none here."""
+        return ()
 
     def served_from_memory(self, seconds: float) -> None:
         """Record that a compile returned this program from the process's cache in ``seconds``."""

@@ -78,6 +78,21 @@ class LoopRow(ReportModel):
     vjp_kernels: int
 
 
+class LoopCost(ReportModel):
+    """One loop node's sweep as last measured (`LoopProgram.loop_costs`): its wall seconds
+    (None before its first run) and seconds per step; for a reverse sweep, the forward steps
+    it reruns to rebuild carries and what they cost at its forward's measured seconds per step
+    (None when its forward has not run in the same evaluation's program: no forward to time)."""
+
+    node: str
+    op: str
+    length: int
+    seconds: float | None
+    seconds_per_step: float | None
+    steps_rerun: int = 0
+    rerun_seconds: float | None = None
+
+
 class LoopProgramReport(ReportModel):
     """A loop program: its graph and device, the options its pieces compiled with, the compile
     seconds, its modules, the distinct kernels in them and each loop's row."""

@@ -6,6 +6,7 @@ and a compile that does not depend on the loop's length. Programs are small (flo
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -221,3 +222,25 @@ def test_carry_pairs_and_ys_that_alias_inputs_or_each_other(kind: str) -> None:
     expected = dp.interpret_grad(graph, wrt, **x)
     for name in wrt:
         np.testing.assert_allclose(grads[name], expected[name], rtol=1e-5, atol=1e-6)
+
+
+def test_measured_costs_are_reported_and_dumped(tmp_path: Path) -> None:
+    """`loop_costs` gives each sweep's last wall time (None before it runs) and a reverse's
+    rebuilding of carries at its forward's measured time a step; the second value_and_grad
+    writes them into saved.txt."""
+    program = dp.compile(heat(checkpoint=2), wrt=WRT, loss="loss", dump_dir=tmp_path)
+    assert all(c.seconds is None for c in program.loop_costs())
+    program.value_and_grad(**inputs())
+    assert "measured" not in (tmp_path / "saved.txt").read_text()  # the first call records the step tables
+    program.value_and_grad(**inputs())
+    costs = program.loop_costs()
+    (vjp,) = [c for c in costs if c.op == "scan_vjp"]
+    (vjp_row,) = [r for r in program.report.loops if r.op == "scan_vjp"]
+    fwd = [c for c in costs if c.op == "scan" and c.seconds is not None]
+    assert len(fwd) == 1 and fwd[0].seconds is not None and fwd[0].seconds > 0
+    assert vjp.seconds is not None and vjp.seconds_per_step == pytest.approx(vjp.seconds / STEPS)
+    assert vjp.steps_rerun == vjp_row.advances > 0
+    assert vjp.rerun_seconds == pytest.approx(vjp.steps_rerun * fwd[0].seconds / STEPS)
+    text = (tmp_path / "saved.txt").read_text()
+    assert f"measured at the second value_and_grad: this sweep {vjp.seconds * 1e3:.3f} ms" in text
+    assert f"({vjp.steps_rerun} steps at its forward's measured time a step)" in text
