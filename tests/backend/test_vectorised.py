@@ -13,8 +13,8 @@ change that makes the element loop scalar (a div/mod of the inner index, a libm 
 early exit, a loop-carried float) fails here.
 
 The same census runs on the imaging blur (`gaussian_filter`, 13 taps per axis, reflect): its
-interior loops (the interior/edge split of the pads) must hold packed instructions too, and
-its scalar build must not.
+interior loops (the interior/edge split of the pads, after ``DP_BOUNDED_LOOP``) must hold packed
+instructions too, and its scalar build (that macro defined as the pragma above) must not.
 
 And on normalisation's ``value_and_grad`` row kernel (`dpt_ir.backends.cxx.rows`: its five
 groups as stages over each row of a task): the stages' element loops must stay packed.
@@ -150,7 +150,8 @@ def test_guard_fails_for_a_scalar_build(chain16_text: str) -> None:
 
 def test_blur_interior_loops_are_vectorised(blur_text: str) -> None:
     assert "_edge<" in blur_text, "the pads should split rows into an interior and edges"
-    width, count, scalar = packed_pair(blur_text, scalar_build(blur_text), "blur")
+    assert "DP_BOUNDED_LOOP for" in blur_text, "a bounded group's element loops take DP_BOUNDED_LOOP"
+    width, count, scalar = packed_pair(blur_text, scalar_build(blur_text, "DP_BOUNDED_LOOP"), "blur")
     assert count >= MIN_STENCIL, f"{count} packed {width} instructions; the blur's interior loops went scalar"
     assert scalar < MIN_STENCIL, f"{scalar} packed {width} instructions in a build with vectorisation disabled"
 

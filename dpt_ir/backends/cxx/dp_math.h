@@ -61,6 +61,13 @@ DP_FN int dp_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi :
 #ifndef DP_VEC_LOOP
 #define DP_VEC_LOOP _Pragma("clang loop interleave_count(4)")
 #endif
+// Before the element loop of a small group with bounded per-axis views (pads, so stencils; the
+// size rule and its measurements: `drivers.BOUNDED_MOST`): two vectors in flight, not four. A
+// tap-heavy body holds a value and its float64 image per tap and per vector; four interleaved
+// spill. Each element is computed as before (same bits).
+#ifndef DP_BOUNDED_LOOP
+#define DP_BOUNDED_LOOP _Pragma("clang loop interleave_count(2)")
+#endif
 // Before the precise rerun of a block with a huge trig argument (CPU only): kept scalar,
 // which costs compile time instead of run time on a path taken only for |x| >= 2^19.
 #define DP_SCALAR_LOOP _Pragma("clang loop vectorize(disable) interleave(disable)")

@@ -166,15 +166,27 @@ def _max(a: str, b: str) -> str:
     return f"(({a}) > ({b}) ? ({a}) : ({b}))"
 
 
+# The most elements of a group with bounded per-axis views (pads: a stencil) whose element
+# loops take `DP_BOUNDED_LOOP` (two vectors in flight) instead of `DP_VEC_LOOP` (four). Below,
+# the loop is bound by its registers (a value and its float64 image per tap and vector; four
+# in flight spill); above, by memory, where four in flight hide more latency. Measured
+# (2026-12-04, one thread, thread time, A/B in separate processes): the wave's forward, 128²
+# 4.80-4.85 -> 4.49 ms and 256² 14.0-14.5 -> 13.2 ms, its value_and_grad at 128² 19.4-20.0 ->
+# 17.3 ms; the imaging case's forward (a 13-tap blur) at 512² the same either way (1.12-1.16 ms),
+# at 1024² 4.08-4.10 -> 4.33 ms with two in flight, hence the bound.
+BOUNDED_MOST = 1 << 19
+
+
 def _split(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> list[str]:
     """The loop ``for j in [s0, s1)``: interior positions (``[glo, ghi) + off``) run
     ``interior`` (vectorised), the others ``edge``; without guards, all ``interior``."""
+    vec = "DP_BOUNDED_LOOP" if (nest.guards or nest.images) and nest.size <= BOUNDED_MOST else "DP_VEC_LOOP"
     if not nest.guards:
-        return [f"DP_VEC_LOOP for ({nest.index} j = {s0}; j < {s1}; ++j) {interior}"]
+        return [f"{vec} for ({nest.index} j = {s0}; j < {s1}; ++j) {interior}"]
     return [
         f"{{ const int ilo = {c_min(_max(s0, f'glo + {off}'), s1)}, ihi = {_max('ilo', c_min(s1, f'ghi + {off}'))};",
         f"DP_SCALAR_LOOP for (int j = {s0}; j < ilo; ++j) {edge}",
-        f"DP_VEC_LOOP for (int j = ilo; j < ihi; ++j) {interior}",
+        f"{vec} for (int j = ilo; j < ihi; ++j) {interior}",
         f"DP_SCALAR_LOOP for (int j = ihi; j < {s1}; ++j) {edge} }}",
     ]
 
