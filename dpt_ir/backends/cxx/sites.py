@@ -121,7 +121,7 @@ def selects(node: Node, coords: Coords, in_shape: Shape) -> list[tuple[Affine, i
 Variable = Callable[[Affine, int, Callable[[str], str]], Affine]
 # A per-axis view's bounded axis read per row (`row_images`): (view, axis, form, its images,
 # input length) -> the coordinate of its per-row input index, or None (a guard instead).
-RowImage = Callable[[str, int, Affine, idx.AxisImages, int], Affine | None]
+RowImageCoordinate = Callable[[str, int, Affine, idx.AxisImages, int], Affine | None]
 
 
 def _joined(graph: Graph, node: Node, coords: Coords, variable: Variable) -> list[tuple[str, Coords]]:
@@ -204,7 +204,7 @@ def children(
     variable: Variable | None = None,
     fresh_from: int | None = None,
     digits: bool = False,
-    rows: RowImage | None = None,
+    rows: RowImageCoordinate | None = None,
 ) -> list[tuple[str, Coords]] | None:
     """The (input, coordinates) that ``node`` at ``coords`` reads, in order: one per input for
     elementwise ops and views, one per non-zero tap for stencils, the interior shift for
@@ -296,7 +296,7 @@ def walk(
             images.others += 1
         return idx.axis(len(space) + len(extra) - 1, len(space) + len(extra))
 
-    rows: RowImage | None = None
+    rows: RowImageCoordinate | None = None
     if images is not None and not digits:
         table = images
 
