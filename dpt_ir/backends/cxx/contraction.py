@@ -463,7 +463,7 @@ def contraction_kernels(
 
     def drivers(sig: str) -> str:
         if direct_kernel is not None:
-            micro = thin.tile_kernel(direct_kernel, KB, checks)
+            micro = thin.tile_kernels(direct_kernel, KB, checks)
         else:
             micro = micro_kernel(bk.packed, bk.mr, bk.nr, direct, p.ct.n, checks)
         cpu = cpu_driver(p, sig, checks, device != "cpu")

@@ -11,43 +11,52 @@ a float sum from 0 per block (``fmaf``), the block sums added in double in block
 0.0; acc += (double)s32``), ``C = (float)acc``. No padded FMA is issued (an FMA with 0 could turn
 a -0 sum into +0).
 
-The kernel (`Thin`): each output element is one lane of a vector; a *tile* holds `R` lanes (four
-vectors of `W`: four independent FMA chains) along the **lane axis** (the output rows ``i`` or
-columns ``j``) times up to `TT` elements of the other, **broadcast axis**. Per step ``p`` it
-reads the lane operand's `R` values at ``p`` (one vector per `W` lanes) and one value of the
-broadcast operand per column. The lane operand is read either *contiguously* (its lane axis has
-stride 1: a vector is one load; vector x matrix reads rows of B, ``Aᵀ x`` reads rows of A), or,
-when only its ``p`` axis has stride 1 (matrix x vector, row-major A), through `W` x `W`
-*transposes*: `W` loads of `W` consecutive steps of `W` lanes, transposed in registers (``log2 W``
-rounds of `W` two-vector shuffles, clang vector extensions), so lane ``r`` of vector ``q`` is
-the lane operand at ``(r, p0 + q)``; each lane still sums its own ``p`` in order (the vectors run
-across output elements, never across ``p``). A step past the last whole `W` run of a k block
-reads per lane. Lanes past the extent reread the last valid lane and columns past it the last
-valid column (never stored), so no read leaves the operands. A task is a block of `LB` lanes x
-`TB` columns of one batch; tasks split over threads (the partition depends on the shapes only).
+The kernel (`Thin`): each output element is one lane of a vector; a *tile* holds ``R`` lanes
+(``vectors`` vectors of `W`: independent FMA chains) along the **lane axis** (the output rows
+``i`` or columns ``j``) times up to `TT` elements of the other, **broadcast axis**. Per step ``p``
+it reads the lane operand's ``R`` values at ``p`` and one value of the broadcast operand per
+column. The lane operand is read either *contiguously* (its lane axis has stride 1: a vector is
+one load; vector x matrix reads rows of B, ``Aᵀ x`` rows of A; up to `VECTORS` vectors per tile,
+the lanes past the whole tiles one vector at a time, a last partial vector as the whole vector
+ending at the last lane), or, when only its ``p`` axis has stride 1 (matrix x vector, row-major
+A), through `W` x `W` *transposes*, one vector of lanes per tile: `W` loads of `W` consecutive
+steps of the `W` lanes, transposed in registers (``log2 W`` rounds of `W` two-vector shuffles,
+clang vector extensions), so lane ``r`` of vector ``q`` is the lane operand at ``(r, p0 + q)``;
+each lane still sums its own ``p`` in order (the vectors run across output elements, never
+across ``p``). The runs start on a cache line of the first lane (`LINE`): a head run loaded at
+0 and a tail run loaded at ``k - W`` do the steps before and after the whole runs, each FMA only
+for its own steps; a float32 block end inside a run flushes there. Lanes past the extent reread
+the last valid lane and columns past it the last valid column (never stored), so no read leaves
+the operands. A task is a block of ``lb`` lanes x ``tb`` columns of one batch; tasks split over
+threads (the partition depends on the shapes only).
 
-Which kernel runs (`cost`, `choose`): a count of the vector instructions each kernel issues per
-batch, the packed kernel's (its padded micro tiles' FMAs, A broadcasts and B loads, B's packing,
-the stores) against this one's per lane axis (its FMAs, lane loads times the column tiles, the
-transposes' shuffles, broadcasts, stores: strided stores count one per element); the smallest
-count wins. The threshold it draws: a matrix x vector product stays direct up to about 16
-columns (the packed tile wastes 31 of 32 columns at n = 1), a vector x matrix one up to about
-8 rows, and a short ``k`` (outer products) goes direct where the packing of B per row block
-costs more than the transposes save.
+Which kernel runs (`cost`, `contraction.choose`): where this kernel applies (the broadcast axis
+at most `TT`, or ``k`` at most `K_THIN`), a count of the vector instructions each kernel issues
+per batch, the packed kernel's (its padded micro tiles' FMAs, A broadcasts and B loads, B's
+packing per row block, the stores) against this one's per lane axis (its FMAs, lane loads times
+the column tiles, the transposes' shuffles, broadcasts, stores: strided stores count one per
+element); the smallest count wins. The threshold it draws: matrix x vector and vector x matrix
+products of 1 to 4 columns (rows) go direct (at n = 1 the packed tile wastes 31 of 32 columns),
+and so do most outer products of k <= 16 (B's packing per row block against the broadcasts;
+40 x 1 @ 1 x 50 stays packed, 746 against 760).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpt_ir.backends.cxx.common import TOKEN
 from dpt_ir.ir.registry import Contraction
 
 ACCUMULATORS = 16  # vector accumulators per tile (16 of the 32 AVX-512 registers)
 VECTORS = 16  # at most, vectors per tile along a contiguous lane axis: independent FMA chains (FMA latency 4)
-THIN = 16  # the direct kernel applies to products whose broadcast axis or k is at most this
-TT = 4  # broadcast columns per tile past `THIN` columns (a short k)
+# The direct kernel applies to products whose broadcast axis is at most `TT` or whose k is at
+# most `K_THIN`. Measured against the packed kernel (1024 lanes, k = 1024, one thread, float32):
+# 4 columns 185 against 615 us, 16 columns 929 against 620; 8 rows of a vector x matrix 169
+# against 305, 12 rows 844 against 536 (float64, 8 rows: 6.5 ms against 0.79).
+TT = 4  # broadcast columns per tile
+K_THIN = 16
 TILES_PER_TASK = 4  # lane tiles per task
 VECTORS_T = 1  # at most, vectors per transposed tile
 LINE = 64  # bytes per cache line: a transposed tile's runs start on a line of its first lane
@@ -101,12 +110,12 @@ class Thin:
 def thin_of(ct: Contraction, c_type: str, lanes_i: bool) -> Thin | None:
     """The direct kernel with lanes along the output rows (``lanes_i``) or columns, or None when
     it does not apply: its lane operand has neither its lane axis nor its ``p`` axis contiguous
-    (no vector load), or both the broadcast axis and ``k`` exceed `THIN` (not a thin product:
-    the lane operand would be read once per column tile from far caches). Tiles: all of a
-    broadcast axis of up to `THIN` columns (one pass over the lane operand) with as many lane
-    vectors as fit `ACCUMULATORS` (at most `VECTORS`), else `TT` columns x `VECTORS` vectors."""
+    (no vector load), or the broadcast axis exceeds `TT` and ``k`` exceeds `K_THIN` (not a thin
+    product: the lane operand would be read once per column tile from far caches). Tiles: up
+    to `TT` columns with as many lane vectors as fit `ACCUMULATORS` (at most `VECTORS`; one
+    vector where the lane operand is transposed)."""
     lanes, cols = (ct.m, ct.n) if lanes_i else (ct.n, ct.m)
-    tt = max(1, cols) if cols <= THIN else TT
+    tt = max(1, min(cols, TT))
     # A transposed tile is one vector of lanes (`W` rows in flight: more share L1 sets under a
     # 4 KiB row pitch and evict each other's lines; 1024² float32: 180 us with 16 rows, 320 with 32)
     transposed = (ct.a_row if lanes_i else ct.b_col) != 1
@@ -115,7 +124,7 @@ def thin_of(ct: Contraction, c_type: str, lanes_i: bool) -> Thin | None:
         t = Thin(c_type, True, lanes, cols, ct.k, ct.a_row, ct.a_col, ct.b_row, ct.b_col, ct.n, 1, tt, vectors)
     else:
         t = Thin(c_type, False, lanes, cols, ct.k, ct.b_col, ct.b_row, ct.a_col, ct.a_row, 1, ct.n, tt, vectors)
-    if (t.ls != 1 and t.lp != 1) or (cols > THIN and ct.k > THIN):
+    if (t.ls != 1 and t.lp != 1) or (cols > TT and ct.k > K_THIN):
         return None
     return t
 
@@ -123,18 +132,20 @@ def thin_of(ct: Contraction, c_type: str, lanes_i: bool) -> Thin | None:
 def cost(t: Thin, kb: int) -> float:
     """The vector instructions `Thin` issues per batch (module docstring); ``kb``: the float32 k
     block (a transposed lane operand's steps past a block's last whole `W` run read per lane; a
-    contiguous one's last tile, when partial, reads per lane)."""
-    tiles, col_tiles = -(-t.lanes // t.r), -(-t.cols // t.tt)
-    vectors = tiles * t.vectors  # a partial tile computes all its lanes
+    contiguous one's lanes past its whole tiles run one vector at a time, a last partial vector
+    as the whole vector ending at the last lane, or per lane under `W` lanes)."""
+    tiles, col_tiles = t.lanes // t.r, -(-t.cols // t.tt)
+    rest = -(-(t.lanes - tiles * t.r) // t.w)  # vectors past the whole tiles, one per call
+    vectors = tiles * t.vectors + rest
     if t.transposed:
         block = kb if t.c_type == "float" else max(t.k, 1)
         whole = (t.k // block) * (block // t.w * t.w) + (t.k % block) // t.w * t.w
         loads = vectors * col_tiles * (whole * (1 + int(math.log2(t.w))) + (t.k - whole) * t.w)
     else:
-        per_step = (t.lanes // t.r) * t.vectors + (t.r if t.lanes % t.r else 0)
+        per_step = vectors + (t.w - 1 if t.lanes < t.w else 0)
         loads = per_step * t.k * col_tiles
     fmas = vectors * t.k * t.cols
-    broadcasts = tiles * t.k * t.cols
+    broadcasts = (tiles + rest) * t.k * t.cols
     stores = t.lanes * t.cols / (t.w if t.ol == 1 else 1)
     return loads + fmas + broadcasts + stores
 
@@ -253,8 +264,15 @@ def _direct_steps(t: Thin) -> str:
             }}"""
 
 
-def tile_kernel(t: Thin, kb: int, checks: bool) -> str:
-    """``{TOKEN}_tile``: one tile, ``rows`` valid lanes (of `R`) and ``cols`` valid columns (of
+def tile_kernels(t: Thin, kb: int, checks: bool) -> str:
+    """`tile_kernel` ``{TOKEN}_tile`` and, where a tile holds more than one vector, ``{TOKEN}_tile1``
+    of one vector (the lanes past the whole tiles)."""
+    one = tile_kernel(replace(t, vectors=1), kb, checks, "tile1") if t.vectors > 1 else ""
+    return tile_kernel(t, kb, checks, "tile") + ("\n" + one if one else "")
+
+
+def tile_kernel(t: Thin, kb: int, checks: bool, name: str) -> str:
+    """``{TOKEN}_<name>``: one tile, ``rows`` valid lanes (of `R`) and ``cols`` valid columns (of
     `TT`), the lane operand at ``la`` (lane 0, step 0), the broadcast operand at ``bo`` (step 0,
     column 0), the output at ``out``; returns whether a stored value is non-finite. Inlined: with
     ``rows == R`` a constant the clamps fold and the lane loads are vector loads. ``kb``: the
@@ -308,7 +326,7 @@ def tile_kernel(t: Thin, kb: int, checks: bool) -> str:
 """
             value = "s[c][r]"
     check = "            bad |= dp_nonfinite(v);\n" if checks else ""
-    return f"""{head}DP_FN int {TOKEN}_tile(const {ct}* __restrict__ la, const {ct}* __restrict__ bo, int rows,
+    return f"""{head}DP_FN int {TOKEN}_{name}(const {ct}* __restrict__ la, const {ct}* __restrict__ bo, int rows,
                              int cols, {ct}* __restrict__ out) {{
 {setup}    const {ct}* bc[{tt}];
     for (int c = 0; c < {tt}; ++c) bc[c] = bo + (c < cols ? c : cols - 1) * {t.bs};
@@ -343,7 +361,22 @@ def driver_body(t: Thin, ct: Contraction) -> list[str]:
         "    int l = l0;",
         f"    for (; l + {r} <= le; l += {r})",
         f"        bad |= {TOKEN}_tile({lane}, bo, {r}, cols, {out});",
+        *(
+            [
+                f"    for (; l + {t.w} <= le; l += {t.w})",
+                f"        bad |= {TOKEN}_tile1({lane}, bo, {t.w}, cols, {out});",
+                # the last lanes as the whole vector ending there (its first lanes computed again,
+                # the same bits stored again by this task), where the task holds a whole vector
+                f"    if (l < le && le - l0 >= {t.w}) {{",
+                f"        l = le - {t.w};",
+                f"        bad |= {TOKEN}_tile1({lane}, bo, {t.w}, cols, {out});",
+                "        l = le;",
+                "    }",
+            ]
+            if t.vectors > 1
+            else []
+        ),
         "    if (l < le)",
-        f"        bad |= {TOKEN}_tile({lane}, bo, le - l, cols, {out});",
+        f"        bad |= {TOKEN}_{'tile1' if t.vectors > 1 else 'tile'}({lane}, bo, le - l, cols, {out});",
         "}",
     ]
