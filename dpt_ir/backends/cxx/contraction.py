@@ -258,8 +258,8 @@ def choose(ct: Contraction, c_type: str) -> thin.Thin | None:
     best, least = None, thin.packed_cost(ct, bk.mr, bk.nr, bk.tm, 16 if c_type == "float" else 8)
     for lanes_i in (True, False):
         t = thin.thin_of(ct, c_type, lanes_i)
-        if t is not None and thin.cost(t, KB) < least:
-            best, least = t, thin.cost(t, KB)
+        if t is not None and thin.cost(t) < least:
+            best, least = t, thin.cost(t)
     return best
 
 

@@ -58,7 +58,7 @@ VECTORS = 16  # at most, vectors per tile along a contiguous lane axis: independ
 TT = 4  # broadcast columns per tile
 K_THIN = 16
 TILES_PER_TASK = 4  # lane tiles per task
-VECTORS_T = 1  # at most, vectors per transposed tile
+VECTORS_T = 1  # vectors per transposed tile (`thin_of`)
 LINE = 64  # bytes per cache line: a transposed tile's runs start on a line of its first lane
 
 
@@ -117,7 +117,7 @@ def thin_of(ct: Contraction, c_type: str, lanes_i: bool) -> Thin | None:
     lanes, cols = (ct.m, ct.n) if lanes_i else (ct.n, ct.m)
     tt = max(1, min(cols, TT))
     # A transposed tile is one vector of lanes (`W` rows in flight: more share L1 sets under a
-    # 4 KiB row pitch and evict each other's lines; 1024² float32: 180 us with 16 rows, 320 with 32)
+    # 4 KiB row pitch and evict each other's lines; 1024² float32: 114 us with 16 rows, 145 with 32)
     transposed = (ct.a_row if lanes_i else ct.b_col) != 1
     vectors = max(1, min(VECTORS_T if transposed else VECTORS, ACCUMULATORS // tt))
     if lanes_i:
@@ -129,18 +129,19 @@ def thin_of(ct: Contraction, c_type: str, lanes_i: bool) -> Thin | None:
     return t
 
 
-def cost(t: Thin, kb: int) -> float:
-    """The vector instructions `Thin` issues per batch (module docstring); ``kb``: the float32 k
-    block (a transposed lane operand's steps past a block's last whole `W` run read per lane; a
-    contiguous one's lanes past its whole tiles run one vector at a time, a last partial vector
-    as the whole vector ending at the last lane, or per lane under `W` lanes)."""
+def cost(t: Thin) -> float:
+    """The vector instructions `Thin` issues per batch (module docstring): a transposed lane
+    operand's runs (``k / W``, a head and a tail) cost `W` loads and ``W log2 W`` shuffles per
+    vector, a ``k`` under `W` a load per lane and step; a contiguous one's lanes past its whole
+    tiles run one vector at a time, a last partial vector as the whole vector ending at the last
+    lane, or per lane under `W` lanes."""
     tiles, col_tiles = t.lanes // t.r, -(-t.cols // t.tt)
     rest = -(-(t.lanes - tiles * t.r) // t.w)  # vectors past the whole tiles, one per call
     vectors = tiles * t.vectors + rest
     if t.transposed:
-        block = kb if t.c_type == "float" else max(t.k, 1)
-        whole = (t.k // block) * (block // t.w * t.w) + (t.k % block) // t.w * t.w
-        loads = vectors * col_tiles * (whole * (1 + int(math.log2(t.w))) + (t.k - whole) * t.w)
+        runs = t.k // t.w + (t.k % t.w > 0) + 1 if t.k >= t.w else 0
+        per_vector = runs * t.w * (1 + int(math.log2(t.w))) if runs else t.k * t.w
+        loads = vectors * col_tiles * per_vector
     else:
         per_step = vectors + (t.w - 1 if t.lanes < t.w else 0)
         loads = per_step * t.k * col_tiles
