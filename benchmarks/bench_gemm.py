@@ -1,10 +1,14 @@
 """Dense products against OpenBLAS (through NumPy) and PyTorch eager: GFLOP/s, ratios measured in
 one run, and the fraction of the core's peak (issue 31).
 
-    python benchmarks/bench_gemm.py [--quick] [--threads 1|all|both] [--reps 5] [--out R.json]
+    python benchmarks/bench_gemm.py [--quick] [--thin] [--sizes N ...] [--threads 1|all|both] [--reps 5]
+                                    [--out R.json]
 
-Cases, float32 and float64: square products ``A @ B`` at 64², 256², 512², 1024², 2048²; a batched
-256 x 64 x 64 product; and an MLP layer ``sum(s * tanh(x @ W + b))`` whose ``value_and_grad``
+Cases, float32 and float64: square products ``A @ B`` at 64², 256², 512², 1024², 2048² (or
+``--sizes``); a batched 256 x 64 x 64 product; thin products (``--thin``: only these and the
+squares of ``--sizes``): matrix x vector ``A @ x`` (1024 x 1024, 4096 x 1024), vector x matrix
+``x @ B`` (1024 x 1024, 1024 x 4096) and a batched matrix x vector (64 x 256 x 256 @ 64 x 256
+x 1); and an MLP layer ``sum(s * tanh(x @ W + b))`` whose ``value_and_grad``
 (wrt x, W, b) runs the forward product and both backward ones (``dX = dY Wᵀ``, ``dW = Xᵀ dY``).
 Each contender runs with one thread (timed in the calling thread's CPU time, where every contender
 computes), then with every core (wall time; ``--threads``); the rounds interleave
@@ -63,6 +67,14 @@ SQUARES = (64, 256, 512, 1024, 2048)
 QUICK = (64, 256, 512)
 BATCH = (256, 64, 64, 64)  # batch, m, k, n
 MLP = (512, 512, 512)  # rows, features in, features out
+# thin products: case -> (A's shape, B's shape)
+THIN_SHAPES = {
+    "mv 1024": ((1024, 1024), (1024,)),
+    "mv 4096x1024": ((4096, 1024), (1024,)),
+    "vm 1024": ((1024,), (1024, 1024)),
+    "vm 1024x4096": ((1024,), (1024, 4096)),
+    "batched mv": ((64, 256, 256), (64, 256, 1)),
+}
 CLOCK_C = r"""
 #include <stdint.h>
 uint64_t chain(uint64_t n) {
@@ -186,7 +198,11 @@ def _contenders(case: str, n: int, dtype: str, threads: int, rng: np.random.Gene
             "dpt_ir": lambda: program.value_and_grad(**ins),
             "torch": _torch_mlp(x, w, b, s),
         }, 3 * 2.0 * rows * fin * fout
-    if case == "batched":
+    if case in THIN_SHAPES:
+        sa, sb = THIN_SHAPES[case]
+        a, b = rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
+        flops = 2.0 * np.matmul(a, b).size * sa[-1]  # each output element: k FMAs
+    elif case == "batched":
         batch, m, k, nn = BATCH
         a, b = rng.standard_normal((batch, m, k)).astype(dtype), rng.standard_normal((batch, k, nn)).astype(dtype)
         flops = 2.0 * batch * m * k * nn
@@ -255,7 +271,7 @@ def run(cases: list[tuple[str, int]], dtypes: list[str], threads: list[int], rep
                     gf = row["dpt_ir"]["gflops"]
                     ratios = "  ".join(f"vs {k} {gf / row[k]['gflops']:.2f}x" for k in fns if k != "dpt_ir")
                     peers = "  ".join(f"{k} {row[k]['gflops']:7.1f}" for k in fns if k != "dpt_ir")
-                    print(f"{label:>10} {dtype}: dpt_ir {gf:7.1f} GFLOP/s ({gf / (peak * t):5.1%} of peak)  "
+                    print(f"{label:>12} {dtype}: dpt_ir {gf:7.1f} GFLOP/s ({gf / (peak * t):5.1%} of peak)  "
                           f"{peers}  {ratios}")  # fmt: skip
                     rows.append(row)
     return rows
@@ -264,6 +280,8 @@ def run(cases: list[tuple[str, int]], dtypes: list[str], threads: list[int], rep
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="64², 256², 512², batched and MLP only")
+    parser.add_argument("--thin", action="store_true", help="the thin products only (and the squares of --sizes)")
+    parser.add_argument("--sizes", type=int, nargs="+", help="the square sizes (default: all, or --quick's)")
     parser.add_argument("--threads", choices=["1", "all", "both"], default="both")
     parser.add_argument("--dtype", choices=["float32", "float64", "both"], default="both")
     parser.add_argument("--reps", type=int, default=5)
@@ -272,8 +290,10 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     threads = {"1": [1], "all": [cores], "both": sorted({1, cores})}[args.threads]
     dtypes = ["float32", "float64"] if args.dtype == "both" else [args.dtype]
-    sizes = QUICK if args.quick else SQUARES
-    cases = [("square", n) for n in sizes] + [("batched", 0), ("mlp", 0)]
+    sizes = args.sizes or (QUICK if args.quick else SQUARES)
+    cases = [("square", n) for n in sizes] + [("batched", 0)] + [(c, 0) for c in THIN_SHAPES] + [("mlp", 0)]
+    if args.thin:
+        cases = [("square", n) for n in args.sizes or ()] + [(c, 0) for c in THIN_SHAPES]
     rows = run(cases, dtypes, threads, args.reps)
     if args.out is not None:
         args.out.write_text(json.dumps(rows, indent=1))

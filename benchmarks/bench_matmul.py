@@ -15,6 +15,10 @@ wall time and the median CPU time of the calling thread, and the median per-roun
 With one thread each (``--threads 1`` and a single-threaded BLAS, as above) the CPU time
 is all of the work and does not depend on what else the machine runs. dpt_ir's kernels sum
 in float64 in one fixed order, BLAS in the operands' precision in its own: the ratio says what that costs.
+
+Thin products (matrix x vector, vector x matrix, a batched matrix x vector) against OpenBLAS's
+best kernel and PyTorch: ``python benchmarks/bench_gemm.py --thin`` (its peers and re-execution
+without ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE``).
 """
 
 from __future__ import annotations

@@ -187,6 +187,7 @@ class ExecutionPlan:
         self._lock = threading.Lock()
         self._all: weakref.WeakSet[Workspace] = weakref.WeakSet()  # every live workspace (alias checks)
         self._free: list[Workspace] = []  # allocated at the first call, not at compile
+        self._host_specs: dict[str, tuple[Any, tuple[int, ...], np.dtype, tuple[int, ...]]] = {}  # `bind`'s
 
     # -- workspaces --
     @property
@@ -329,9 +330,26 @@ class ExecutionPlan:
         what `run` binds: flat Warp arrays on the plan's device, or on the CPU the checked
         C-contiguous NumPy arrays themselves (NumPy inputs for CUDA are staged into ``ws``).
         The checks are `dpt_ir.ir.contracts`' (the same as the interpreter's); ContractError
-        names the offending input."""
+        names the offending input. On the CPU, a NumPy array of the type's shape, dtype and C
+        strides (so C-contiguous) is bound as it is, the case `host_array` returns as it is,
+        without its call: the type's shape, dtype and strides are resolved once per input
+        (``_host_specs``; a 64² product's call spent 1.5 us here, 0.3 per input in calls)."""
         check_names(self.graph.name, values, names, what)
-        return {n: self._flat(n, values[n], t, what, ws.staging) for n, t in names.items()}
+        if self.device != "cpu":
+            return {n: self._flat(n, values[n], t, what, ws.staging) for n, t in names.items()}
+        out: dict[str, Any] = {}
+        specs = self._host_specs
+        for n, t in names.items():
+            value = values[n]
+            spec = specs.get(n)
+            if spec is None or spec[0] is not t:
+                spec = specs[n] = _host_spec(t)
+            _, shape, dtype, strides = spec
+            if type(value) is np.ndarray and value.shape == shape and value.strides == strides and value.dtype == dtype:
+                out[n] = value
+            else:
+                out[n] = self._flat(n, value, t, what, ws.staging)
+        return out
 
     def _flat(self, name: str, value: Any, t: Any, what: str, staging: dict[str, wp.array]) -> Any:
         if type(value) is not np.ndarray and is_warp_array(value):  # the NumPy case first: the common one
@@ -354,6 +372,16 @@ class ExecutionPlan:
                     "copy it first (an output buffer is overwritten by the next evaluation)"
                 )
         return flat_view(value, t.size)
+
+
+def _host_spec(t: Any) -> tuple[Any, tuple[int, ...], np.dtype, tuple[int, ...]]:
+    """``t`` (a TensorType), its shape, its NumPy dtype and the C strides of that shape."""
+    dtype = np.dtype(t.dtype)
+    strides, step = [], dtype.itemsize
+    for d in reversed(t.shape):
+        strides.append(step)
+        step *= d
+    return t, t.shape, dtype, tuple(reversed(strides))
 
 
 class Lease:

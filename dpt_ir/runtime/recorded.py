@@ -144,10 +144,16 @@ class RecordedPhase:
 
     def run(self, bound: Mapping[str, Any]) -> int:
         """Point every target descriptor at this call's array (or the workspace's), then
-        replay the commands; returns `count`."""
+        replay the commands; returns `count`. A NumPy array's pointer is `address`'s, read here
+        without its call (a 64² product's call spent 1.0 us on its three values)."""
         for name, targets in self.names:
             value = bound.get(name)
-            ptr = self.fallback[name] if value is None else address(value)
+            if value is None:
+                ptr = self.fallback[name]
+            elif type(value) is np.ndarray and _DATA_OFFSET is not None:
+                ptr = _pointer_at(id(value) + _DATA_OFFSET).value or 0
+            else:
+                ptr = address(value)
             for desc in targets:
                 desc.data = ptr
         for step in self.steps:

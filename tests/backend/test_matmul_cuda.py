@@ -37,6 +37,12 @@ PRODUCTS = [
     ((6,), (6,), False, False),
     ((20, 40), (18, 40), False, True),
     ((40, 20), (40, 18), True, False),
+    # thin products, which the CPU plan runs on its direct kernel (`contraction.choose`)
+    ((70, 40), (40,), False, False),
+    ((40,), (40, 70), False, False),
+    ((3, 33, 20), (3, 20, 1), False, False),
+    ((50, 3), (3, 60), False, False),
+    ((20, 300), (300, 2), False, False),
 ]
 
 
@@ -88,13 +94,15 @@ def test_cuda_launches_are_whole_blocks() -> None:
 class Replay:
     """The exported CUDA plan of `_graph`'s products, replayed on the CPU by both host builds
     of its ``kernels.cu`` (`benchmarks.gpu_check.Host`: CPU drivers, CUDA drivers), on finite
-    inputs (``results``, ``raised``) and with an infinite operand (``raised_inf``)."""
+    inputs (``results``, ``raised``) and with an infinite operand (``raised_inf``); ``cpu``: the
+    CPU program's own results (its direct kernel on the thin products)."""
 
     results: dict[bool, dict[str, np.ndarray]]
     raised: dict[bool, list[int]]
     raised_inf: dict[bool, list[int]]
     bad: dict[bool, list[str]]
     status: list[dict[str, str]]
+    cpu: dict[str, np.ndarray]
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +120,7 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Replay:
     (plan,) = doc["plans"]
     data = inputs_of(doc, ref, folder / "ok")
     inf = {**data, "float32_a0": np.full_like(data["float32_a0"], np.inf)}
-    out = Replay({}, {}, {}, {}, doc["status"])
+    out = Replay({}, {}, {}, {}, doc["status"], program.run(**feed))
     for cuda in (False, True):
         be = gpu_check.Host(source, cuda, folder)
         results, out.raised[cuda], _ = gpu_check.run_plan(be, plan, data)
@@ -132,6 +140,19 @@ def test_cuda_host_replay_is_bit_identical_to_the_cpu_drivers(replay: Replay) ->
     """The CUDA drivers (host build) give the CPU drivers' bits: one summation order."""
     for key, value in replay.results[False].items():
         assert np.array_equal(value, replay.results[True][key]), key
+
+
+def test_cpu_direct_kernel_equals_the_cuda_host_replay(replay: Replay) -> None:
+    """The CPU program, thin products on its direct kernel, gives the CUDA drivers' bits."""
+    from dpt_ir.backends.cxx.contraction import choose, contraction_of
+
+    graph, _ = _graph({"float32": len(PRODUCTS), "float64": 3}, loss=False)
+    c_types = {"float32": "float", "float64": "double"}
+    products = [n.name for n in graph.nodes if n.op == "matmul"]
+    direct = [p for p in products if choose(contraction_of(graph, p), c_types[graph.types[p].dtype])]
+    assert len(direct) >= 5, direct
+    for key, value in replay.results[True].items():
+        assert np.array_equal(replay.cpu[key.removeprefix("output/")].ravel(), value.ravel()), key
 
 
 def test_a_nonfinite_product_raises_its_flag(replay: Replay) -> None:

@@ -364,3 +364,124 @@ def test_inside_a_loop_body_with_a_captured_matrix() -> None:
     np.testing.assert_allclose(out["loss"], dp.interpret(graph, **feed)["loss"], rtol=1e-12)
     for name, want in dp.interpret_grad(graph, ["w", "h0"], **feed).items():
         np.testing.assert_allclose(grads[name], want, rtol=1e-12, err_msg=name)
+
+
+# Thin products (`dpt_ir.backends.cxx.thin`): matrix x vector (A row-major: transposed runs; A
+# read through a transpose flag: contiguous lanes), vector x matrix (B's rows contiguous, and B
+# through a transpose flag), a batched matrix x vector, a few columns, a short k (outer products),
+# k past one float32 block; sizes off every tile and run.
+THIN_DIRECT = [
+    ((70, 300), (300,), False, False),
+    ((300, 70), (300,), True, False),
+    ((300,), (300, 90), False, False),
+    ((300,), (90, 300), False, True),
+    ((3, 37, 40), (3, 40, 1), False, False),
+    ((45, 530), (530, 3), False, False),
+    ((100, 5), (5, 130), False, False),
+    ((90, 1), (1, 40), False, False),
+    ((19, 7), (7,), False, False),
+]
+
+
+def _thin_graph(dtype: str) -> tuple[dp.Graph, dict[str, np.ndarray]]:
+    g = dp.GraphBuilder(f"matmul_direct_{dtype}")
+    feed = {}
+    for k, (sa, sb, ta, tb) in enumerate(THIN_DIRECT):
+        a, b = g.input(f"a{k}", sa, dtype), g.input(f"b{k}", sb, dtype)
+        g.output(f"o{k}", g.emit("matmul", [a, b], {"transpose_a": ta, "transpose_b": tb}))
+        feed[f"a{k}"], feed[f"b{k}"] = (RNG.standard_normal(x).astype(dtype) for x in (sa, sb))
+    return g.build(), feed
+
+
+def _offset(x: np.ndarray, shift: int) -> np.ndarray:
+    """``x`` copied into a contiguous array starting ``shift`` elements past a 64-byte boundary
+    (the direct kernel's runs start on a cache line of its first lane: every head length)."""
+    buf = np.empty(x.size + 64, x.dtype)
+    start = (-(buf.ctypes.data % 64) // x.itemsize + shift) % (64 // x.itemsize)
+    out = buf[start : start + x.size].reshape(x.shape)
+    out[...] = x
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_direct_kernel_equals_packed_kernel_bit_for_bit(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each thin product runs on the direct kernel (`contraction.choose`) and gives the packed
+    kernel's bits (that kernel forced), for operands at every offset from a cache line; float32
+    values equal the documented order exactly where it is cheap to compute, and all are within
+    the documented bound (float64: 1e-12 of NumPy)."""
+    from dpt_ir.backends.cxx import contraction
+
+    graph, feed = _thin_graph(dtype)
+    c_type = "float" if dtype == "float32" else "double"
+    chosen = [contraction.choose(contraction_of(graph, n.name), c_type) for n in graph.nodes if n.op == "matmul"]
+    assert all(t is not None for t in chosen), chosen
+    assert {t.transposed for t in chosen} == {True, False}
+    direct = dp.compile(graph, device="cpu")
+    monkeypatch.setattr(contraction, "choose", lambda ct, c: None)
+    packed = dp.compile(graph, device="cpu")
+    for shift in range(0, 64 // np.dtype(dtype).itemsize, 3):
+        shifted = {name: _offset(x, shift) for name, x in feed.items()}
+        got, want = direct.run(**shifted), packed.run(**shifted)
+        for k in range(len(THIN_DIRECT)):
+            assert np.array_equal(got[f"o{k}"], want[f"o{k}"]), (shift, k)
+    for k, (_, _, ta, tb) in enumerate(THIN_DIRECT):
+        a = feed[f"a{k}"].T if ta else feed[f"a{k}"]
+        b = feed[f"b{k}"].T if tb else feed[f"b{k}"]
+        if dtype == "float32":
+            _within_bound(got[f"o{k}"], a, b)
+            if a.size * (b.shape[-1] if b.ndim > 1 else 1) <= 30000:
+                assert np.array_equal(got[f"o{k}"], _in_order(a, b)), k
+        else:
+            np.testing.assert_allclose(got[f"o{k}"], np.matmul(a, b), rtol=1e-12, atol=1e-12, err_msg=str(k))
+
+
+def test_direct_kernel_bits_for_any_thread_count() -> None:
+    graph, feed = _thin_graph("float32")
+    first = dp.compile(graph, device="cpu").run(**feed)
+    one = dp.compile(graph, device="cpu", threads=1).run(**feed)
+    for name, value in first.items():
+        assert np.array_equal(one[name], value), name
+
+
+def test_matrix_vector_gradients_take_the_direct_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``value_and_grad`` of ``sum(s * (A x)) + sum(t * (y B))``: the backward's vector products
+    (``dx = Aᵀ s``, a transposed matrix x vector; ``dy = B t``) run on the direct kernel like
+    the forward's, and its k = 1 outer products (``dA = s xᵀ``, ``dB = y tᵀ``) where the count
+    says; the gradients equal the packed kernel's bits, the analytic ones (float64, 1e-12) and
+    finite differences of the compiled loss."""
+    from dpt_ir.backends.cxx import contraction
+
+    g = dp.GraphBuilder("matvec_grad")
+    a, x = g.input("a", (40, 70), "float64"), g.input("x", (70,), "float64")
+    y, b = g.input("y", (40,), "float64"), g.input("b", (40, 50), "float64")
+    s, t = g.input("s", (40,), "float64", requires_grad=False), g.input("t", (50,), "float64", requires_grad=False)
+    g.output("loss", dp.sum(s * (a @ x)) + dp.sum(t * (y @ b)))
+    graph = g.build()
+    feed = {n: RNG.standard_normal(v.shape) for n, v in (("a", a), ("x", x), ("y", y), ("b", b), ("s", s), ("t", t))}
+    wrt = ["a", "x", "y", "b"]
+    program = dp.compile(graph, wrt=wrt, device="cpu")
+    run = program.plans["value_and_grad"].graph
+    layouts = [contraction_of(run, n.name) for n in run.nodes if n.op == "matmul"]
+    vectors = [ct for ct in layouts if 1 in (ct.m, ct.n)]
+    assert len(layouts) == 6 and len(vectors) == 4 and all(contraction.choose(ct, "double") for ct in vectors)
+    assert any(contraction.choose(ct, "double") for ct in layouts if ct.k == 1)
+    out, grads = program.value_and_grad(**feed)
+    want = {
+        "a": np.outer(feed["s"], feed["x"]),
+        "x": feed["a"].T @ feed["s"],
+        "y": feed["b"] @ feed["t"],
+        "b": np.outer(feed["y"], feed["t"]),
+    }
+    for name, value in want.items():
+        np.testing.assert_allclose(grads[name], value, rtol=1e-12, atol=1e-12, err_msg=name)
+    h = 1e-6
+    for name, i in (("a", (3, 5)), ("x", (11,)), ("y", (7,)), ("b", (2, 9))):
+        up, down = feed[name].copy(), feed[name].copy()
+        up[i] += h
+        down[i] -= h
+        fd = (program.run(**{**feed, name: up})["loss"] - program.run(**{**feed, name: down})["loss"]) / (2 * h)
+        np.testing.assert_allclose(grads[name][i], fd, rtol=1e-6, err_msg=name)
+    monkeypatch.setattr(contraction, "choose", lambda ct, c: None)
+    _, packed = dp.compile(graph, wrt=wrt, device="cpu").value_and_grad(**feed)
+    for name in wrt:
+        assert np.array_equal(grads[name], packed[name]), name

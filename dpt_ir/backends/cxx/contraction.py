@@ -50,6 +50,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from dpt_ir.backends.cxx import thin
 from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, TOKEN
 from dpt_ir.backends.cxx.units import Unit, single_launch, status_flag
 from dpt_ir.ir.errors import ContractError
@@ -102,7 +103,10 @@ def plan(graph: Graph, root: str, device: str) -> Plan:
     if dtype not in ("float32", "float64"):
         raise ContractError(f"node {root!r}: a contraction needs float32 or float64, found {dtype}")
     batches = math.prod(ct.batch)
-    if device == "cpu":
+    direct = choose(ct, C_TYPES[dtype]) if device == "cpu" else None
+    if direct is not None:
+        dim = batches * direct.tasks_per_batch()
+    elif device == "cpu":
         bk = cpu_blocking(ct, C_TYPES[dtype])
         dim = batches * -(-ct.m // bk.tm) * -(-ct.n // bk.tn)
     else:
@@ -246,6 +250,19 @@ def cpu_blocking(ct: Contraction, c_type: str) -> Blocking:
     return Blocking(tm, tn, mr, nr, KB if f32 else KC64, c_type, direct_a=True)
 
 
+def choose(ct: Contraction, c_type: str) -> thin.Thin | None:
+    """The direct kernel (`thin`) of ``ct`` on the CPU, with lanes along the output rows or
+    columns, when it issues fewer vector instructions than the packed kernel (`thin.cost`
+    against `thin.packed_cost`, the module docstring of `thin`), else None: the packed kernel."""
+    bk = cpu_blocking(ct, c_type)
+    best, least = None, thin.packed_cost(ct, bk.mr, bk.nr, bk.tm, 16 if c_type == "float" else 8)
+    for lanes_i in (True, False):
+        t = thin.thin_of(ct, c_type, lanes_i)
+        if t is not None and thin.cost(t) < least:
+            best, least = t, thin.cost(t)
+    return best
+
+
 def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str) -> list[str]:
     """The loops packing the chunk's columns of B into ``bp`` (micro panels of ``nr`` columns,
     ``kc`` rows each, zero past the block's ``nc`` columns), reading along B's contiguous axis:
@@ -282,6 +299,9 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
     for a CUDA launch (``cuda``: the export's CPU replay of a CUDA plan), task ``t`` is a CUDA
     thread: the first thread of each block computes the block's `TILE` x `TILE` tile, the others
     nothing."""
+    direct = None if cuda else choose(p.ct, p.c_type)
+    if direct is not None:
+        return _thin_driver(p, direct, sig, checks)
     ct, bk = p.ct, blocking(p, cuda)
     tm, tn, mr_, nr_, kc_, pk = bk.tm, bk.tn, bk.mr, bk.nr, bk.kc, bk.packed
     zero = "0.0" if pk == "double" else "0.0f"
@@ -338,6 +358,18 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
         "        }",
         "    }",
         "}",
+        *status_flag(checks),
+    ]
+    return "\n".join([f"DP_FN void {TOKEN}_cpu({sig}) {{", *("    " + s for s in body), "}"])
+
+
+def _thin_driver(p: Plan, t: thin.Thin, sig: str, checks: bool) -> str:
+    """Task ``t``: one block of lanes x columns of one batch on the direct kernel (`thin`)."""
+    per_batch = t.tasks_per_batch()
+    body = [
+        f"const int bt = t / {per_batch}, rem = t % {per_batch};",
+        *_bases(p.ct, "bt"),
+        *thin.driver_body(t, p.ct),
         *status_flag(checks),
     ]
     return "\n".join([f"DP_FN void {TOKEN}_cpu({sig}) {{", *("    " + s for s in body), "}"])
@@ -427,8 +459,13 @@ def contraction_kernels(
     bk = blocking(p, device != "cpu")
     direct = (p.ct.a_row, p.ct.a_col) if bk.direct_a else None
 
+    direct_kernel = choose(p.ct, p.c_type) if device == "cpu" else None
+
     def drivers(sig: str) -> str:
-        micro = micro_kernel(bk.packed, bk.mr, bk.nr, direct, p.ct.n, checks)
+        if direct_kernel is not None:
+            micro = thin.tile_kernels(direct_kernel, KB, checks)
+        else:
+            micro = micro_kernel(bk.packed, bk.mr, bk.nr, direct, p.ct.n, checks)
         cpu = cpu_driver(p, sig, checks, device != "cpu")
         return "\n".join([micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]) + "\n"
 
