@@ -21,10 +21,9 @@ import numpy as np
 
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.fanbeam import FanBeam, covering_radius, ray_table
-from dpt_ir.ir.registry import Derivative, Linear, OpDef, register_op
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import TensorType
-from dpt_ir.ops.radon import check_stack, same_attrs
+from dpt_ir.ops.radon import check_stack, register_projection_pair
 from dpt_ir.reference import fanbeam_ref
 
 ADJOINT_FORM = "matrix-free transpose: per pixel row band, the taps of each line in a fixed order (no atomics)"
@@ -95,31 +94,12 @@ def _reference_adjoint(a: FanBeamAttrs, g: np.ndarray) -> np.ndarray:
     return fanbeam_ref.fanbeam_adjoint_apply(g, program(a, True)).astype(g.dtype)
 
 
-register_op(
-    OpDef(
-        name="fanbeam",
-        kind="projection",
-        arity=1,
-        attrs=FanBeamAttrs,
-        infer=_infer,
-        reference=_reference,
-        derivative=Derivative({0: lambda c: c.gy.builder.emit("fanbeam_adjoint", [c.gy], same_attrs(c))}),
-        linear=Linear(((0,),)),
-        projection=lambda a, shape: program(a, False),
-        doc="fan-beam line integrals of each (H, W) slice (ASTRA fanflat geometry, exact pixel lengths), matrix-free",
-    )
-)
-register_op(
-    OpDef(
-        name="fanbeam_adjoint",
-        kind="projection",
-        arity=1,
-        attrs=FanBeamAttrs,
-        infer=_infer_adjoint,
-        reference=_reference_adjoint,
-        derivative=Derivative({0: lambda c: c.gy.builder.emit("fanbeam", [c.gy], same_attrs(c))}),
-        linear=Linear(((0,),)),
-        projection=lambda a, shape: program(a, True),
-        doc=f"the transpose of fanbeam; adjoint form: {ADJOINT_FORM}",
-    )
+register_projection_pair(
+    "fanbeam",
+    FanBeamAttrs,
+    (_infer, _infer_adjoint),
+    (_reference, _reference_adjoint),
+    program,
+    "fan-beam line integrals of each (H, W) slice (ASTRA fanflat geometry, exact pixel lengths), matrix-free",
+    ADJOINT_FORM,
 )

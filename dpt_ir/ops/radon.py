@@ -16,6 +16,7 @@ independent of the image size.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -83,31 +84,46 @@ def same_attrs(c: GradContext) -> dict[str, Any]:
     return c.attrs.model_dump()
 
 
-register_op(
-    OpDef(
-        name="radon",
-        kind="projection",
-        arity=1,
-        attrs=RadonAttrs,
-        infer=_infer,
-        reference=_reference,
-        derivative=Derivative({0: lambda c: c.gy.builder.emit("radon_adjoint", [c.gy], same_attrs(c))}),
-        linear=Linear(((0,),)),
-        projection=lambda a, shape: beam(a, False),
-        doc="skimage.transform.radon of each (H, W) slice, matrix-free (parallel beam, bilinear taps)",
-    )
-)
-register_op(
-    OpDef(
-        name="radon_adjoint",
-        kind="projection",
-        arity=1,
-        attrs=RadonAttrs,
-        infer=_infer_adjoint,
-        reference=_reference_adjoint,
-        derivative=Derivative({0: lambda c: c.gy.builder.emit("radon", [c.gy], same_attrs(c))}),
-        linear=Linear(((0,),)),
-        projection=lambda a, shape: beam(a, True),
-        doc=f"the transpose of radon; adjoint form: {ADJOINT_FORM}",
-    )
+Infer = Callable[[tuple[TensorType, ...], Any, str], TensorType]
+Reference = Callable[[Any, np.ndarray], np.ndarray]
+
+
+def register_projection_pair(
+    name: str,
+    attrs: type[Attrs],
+    infer: tuple[Infer, Infer],
+    reference: tuple[Reference, Reference],
+    program: Callable[[Any, bool], Any],
+    doc: str,
+    adjoint_form: str,
+) -> None:
+    """Register a matrix-free projection ``name`` and its transpose ``name_adjoint``: linear,
+    of kind ``projection``, each the other's derivative with the same attributes; ``infer``,
+    ``reference`` (forward, adjoint) and ``program(attrs, adjoint)`` (the op's
+    ``OpDef.projection``) give what differs between them."""
+    for k, (op, other) in enumerate(((name, f"{name}_adjoint"), (f"{name}_adjoint", name))):
+        register_op(
+            OpDef(
+                name=op,
+                kind="projection",
+                arity=1,
+                attrs=attrs,
+                infer=infer[k],
+                reference=reference[k],
+                derivative=Derivative({0: lambda c, other=other: c.gy.builder.emit(other, [c.gy], same_attrs(c))}),
+                linear=Linear(((0,),)),
+                projection=lambda a, shape, adjoint=bool(k): program(a, adjoint),
+                doc=doc if k == 0 else f"the transpose of {name}; adjoint form: {adjoint_form}",
+            )
+        )
+
+
+register_projection_pair(
+    "radon",
+    RadonAttrs,
+    (_infer, _infer_adjoint),
+    (_reference, _reference_adjoint),
+    beam,
+    "skimage.transform.radon of each (H, W) slice, matrix-free (parallel beam, bilinear taps)",
+    ADJOINT_FORM,
 )
