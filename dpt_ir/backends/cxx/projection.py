@@ -438,10 +438,9 @@ def projection_kernels(
     args = ("a0", "a1", "a2")
 
     def entry(sig: str, cpu: bool, fn: str) -> str:
-        if b.adjoint:
-            lanes = LANES if cpu and device == "cpu" else 1
-            return _adjoint(b, sig, args, c_type, checks, band_rows(b, device if cpu else "cuda"), lanes, fn)
         lanes = LANES if cpu and device == "cpu" else 1
+        if b.adjoint:
+            return _adjoint(b, sig, args, c_type, checks, band_rows(b, device if cpu else "cuda"), lanes, fn)
         return _forward(b, sig, args, c_type, checks, lanes, cpu and c_type == "float", fn)
 
     return program_launch(graph, group, name, slots, checks, f"$beam:{root}", b.table, _tasks(b, device), entry)
