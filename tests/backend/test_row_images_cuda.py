@@ -5,7 +5,9 @@ element function with the per-row image indices in ``rb``. A 2-D constant pad ke
 row: the CPU's row ends run the inlined ends function, CUDA the edge function everywhere. The CUDA
 module builds for sm_90, and the exported plan replayed on the CPU (``gpu_check.py --dry``) gives
 the CUDA drivers' bits equal to the CPU drivers' and the reference, and an infinite input raises
-its node's flag."""
+its node's flag. A mapped pad's adjoint sums several images at its first and last rows: the CPU
+runs them as summed row images (one slot per image, a row class without the sums), CUDA through the
+edge function, with the same bits."""
 
 from __future__ import annotations
 
@@ -30,7 +32,15 @@ def _graph() -> tuple[dp.Graph, dict[str, np.ndarray]]:
     g.output("rows", dp.correlate1d(x * x, [1.0, -2.0, 0.5, 0.25], axis=1, mode="constant", cval=0.5))
     g.output("both", dp.correlate(y + 1.0, K, mode="constant"))
     g.output("mapped", dp.correlate(y, K, mode="reflect"))
-    feed = {"x": rng.standard_normal((3, 13, 17)).astype(np.float32), "y": rng.standard_normal((11, 9))}
+    z = g.input("z", (14, 12))
+    wide = dp.correlate(z * z, K, mode="constant")
+    attrs = {"before": [2, 1], "after": [1, 1], "mode": "nearest", "cval": 0.0}
+    g.output("summed", wide.builder.emit("pad_adjoint", [wide], attrs))
+    feed = {
+        "x": rng.standard_normal((3, 13, 17)).astype(np.float32),
+        "y": rng.standard_normal((11, 9)),
+        "z": rng.standard_normal((14, 12)).astype(np.float32),
+    }
     return g.build(), feed
 
 
@@ -39,6 +49,7 @@ def test_the_cuda_module_compiles_for_sm90() -> None:
     module = cuda_variant(graph)
     source = Path(module.__file__).read_text()
     assert "_ri0[" in source  # the row images' tables, read by both drivers
+    assert "rs = rb[" in source  # the summed rows' class
     compile_sm90(module)
 
 
@@ -51,7 +62,8 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
 def test_cuda_and_cpu_drivers_replayed_on_the_cpu_agree_bit_for_bit(replay: Replayed) -> None:
     results, bad, _ = replay
     for cuda in (False, True):
-        assert set(results[cuda]) == {"output/rows", "output/both", "output/mapped"}, results[cuda].keys()
+        expected = {"output/rows", "output/both", "output/mapped", "output/summed"}
+        assert set(results[cuda]) == expected, results[cuda].keys()
         assert not bad[cuda], (cuda, bad[cuda])
     for key, value in results[False].items():
         np.testing.assert_array_equal(value, results[True][key], err_msg=key)

@@ -30,6 +30,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -124,11 +125,14 @@ def row_bases(nest: Nest, row: str) -> list[str]:
         return []
     ix = nest.index
     size = max(len(rows) + 2 * len(nest.images), 1)
-    out = [f"{ix} rb[{size}];", f"{ix} glo = 0, ghi = 0;", f"{{ {ix} q = {row};"]
+    out = [f"{ix} rb[{size}];", f"{ix} glo = 0, ghi = 0;"]
+    out += ["bool rs = false; (void)rs;"] if nest.summed else []
+    out.append(f"{{ {ix} q = {row};")
     for a in reversed(range(len(nest.base_outer))):
         out.append(f"const {ix} c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")
     out.append("(void)q;")
-    out += row_images.statements(nest.images, len(rows), ix)
+    out += row_images.statements(nest.images, len(nest.space), len(rows), ix)
+    out += [f"rs = {' || '.join(f'rb[{k}]' for k in nest.summed)};"] if nest.summed else []
     for k, r in enumerate(rows):
         terms = [*([str(r.offset)] if r.offset else []), *(f"c{a} * {s}" for a, s in enumerate(r.strides) if s)]
         terms += [f"q{m} * {x}" if x != 1 else f"q{m}" for m, x in enumerate(r.images) if x]
@@ -179,7 +183,28 @@ BOUNDED_MOST = 1 << 19
 
 def _split(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> list[str]:
     """The loop ``for j in [s0, s1)``: interior positions (``[glo, ghi) + off``) run
-    ``interior`` (vectorised), the others ``edge``; without guards, all ``interior``."""
+    ``interior`` (vectorised), the others ``edge``; without guards, all ``interior``. With
+    summed row images, per row class (`row_class`)."""
+    if nest.summed:
+        single = _loops(nest, s0, s1, off, *_unsummed(interior, edge))
+        return row_class(_loops(nest, s0, s1, off, interior, edge), single)
+    return _loops(nest, s0, s1, off, interior, edge)
+
+
+def row_class(summed: list[str], single: list[str]) -> list[str]:
+    """The loops of a row with summed row images (``rs``: a later slot is set in this row:
+    `Nest.summed`) and of one without: the element functions' instance ``S = false`` drops
+    the sums, which would otherwise be computed and discarded at every element of every row
+    (a pad's adjoint sums two images at its first and last rows only)."""
+    return ["if (rs) {", *("    " + s for s in summed), "} else {", *("    " + s for s in single), "}"]
+
+
+def _unsummed(*calls: str) -> tuple[str, ...]:
+    """The calls of the element and row ends' functions with ``S = false``."""
+    return tuple(re.sub(r"F_(elem|ends)<([^<>]*)>\(", r"F_\1<\2, false>(", c) for c in calls)
+
+
+def _loops(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> list[str]:
     vec = "DP_BOUNDED_LOOP" if (nest.guards or nest.images) and nest.size <= BOUNDED_MOST else "DP_VEC_LOOP"
     if not nest.guards:
         return [f"{vec} for ({nest.index} j = {s0}; j < {s1}; ++j) {interior}"]
@@ -204,7 +229,7 @@ def _call(spec: DriverSpec, p: str, w: str, i: str, j: str, flags: str, ys: list
 def _ends(nest: Nest) -> str:
     """The element function of the CPU's row ends (outside the interior split's range): the
     inlined ends function where the nest has one (`row_ends`), else the edge function."""
-    return "ends" if nest.ends is not None else "edge"
+    return "ends" if nest.ends is not None or nest.mapped_ends else "edge"
 
 
 def _anywhere(nest: Nest) -> str:

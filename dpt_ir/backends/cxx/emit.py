@@ -166,7 +166,8 @@ class ElementWriter:
             return self.vars[key]
         node = self.graph.node_map[name]
         op = node.opdef
-        if op.axis_images is not None and (self.edge or self.at_output):  # epilogues: no interior split
+        mapped = self.ends and self.nest.mapped_ends  # the row ends through the guarded axes' tables
+        if op.axis_images is not None and (self.edge or self.at_output or mapped):  # epilogues: no interior split
             var = self._images(node, coords)
         elif op.gather_affine is not None:
             var = gathers.element(self, node, coords)
@@ -188,8 +189,8 @@ class ElementWriter:
                 var = self._taps(node, args)
             elif op.join_axis is not None:
                 var = self._select(node, coords, args)
-            elif op.axis_images is not None:  # its interior read, and its selected axes' fill
-                var = self._interior_view(node, coords, args[0])
+            elif op.axis_images is not None:  # its interior read (its row images' sum), selects' fill
+                var = self._interior_view(node, coords, args)
             else:  # a view: the element it reads
                 var = args[0]
         self.vars[key] = var
@@ -218,10 +219,10 @@ class ElementWriter:
     def _fresh(self, form: Affine, n: int, cxx: Callable[[str], str]) -> Affine:
         return self.variable(cxx(self.render(form)), n)
 
-    def _row_image(self, node: str, axis: int, form: Affine, ax: Any, n: int) -> Affine | None:
-        """The coordinate of the row image the nest's walk found there (`row_images`), if any."""
+    def _row_image(self, node: str, axis: int, form: Affine, ax: Any, n: int) -> tuple[Affine, ...] | None:
+        """The coordinates of the row image's slots the nest's walk found there (`row_images`), if any."""
         found = self.nest.row_images.lookup(node, axis, form, ax) if self.nest.row_images else None
-        return None if found is None else idx.axis(found.coord, found.coord + 1)
+        return None if found is None else tuple(idx.axis(r.coord, r.coord + 1) for r in found)
 
     def _select(self, node: Any, coords: Coords, args: tuple[str, ...]) -> str:
         """A join: the input whose range along the axis holds the element (each input was
@@ -233,37 +234,49 @@ class ElementWriter:
             expr = f"(({at}) < {lo + n} ? {a} : {expr})"
         return self.define(C_TYPES[node.type.dtype], expr)
 
-    def _interior_view(self, node: Any, coords: Coords, read: str) -> str:
+    def _interior_view(self, node: Any, coords: Coords, reads: tuple[str, ...]) -> str:
         """A per-axis view in the element function: the input at the interior shift, or the
         fill where a selected axis (`sites.selected`, no guard of its own) is outside its
-        interior."""
+        interior. Its row images' slots (`row_images`: ``reads`` holds one read per combination
+        of them) are summed where the row has them, as `_images` sums an index's images (in
+        order, float64 for float32); a row with none reads the fill."""
         in_shape = tuple(self.graph.types[node.inputs[0]].shape)
         conds = []
         for c, lo, hi in sites.selects(node, coords, in_shape):
             at = self.render(c)
             conds.append(f"{lo} <= ({at}) && ({at}) <= {hi}")
-        conds += self._has_images(node, coords, in_shape)
-        conds += self._in_interior(node, coords, in_shape) if self.ends else []
-        if not conds:
-            return read
+        has = self._has_images(node, coords, in_shape)
+        ends = self._in_interior(node, coords, in_shape) if self.ends else []
         out_t = C_TYPES[node.type.dtype]
         fill = cxx_literal(sites.image_map(node, in_shape).fill, out_t)
-        return self.define(out_t, f"({' && '.join(conds)}) ? {read} : {fill}")
+        if len(reads) == 1:
+            conds += has[0] + ends
+            return self.define(out_t, f"({' && '.join(conds)}) ? {reads[0]} : {fill}") if conds else reads[0]
+        acc = "double" if out_t in CXX_FLOATS else out_t
+        var = f"s{len(self.vars)}_{len(self.lines)}"
+        first, cond = f"({acc}){reads[0]}", " && ".join(has[0])
+        self.lines.append(f"{acc} {var} = ({cond}) ? {first} : ({acc}){fill};" if cond else f"{acc} {var} = {first};")
+        for flags, v in zip(has[1:], reads[1:], strict=True):
+            cond = " && ".join(["S", *flags])  # a later slot: only in a row that sums (`drivers.row_class`)
+            self.lines.append(f"{var} = ({cond}) ? {var} + ({acc}){v} : {var};" if cond else f"{var} += ({acc}){v};")
+        total, conds = f"({out_t}){var}", conds + ends
+        return self.define(out_t, f"({' && '.join(conds)}) ? {total} : {fill}" if conds else total)
 
-    def _has_images(self, node: Any, coords: Coords, in_shape: tuple[int, ...]) -> list[str]:
-        """Per row image of the view at ``coords`` (`row_images`): its row's flag of having
-        an image (``rb`` past the row reads), false where the fill is read."""
+    def _has_images(self, node: Any, coords: Coords, in_shape: tuple[int, ...]) -> list[list[str]]:
+        """Per combination of the view's row-image slots at ``coords`` (`row_images`, in the
+        order `sites.children` reads them; one combination without any), the row's flags of
+        having each slot's image (``rb`` past the row reads): a slot every index has needs none."""
         if self.nest.row_images is None:
-            return []
+            return [[]]
         m = sites.image_map(node, in_shape)
         base = len(self.nest.row_reads)
         images = {r.coord: k for k, r in enumerate(self.nest.images)}
-        out = []
+        per_axis: list[list[str | None]] = []
         for d, (c, ax) in enumerate(zip(sites.per_axis(node, coords), m.axes, strict=False)):
             found = None if ax.plain else self.nest.row_images.lookup(node.name, d, c, ax)
-            if found is not None and any(not im for im in ax.images):
-                out.append(f"rb[{base + 2 * images[found.coord]}]")
-        return out
+            if found is not None:
+                per_axis.append([None if r.has_all(ax) else f"rb[{base + 2 * images[r.coord]}]" for r in found])
+        return [[f for f in combo if f] for combo in itertools.product(*per_axis)]
 
     def _in_interior(self, node: Any, coords: Coords, in_shape: tuple[int, ...]) -> list[str]:
         """At a row end (`row_ends`): per guarded axis of the view (neither a row image nor a
@@ -290,13 +303,20 @@ class ElementWriter:
     def _images(self, node: Any, coords: Coords) -> str:
         """A per-axis view at any element (the edge): per axis, the input indices of the
         output index come from a constant table (a variable each); the images are summed
-        in order (float64 for float32), an element with none is the fill value."""
+        in order (float64 for float32), an element with none is the fill value. At mapped
+        row ends (`row_ends`), an axis that is a row image reads its slots and one read in
+        its interior at every element its shift: the same images in the same order."""
         m = sites.image_map(node, tuple(self.graph.types[node.inputs[0]].shape))
         in_shape = tuple(self.graph.types[node.inputs[0]].shape)
         per_axis: list[list[tuple[Affine, str | None]]] = []
         for d, (c, ax) in enumerate(zip(coords, m.axes, strict=True)):
-            if ax.plain:
+            lo, hi = c.bounds(self.ext())
+            if ax.plain or (self.ends and in_shape[d] > 1 and ax.lo <= lo <= hi <= ax.hi):
                 per_axis.append([(c.shifted(ax.shift), None)])
+                continue
+            slots = self._slots(node.name, d, c, ax) if self.ends else None
+            if slots is not None:
+                per_axis.append(slots)
                 continue
             width = max((len(im) for im in ax.images), default=0)
             table, counts = self._table(f"{node.name}:{d}", ax, width)
@@ -327,6 +347,20 @@ class ElementWriter:
         for cond, v in terms[1:]:
             self.lines.append(f"{var} = ({cond}) ? {var} + ({acc}){v} : {var};" if cond else f"{var} += ({acc}){v};")
         return self.define(out_t, f"({out_t}){var}")
+
+    def _slots(self, node: str, axis: int, form: Affine, ax: Any) -> list[tuple[Affine, str | None]] | None:
+        """A row image's slots (`row_images`) as `_images`' options: each slot's coordinate
+        and, unless every index has it, its row's flag (a later slot also needs the row class
+        that sums: ``S``)."""
+        found = self.nest.row_images.lookup(node, axis, form, ax) if self.nest.row_images else None
+        if found is None:
+            return None
+        base, number = len(self.nest.row_reads), {r.coord: k for k, r in enumerate(self.nest.images)}
+        out: list[tuple[Affine, str | None]] = []
+        for r in found:
+            flags = [*(["S"] if r.slot else []), *([] if r.has_all(ax) else [f"rb[{base + 2 * number[r.coord]}]"])]
+            out.append((idx.axis(r.coord, r.coord + 1), f"({' && '.join(flags)})" if flags else None))
+        return out
 
     def _table(self, key: str, ax: Any, width: int) -> tuple[str, str]:
         """Constant tables of an axis's images (``width`` per index, unused slots 0) and of

@@ -85,7 +85,7 @@ def group_kernels(
     w.rows = nest.row_position
     body = w.body()
     edge = w.edge_body() if nest.guards else None
-    ends = w.ends_body() if nest.ends is not None else None
+    ends = w.ends_body() if nest.ends is not None or nest.mapped_ends else None
     partials: dict[str, tuple[str, int]] = dict(w.scratch)
     finish: list[str] = []
     for q, root in enumerate(nest.roots):
@@ -110,7 +110,9 @@ def group_kernels(
     elem = [*w.table_definitions(), *row_images.tables(nest.images, TOKEN)]
     for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge), ("ends", "DP_FN", ends)):
         if lines is not None:
-            elem += ["template <bool P, bool W>", f"{macro} void {TOKEN}_{fn}{head}"]
+            # S: whether the row images' later slots are summed (`drivers.row_class`).
+            summed = ", bool S = true" if nest.summed and fn != "edge" else ""
+            elem += [f"template <bool P, bool W{summed}>", f"{macro} void {TOKEN}_{fn}{head}"]
             elem += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]
     sig = f"{unit.sig()}, int* st, int sb, int t"
     spec = drivers.DriverSpec(

@@ -103,11 +103,22 @@ class Nest:
     # inlined ``F_ends`` instead of the edge function: per read moving along the row, the range
     # its inner counter is clamped into (`row_ends`); None: the ends take the edge function.
     ends: row_ends.Clamps | None = None
+    # Where the clamps do not apply but every guard bounds the row (`row_ends.bounded`): the
+    # row ends' ``F_ends`` reads the views' guarded axes through their image tables.
+    mapped_ends: bool = False
 
     @property
     def images(self) -> list[RowImage]:
         """The row images, by coordinate (none without them)."""
         return self.row_images.images if self.row_images else []
+
+    @property
+    def summed(self) -> list[int]:
+        """The ``rb`` entries of the row images' later slots' flags (an index's second and
+        further images, summed: `row_images`); a row where none is set takes the element
+        functions' instance without their sums (``S``: `drivers.row_class`)."""
+        base = len(self.row_reads)
+        return [base + 2 * m for m, r in enumerate(self.images) if r.slot]
 
     @property
     def row_reads(self) -> list[Read]:
@@ -261,7 +272,7 @@ def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
     if walked is None:
         return None
     guards = list(dict.fromkeys(found))
-    n_images = len(images.found) if images else 0
+    n_images = images.count if images else 0
     most = 1 if guards or n_images else len(space)  # the interior split, row images: along the last axis
     columns = None
     if kind == "reduction":
@@ -302,6 +313,7 @@ def _with_rows(
         nest.digits = digits
         nest.row_images = images if images and images.found else None
         nest.ends = row_ends.clamps(graph, nest, columns) if images is not None else None
+        nest.mapped_ends = images is not None and nest.ends is None and row_ends.bounded(nest)
     return nest
 
 

@@ -15,6 +15,13 @@ nothing; outside, what it reads is discarded by the view's select (`emit.Element
 ends' values are those of the edge function (the fill, or the same sum of the same reads). A
 clamped read is a real element of the array, so no check raises on a value the edge function
 would not compute.
+
+Where the clamps do not apply (a mapped mode's pad, an adjoint's summed images) but the guards
+bound the row (`bounded`), ``F_ends`` evaluates each view's guarded axes through their image
+tables, as the edge function does, and the rest as the element function does: row images per
+row, axes read in their interior at their shift (`Nest.mapped_ends`). The same images are
+summed in the same order as in the edge function, so the values are its values; only the
+row's axes skip its tables (and their divisions), and the function is inlined.
 """
 
 from __future__ import annotations
@@ -34,11 +41,9 @@ Clamps = dict[sites.Site, tuple[int, int]]
 def clamps(graph: Graph, nest: Nest, columns: dict[sites.Site, Affine | None]) -> Clamps | None:
     """Per read that moves along the row, the range its inner counter is clamped into at the
     ends; None where the ends keep the edge function (see the module docstring)."""
+    if not bounded(nest):
+        return None
     last = len(nest.space) - 1
-    if not nest.guards or not nest.row_position or nest.digits:
-        return None
-    if any(len(form.w) > last + 1 or form.padded(last + 1).w[last] not in (1, -1) for form, _, _ in nest.guards):
-        return None
     if not all(_fills_outside(graph, name) for name in nest.group.nodes):
         return None
     out: Clamps = {}
@@ -53,6 +58,16 @@ def clamps(graph: Graph, nest: Nest, columns: dict[sites.Site, Affine | None]) -
         n = graph.types[site[0]].shape[-1]
         out[site] = (-column.b, n - 1 - column.b)
     return out
+
+
+def bounded(nest: Nest) -> bool:
+    """Whether the nest's drivers walk rows and every guard bounds the row's interior (a
+    weight of +-1 on the last axis, no other coordinate): no guard decides a whole row, so
+    only the few positions of each row outside ``[glo, ghi)`` are ends."""
+    last = len(nest.space) - 1
+    if not nest.guards or not nest.row_position or nest.digits:
+        return False
+    return all(len(form.w) <= last + 1 and form.padded(last + 1).w[last] in (1, -1) for form, _, _ in nest.guards)
 
 
 def _fills_outside(graph: Graph, name: str) -> bool:

@@ -21,6 +21,7 @@ shape there (and of one element at 0), any other member there fails the walk. A 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 
@@ -120,8 +121,9 @@ def selects(node: Node, coords: Coords, in_shape: Shape) -> list[tuple[Affine, i
 # A new coordinate in [0, n): (form, n, its C++ from the C++ of form) -> its form.
 Variable = Callable[[Affine, int, Callable[[str], str]], Affine]
 # A per-axis view's bounded axis read per row (`row_images`): (view, axis, form, its images,
-# input length) -> the coordinate of its per-row input index, or None (a guard instead).
-RowImageCoordinate = Callable[[str, int, Affine, idx.AxisImages, int], Affine | None]
+# input length) -> the coordinates of its per-row input indices (one per slot, summed in
+# order), or None (a guard instead).
+RowImageCoordinate = Callable[[str, int, Affine, idx.AxisImages, int], tuple[Affine, ...] | None]
 
 
 def _joined(graph: Graph, node: Node, coords: Coords, variable: Variable) -> list[tuple[str, Coords]]:
@@ -251,19 +253,20 @@ def children(
             at = [idx.zero(len(space)) if n == 1 else c.shifted(ax.shift) if ax.plain else variable(c, n, str)
                   for c, ax, n in axes]  # fmt: skip
             return [(node.inputs[0], tuple(at))]
-        at = []
+        at: list[tuple[Affine, ...]] = []  # per axis, where it is read (a row image's slots: several)
         for d, (c, ax, n) in enumerate(zip(coords, m.axes, shapes[0], strict=True)):
             # An input axis of length 1 is read at 0 (a guard, if any, holds the coordinate there).
             plain = idx.zero(len(space)) if n == 1 else c.shifted(ax.shift)
             lo, hi = c.bounds(space)
             if ax.plain or ax.lo <= lo <= hi <= ax.hi:  # every element read is in the interior
-                at.append(plain)
+                at.append((plain,))
                 continue
             q = None if n == 1 or rows is None else rows(node.name, d, c, ax, n)
             if q is None and not selected(ax, n):  # selected: the element function's select
                 guards.append((idx.canonical(c, space), ax.lo, ax.hi))  # type: ignore[union-attr]
-            at.append(plain if q is None else q)
-        return [(node.inputs[0], tuple(at))]
+            at.append((plain,) if q is None else q)
+        # Every combination of the axes' slots, in the edge function's order (`emit._images`).
+        return [(node.inputs[0], combo) for combo in itertools.product(*at)]
     return None
 
 
@@ -300,11 +303,10 @@ def walk(
     if images is not None and not digits:
         table = images
 
-        def row_image(node: str, axis: int, form: Affine, ax: idx.AxisImages, n: int) -> Affine | None:
-            before = len(table.found)
-            q = table.coordinate(node, axis, form, ax, n, len(space) + len(extra))
-            if len(table.found) > before:  # a new coordinate: its extent
-                extra.append(n)
+        def row_image(node: str, axis: int, form: Affine, ax: idx.AxisImages, n: int) -> tuple[Affine, ...] | None:
+            before = table.count
+            q = table.coordinates(node, axis, form, ax, n, len(space) + len(extra))
+            extra.extend([n] * (table.count - before))  # new coordinates: their extents
             return q
 
         rows = row_image
