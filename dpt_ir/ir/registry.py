@@ -366,6 +366,9 @@ class OpDef:
     # Constant-weight correlations: the tap weights (input index = output index + tap
     # position); kernels loop over the taps instead of unrolling them.
     weights: Callable[[Any], np.ndarray] | None = None
+    # Where the taps of float32 data are summed, from the attributes: "float64" (rounded once)
+    # or "dtype" (an ordered float32 fmaf chain); None: "float64".
+    tap_accumulation: Callable[[Any], str] | None = None
     # Input reads per output element (stencil taps, folded images), from (attrs, output shape):
     reads_per_element: Callable[[Any, tuple[int, ...]], int] | None = None
     # Copies of an inlined producer's code the lowering emits per element, from (attrs,

@@ -35,7 +35,16 @@ class PadAttrs(Attrs):
 
 
 class CorrelateAttrs(Attrs):
-    weights: list[Any]  # nested lists, one level per axis of the input
+    """``weights``: nested lists, one level per axis of the input. ``accumulate``: where the
+    taps are summed. ``float64`` (SciPy's): in double, rounded once to the input's dtype.
+    ``dtype``: in the input's own dtype, for float32 an ordered chain ``s = w0 * x0; s =
+    fmaf(w_t, x_t, s)`` over the non-zero taps in row-major order with the weights rounded to
+    float32 (each fused step rounds once: error at most ``(taps - 1) * 2^-24 * sum |w x|``
+    beyond the weights' rounding), as float32 stencils run in XLA and PyTorch; it computes
+    twice the elements per vector instruction. float64 data accumulate in float64 either way."""
+
+    weights: list[Any]
+    accumulate: Literal["float64", "dtype"] = "float64"
 
 
 def _check_pad(x: TensorType, a: PadAttrs, where: str) -> None:
@@ -239,13 +248,40 @@ def _infer_correlate(inputs: tuple[TensorType, ...], a: CorrelateAttrs, where: s
 def _correlate_ref(a: CorrelateAttrs, x: np.ndarray) -> np.ndarray:
     # As scipy.ndimage: float64 weights and accumulation for every float input, one rounding
     # to the input's dtype at the end; zero weights are skipped (0 * inf does not make NaN).
+    # ``accumulate="dtype"`` on float32: the backend's fmaf chain, each step rounded exactly.
     w = weights_array(a).astype(np.float64)
     out_shape = tuple(n - k + 1 for n, k in zip(x.shape, w.shape, strict=True))
+    views = [(w[t], x[tuple(slice(o, o + n) for o, n in zip(t, out_shape, strict=True))]) for t in np.ndindex(*w.shape)]
+    views = [(wt, v) for wt, v in views if wt != 0]
+    if a.accumulate == "dtype" and x.dtype == np.float32:
+        return _fma_chain(views, out_shape)
     out = np.zeros(out_shape, dtype=np.float64)
-    for t in np.ndindex(*w.shape):
-        if w[t] != 0:
-            out += w[t] * x[tuple(slice(o, o + n) for o, n in zip(t, out_shape, strict=True))]
+    for wt, v in views:
+        out += wt * v
     return out.astype(x.dtype)
+
+
+def _fma_chain(views: list[tuple[float, np.ndarray]], shape: tuple[int, ...]) -> np.ndarray:
+    """``s = w0 * x0; s = fmaf(w_t, x_t, s)`` in float32, each step correctly rounded: the
+    product of two floats is exact in double, the sum's error is found exactly (TwoSum) and
+    the double rounded to odd before the one rounding to float32, which is then the correct
+    rounding of the exact ``w_t * x_t + s`` (53 >= 2 * 24 + 2 bits)."""
+    if not views:
+        return np.zeros(shape, np.float32)
+    (w0, x0), rest = views[0], views[1:]
+    s = np.float32(w0) * x0.astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for wt, v in rest:
+            p = np.float64(np.float32(wt)) * v.astype(np.float64)
+            c = s.astype(np.float64)
+            r = p + c
+            bp = r - c
+            e = (p - bp) + (c - (r - bp))  # TwoSum: p + c == r + e exactly (finite r)
+            even = (r.view(np.int64) & 1) == 0
+            fix = np.isfinite(r) & (e != 0) & even
+            r = np.where(fix, np.nextafter(r, np.where(e > 0, np.inf, -np.inf)), r)
+            s = r.astype(np.float32)
+    return s
 
 
 def _correlate_grad(c: GradContext) -> Any:
@@ -253,7 +289,7 @@ def _correlate_grad(c: GradContext) -> Any:
     k = [d - 1 for d in w.shape]
     padded = c.gy.builder.emit("pad", [c.gy], {"before": k, "after": k, "mode": "constant", "cval": 0.0})
     flipped = w[tuple(slice(None, None, -1) for _ in w.shape)]
-    return F.apply("correlate_valid", padded, weights=flipped.tolist())
+    return F.apply("correlate_valid", padded, weights=flipped.tolist(), accumulate=c.attrs.accumulate)
 
 
 def taps(attrs: CorrelateAttrs, shape: tuple[int, ...] = ()) -> int:
@@ -272,6 +308,7 @@ register_op(
         derivative=Derivative({0: _correlate_grad}),
         linear=Linear(((0,),)),
         weights=weights_array,
+        tap_accumulation=lambda a: a.accumulate,
         reads_per_element=taps,
         doc="sum_t w[t] * x[i + t] over the positions where the weights fit (no boundary)",
     )

@@ -7,7 +7,8 @@ module builds for sm_90, and the exported plan replayed on the CPU (``gpu_check.
 the CUDA drivers' bits equal to the CPU drivers' and the reference, and an infinite input raises
 its node's flag. A mapped pad's adjoint sums several images at its first and last rows: the CPU
 runs them as summed row images (one slot per image, a row class without the sums), CUDA through the
-edge function, with the same bits."""
+edge function, with the same bits. A float32 chain of fmaf taps (``accumulate="dtype"``) gives the
+same bits on both drivers."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def _graph() -> tuple[dp.Graph, dict[str, np.ndarray]]:
     wide = dp.correlate(z * z, K, mode="constant")
     attrs = {"before": [2, 1], "after": [1, 1], "mode": "nearest", "cval": 0.0}
     g.output("summed", wide.builder.emit("pad_adjoint", [wide], attrs))
+    g.output("chained", dp.correlate(z, K, mode="nearest", accumulate="dtype"))
     feed = {
         "x": rng.standard_normal((3, 13, 17)).astype(np.float32),
         "y": rng.standard_normal((11, 9)),
@@ -50,6 +52,7 @@ def test_the_cuda_module_compiles_for_sm90() -> None:
     source = Path(module.__file__).read_text()
     assert "_ri0[" in source  # the row images' tables, read by both drivers
     assert "rs = rb[" in source  # the summed rows' class
+    assert "fmaf((float)" in source  # accumulate="dtype": the ordered float32 chain
     compile_sm90(module)
 
 
@@ -62,7 +65,7 @@ def replay(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
 def test_cuda_and_cpu_drivers_replayed_on_the_cpu_agree_bit_for_bit(replay: Replayed) -> None:
     results, bad, _ = replay
     for cuda in (False, True):
-        expected = {"output/rows", "output/both", "output/mapped", "output/summed"}
+        expected = {"output/rows", "output/both", "output/mapped", "output/summed", "output/chained"}
         assert set(results[cuda]) == expected, results[cuda].keys()
         assert not bad[cuda], (cuda, bad[cuda])
     for key, value in results[False].items():

@@ -294,10 +294,19 @@ class ElementWriter:
 
     def _taps(self, node: Any, args: tuple[str, ...]) -> str:
         """sum_t w[t] * x[at + t] over the non-zero taps in row-major order, accumulated in
-        float64 for float32 data (as the reference), rounded once; weights are literals."""
+        float64 for float32 data (as the reference), rounded once; weights are literals.
+        ``accumulate="dtype"`` on float32 data: the ordered chain ``w0 * x0`` then one
+        ``fmaf`` a tap, weights rounded to float32 (the reference's `_fma_chain`; explicit
+        fmaf, so no compiler contracts or reorders it on either device)."""
         out_t = C_TYPES[node.type.dtype]
+        weights = [w for _, w in sites.taps(self.graph, node)]
+        if out_t == "float" and sites.tap_accumulation(node) == "dtype":
+            s = self.define(out_t, f"(float){weights[0].hex()} * {args[0]}")
+            for w, a in zip(weights[1:], args[1:], strict=True):
+                s = self.define(out_t, f"fmaf((float){w.hex()}, {a}, {s})")
+            return s
         acc = "double" if out_t in CXX_FLOATS else out_t
-        terms = [f"{w.hex()} * ({acc}){a}" for (_, w), a in zip(sites.taps(self.graph, node), args, strict=True)]
+        terms = [f"{w.hex()} * ({acc}){a}" for w, a in zip(weights, args, strict=True)]
         return self.define(out_t, f"({out_t})({' + '.join(terms)})")
 
     def _images(self, node: Any, coords: Coords) -> str:

@@ -88,6 +88,13 @@ def taps(graph: Graph, node: Node) -> list[tuple[tuple[int, ...], float]]:
     return [(tuple(int(k) for k in t), float(w[tuple(t)])) for t in np.argwhere(w != 0)]
 
 
+def tap_accumulation(node: Node) -> str:
+    """Where a constant-weight stencil sums float32 taps (``OpDef.tap_accumulation``):
+    ``float64`` or ``dtype``."""
+    rule = node.opdef.tap_accumulation
+    return "float64" if rule is None else rule(node.opdef.parse_attrs(node.attrs, node.name))
+
+
 def image_map(node: Node, in_shape: tuple[int, ...]) -> ImageMap:
     op = node.opdef
     attrs = op.parse_attrs(node.attrs, node.name)
