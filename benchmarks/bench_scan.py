@@ -9,7 +9,9 @@ The model (float32, ``n x n``, ``steps`` steps, conductivity ``k`` closed over):
 Each contender runs in its own child process (``--child NAME``), so its peak resident
 memory (``ru_maxrss``) is its own; the figure reported is the peak minus the resident
 size after imports and input set-up (``peak_mib``). ``dpt_ir_K32`` is ``checkpoint=32``
-(binomial checkpointing with 32 stored carries). Every contender runs on one thread
+(binomial checkpointing with 32 stored carries); the ``_dtype`` variants build the laplacian with
+``accumulate="dtype"`` (float32 taps summed as an fmaf chain, as XLA and PyTorch sum them; the
+default sums them in float64, as SciPy). Every contender runs on one thread
 (``dp.compile(threads=1)``, ``torch.set_num_threads(1)``, XLA's single-threaded Eigen with
 ``intra_op_parallelism_threads=1``): the machine is shared, and issue 28 states its targets
 per thread. ``first_s`` is the first call
@@ -40,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-CONTENDERS = ("dpt_ir", "dpt_ir_K32", "torch", "jax")
+CONTENDERS = ("dpt_ir", "dpt_ir_K32", "dpt_ir_dtype", "dpt_ir_K32_dtype", "torch", "jax")
 LAPLACIAN = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
 
 
@@ -59,7 +61,9 @@ def _rss_mib() -> float:
 
 
 # -- contenders: each returns (first call seconds, a function () -> (loss, {name: grad})) ----
-def dpt_ir_runner(x: dict[str, np.ndarray], steps: int, checkpoint: int | None) -> tuple[float, Any]:
+def dpt_ir_runner(
+    x: dict[str, np.ndarray], steps: int, checkpoint: int | None, accumulate: str = "float64"
+) -> tuple[float, Any]:
     import dpt_ir as dp
 
     n = x["u0"].shape[0]
@@ -67,8 +71,10 @@ def dpt_ir_runner(x: dict[str, np.ndarray], steps: int, checkpoint: int | None) 
     g = dp.GraphBuilder("bench_heat")
     u0, k = g.input("u0", (n, n)), g.input("k", (n, n))
     obs = g.input("obs", (n, n), requires_grad=False)
-    u, _ = dp.scan(lambda u, _: (u + 0.2 * k * dp.correlate(u, LAPLACIAN, mode="nearest"), None), u0,
-                   length=steps, checkpoint=checkpoint)  # fmt: skip
+    def step(u: Any, _: Any) -> tuple[Any, None]:
+        return u + 0.2 * k * dp.correlate(u, LAPLACIAN, mode="nearest", accumulate=accumulate), None
+
+    u, _ = dp.scan(step, u0, length=steps, checkpoint=checkpoint)
     g.output("loss", dp.sum(dp.square(u - obs)))
     program = dp.compile(g.build(), wrt=["u0", "k"], threads=1)
 
@@ -141,7 +147,8 @@ def child(name: str, steps: int, n: int, repeat: int, out_dir: Path) -> None:
     x = problem(n)
     base = _rss_mib()
     if name.startswith("dpt_ir"):
-        first, call = dpt_ir_runner(x, steps, 32 if name.endswith("K32") else None)
+        checkpoint = 32 if "_K32" in name else None
+        first, call = dpt_ir_runner(x, steps, checkpoint, "dtype" if name.endswith("_dtype") else "float64")
     elif name == "torch":
         first, call = torch_runner(x, steps)
     else:

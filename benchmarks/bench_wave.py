@@ -17,6 +17,9 @@ limit so it takes no internal sub-steps. ``d_obs`` comes from the true model (`v
 ``dpt_ir_flush`` and ``dpt_ir_K16_flush`` compile with ``denormals="flush"``: XLA's CPU runtime flushes
 denormals to zero (under ``jax.jit``, ``float32(1e-30) * 1e-10`` is 0, not 1e-40), and the wavefront's
 precursor decays through them (docs/backend.md, "Denormals"); the other contenders keep IEEE denormals.
+``dpt_ir_dtype`` and ``dpt_ir_K16_dtype`` build the laplacian with ``accumulate="dtype"``: its float32 taps
+summed as an ordered fmaf chain, as XLA, PyTorch and deepwave sum them (the default sums them in float64,
+as SciPy).
 
 Each contender runs in its own child process (``--child NAME``) so its peak resident memory is its own
 (``peak_mib``: the peak minus the resident size after imports and set-up, in the last round, where
@@ -54,6 +57,8 @@ CONTENDERS = (
     "dpt_ir_K16",
     "dpt_ir_flush",
     "dpt_ir_K16_flush",
+    "dpt_ir_dtype",
+    "dpt_ir_K16_dtype",
     "deepwave",
     "jax",
     "jax_ckpt",
@@ -142,15 +147,17 @@ def _rss_mib() -> float:
 
 
 # -- contenders: each returns a function () -> gradient wrt v (float32 numpy) ----------------------
-def dpt_ir_runner(x: dict[str, np.ndarray], steps: int, checkpoint: int | None, denormals: str = "keep") -> Any:
+def dpt_ir_runner(
+    x: dict[str, np.ndarray], steps: int, checkpoint: int | None, denormals: str = "keep", accumulate: str = "float64"
+) -> Any:
     import dpt_ir as dp
 
-    graph = wave_graph(x["mask"].shape[1], steps, x["mask"].shape[0], checkpoint)
+    graph = wave_graph(x["mask"].shape[1], steps, x["mask"].shape[0], checkpoint, accumulate)
     program = dp.compile(graph, wrt=["v"], threads=1, denormals=denormals)
     return lambda: program.value_and_grad(**x)[1]["v"]
 
 
-def wave_graph(n: int, steps: int, shots: int, checkpoint: int | None) -> Any:
+def wave_graph(n: int, steps: int, shots: int, checkpoint: int | None, accumulate: str = "float64") -> Any:
     """dpt_ir's graph of the workload (also compiled cold by `compile_wave.py`)."""
     import dpt_ir as dp
 
@@ -164,7 +171,7 @@ def wave_graph(n: int, steps: int, shots: int, checkpoint: int | None) -> Any:
 
     def step(carry: Any, ft: Any) -> tuple[Any, Any]:
         u_prev, u = carry
-        u_next = 2.0 * u - u_prev + c * dp.correlate(u, LAP, mode="constant") + s * ft
+        u_next = 2.0 * u - u_prev + c * dp.correlate(u, LAP, mode="constant", accumulate=accumulate) + s * ft
         return (u, u_next), u[:, REC_ROW, :]
 
     zero = dp.broadcast_to(0.0 * v, (shots, n, n))
@@ -239,7 +246,8 @@ def child(name: str, x: dict[str, np.ndarray], steps: int, repeat: int, out: Pat
     start = time.perf_counter()
     if name.startswith("dpt_ir"):
         checkpoint = 16 if "K16" in name else None
-        call = dpt_ir_runner(x, steps, checkpoint, "flush" if name.endswith("flush") else "keep")
+        denormals = "flush" if "_flush" in name else "keep"
+        call = dpt_ir_runner(x, steps, checkpoint, denormals, "dtype" if "_dtype" in name else "float64")
     elif name == "deepwave":
         call = deepwave_runner(x, steps)
     elif name.startswith("torch"):
