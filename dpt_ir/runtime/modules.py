@@ -19,7 +19,9 @@ key mismatch, checksum mismatch) instead of raising; `load` rebuilds Warp's file
 they do not match their checksums or fail to load. Each problem is logged once per
 process, at warning level, on the ``dpt_ir.cache`` logger; every write is atomic (a
 temporary file, then ``os.replace``).
-Loads run inside `dpt_ir.backends.warp.quiet.quiet_warp`: no module-load lines.
+Loads run inside `dpt_ir.backends.warp.quiet.quiet_warp`: no module-load lines; and inside
+`dpt_ir.backends.warp.headers.precompiled_headers`, whose precompiled Warp headers are kept in
+Warp's kernel cache (``dpt_ir_headers/``), so a new process does not build them again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from types import ModuleType
 import pydantic
 import warp as wp
 
+from dpt_ir.backends.warp.headers import precompiled_headers
 from dpt_ir.backends.warp.quiet import init_quietly, quiet_warp
 from dpt_ir.version import __version__
 
@@ -227,6 +230,9 @@ def record_build(entry: Path, key: str, module_name: str, files: dict[str, str])
 # -- Warp's files ------------------------------------------------------------------------
 
 
+PCH_FOLDER = "dpt_ir_headers"  # in Warp's kernel cache: Warp's precompiled headers (`headers.py`)
+
+
 def warp_cache_dir() -> Path:
     """Warp's kernel cache (initialising Warp, quietly)."""
     init_quietly()
@@ -275,13 +281,16 @@ def load(module: ModuleType, device: str, key: str, expected: dict[str, str] | N
             purge = True
     if purge:
         purge_warp(name)
+    headers = warp_cache_dir() / PCH_FOLDER
     with quiet_warp():
         try:
-            wp.load_module(module, device=device)
+            with precompiled_headers(headers):
+                wp.load_module(module, device=device)
         except Exception as exc:  # Warp raises plain Exception, JSONDecodeError, OSError here
             warn_once(key, f"cache entry {key}: Warp's cached binary failed to load ({exc}); rebuilding it")
             purge_warp(name)
-            wp.load_module(module, device=device)
+            with precompiled_headers(headers):  # without the stored headers it may have read
+                wp.load_module(module, device=device)
     return warp_files(name)
 
 
