@@ -23,6 +23,7 @@ Compiles are serialised per process (one lock). Messages go to the ``dpt_ir`` lo
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -35,7 +36,7 @@ import pydantic
 import warp as wp
 
 from dpt_ir.api.autodiff import check_wrt, default_loss
-from dpt_ir.backends.base import Target, target_for
+from dpt_ir.backends.base import Target
 from dpt_ir.backends.launches import KernelSource
 from dpt_ir.backends.warp import codegen
 from dpt_ir.backends.warp.quiet import init_quietly
@@ -219,7 +220,8 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         from dpt_ir.runtime.loop_program import LoopProgram
 
         loop_dump = resolve_dump_dir(dump_dir)
-        return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, compile_pieces, loop_dump)  # type: ignore[return-value]
+        pieces = functools.partial(compile_pieces, threads=n_threads)  # every piece's plans split on them
+        return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, pieces, loop_dump)  # type: ignore[return-value]
     key = cache_key(graph.model_dump_json(), json.dumps([wrt_names, loss, base], sort_keys=True), target)
     out_dir = resolve_dump_dir(dump_dir)
     with _COMPILE_LOCK:
@@ -295,21 +297,23 @@ _PIECES: dict[str, dict[str, Program]] = {}
 
 
 def compile_pieces(
-    title: str, pieces: dict[str, Graph], dev: str, base: dict[str, Any], out_dir: Path | None
+    title: str, pieces: dict[str, Graph], dev: str, base: dict[str, Any], out_dir: Path | None, threads: int = 1
 ) -> dict[str, Program]:
     """Forward-only programs of several graphs (``run`` plans), built as **one** Warp module:
     the pieces of a loop program (its segments, loop bodies and body vjps), so that a loop
-    program costs one module build, not one per piece. Cached like `compile`: in process
-    by content, and on disk (the scheduled plans and the module; a new process skips the
-    passes and Warp reuses its binary)."""
-    target = target_for(dev)
+    program costs one module build, not one per piece. ``threads``: the CPU threads each
+    plan's launches split over (the program's; results are the same for any count). Cached
+    like `compile`: in process by content and thread count, and on disk (the scheduled plans
+    and the module, shared by every thread count; a new process skips the passes and Warp
+    reuses its binary)."""
+    target = Target.for_device(dev, threads)
     key = cache_key(
         json.dumps({k: g.model_dump_json() for k, g in sorted(pieces.items())}),
         json.dumps(base, sort_keys=True),
         target,
     )
     with _COMPILE_LOCK:
-        hit = _PIECES.get(f"{key}:{dev}")
+        hit = _PIECES.get(f"{key}:{dev}:{target.threads}")
         if hit is not None and out_dir is None:
             return hit
         start = time.perf_counter()
@@ -335,7 +339,7 @@ def compile_pieces(
         programs = {}
         for name, g in built.graphs.items():
             mine = [k for k in built.kernels if k.name.startswith(prefixes[name] + "_")]
-            plan = ExecutionPlan(g, mine, module, dev, built.slots[module_name], base["checks"])
+            plan = ExecutionPlan(g, mine, module, dev, built.slots[module_name], base["checks"], threads=target.threads)
             plan.ready()  # binds the kernels: loop replays record the launches' commands directly
             report = _report(
                 pieces[name], {"run": plan}, mine, cached.cache, time.perf_counter() - start, dev, module_name, base
@@ -347,7 +351,7 @@ def compile_pieces(
         if out_dir is not None:
             (out_dir / "kernels").mkdir(parents=True, exist_ok=True)
             (out_dir / "kernels" / f"{module_name}.py").write_text(built.texts[module_name])
-        _PIECES[f"{key}:{dev}"] = programs
+        _PIECES[f"{key}:{dev}:{target.threads}"] = programs
         log.info("compiled %d loop-program pieces of %r as one module in %.2f s (cache %s)", len(pieces), title,
                  time.perf_counter() - start, cached.cache)  # fmt: skip
         return programs

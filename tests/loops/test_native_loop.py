@@ -24,11 +24,11 @@ LAP = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
 WRT = ["u0", "k"]
 
 
-def graph(steps: int, checkpoint: int | None) -> dp.Graph:
+def graph(steps: int, checkpoint: int | None, n: int = N) -> dp.Graph:
     """Two carries (one a leapfrog-style pair), an ``xs`` row added each step and a ``y`` row."""
-    g = dp.GraphBuilder(f"native_loop_{steps}_{checkpoint}")
-    u0, k = g.input("u0", (N, N)), g.input("k", (N, N))
-    xs = g.input("xs", (steps, N), requires_grad=False)
+    g = dp.GraphBuilder(f"native_loop_{steps}_{checkpoint}_{n}")
+    u0, k = g.input("u0", (n, n)), g.input("k", (n, n))
+    xs = g.input("xs", (steps, n), requires_grad=False)
 
     def step(carry: Any, x: Any) -> tuple[Any, Any]:
         prev, u = carry
@@ -40,12 +40,12 @@ def graph(steps: int, checkpoint: int | None) -> dp.Graph:
     return g.build()
 
 
-def inputs(steps: int) -> dict[str, np.ndarray]:
+def inputs(steps: int, n: int = N) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(steps)
     return {
-        "u0": rng.uniform(-1, 1, (N, N)).astype(np.float32),
-        "k": rng.uniform(0.5, 1.0, (N, N)).astype(np.float32),
-        "xs": rng.uniform(-1, 1, (steps, N)).astype(np.float32),
+        "u0": rng.uniform(-1, 1, (n, n)).astype(np.float32),
+        "k": rng.uniform(0.5, 1.0, (n, n)).astype(np.float32),
+        "xs": rng.uniform(-1, 1, (steps, n)).astype(np.float32),
     }
 
 
@@ -100,6 +100,30 @@ def test_native_steps_are_the_step_by_step_bits(
     for other_out, other in ((out2, grads2), (out3, grads3)):
         assert np.array_equal(out["loss"], other_out["loss"])
         assert all(np.array_equal(grads[n], other[n]) for n in WRT)
+
+
+# Above one CPU task (`Target.cpu_task`, 65,536 elements), so a step's launches split in two.
+WIDE = 260
+
+
+@pytest.mark.parametrize("checkpoint", [None, 2])
+def test_two_threads_split_the_steps_with_the_same_bits(checkpoint: int | None) -> None:
+    """A loop program compiled with ``threads=2`` runs each step's launches on the pool (a
+    loop's pieces once ran on one thread whatever ``threads`` said), with one thread's bits."""
+    x = inputs(3, WIDE)
+    one, two = (dp.compile(graph(3, checkpoint, WIDE), wrt=WRT, threads=t) for t in (1, 2))
+    out, grads = one.value_and_grad(**x)
+    out2, grads2 = two.value_and_grad(**x)
+    assert np.array_equal(out["loss"], out2["loss"])
+    assert all(np.array_equal(grads[n], grads2[n]) for n in WRT)
+    assert _splits(one) == 0 and _splits(two) > 0
+
+
+def _splits(program: Any) -> int:
+    """Split launches (ops run on the thread pool) in the native tables of the program's loops."""
+    tables = [t for lp in _loops(program) for t in lp._tables.values()]
+    assert tables  # a value_and_grad ran: every loop direction recorded its table
+    return sum(1 for t in tables for i in range(t.count) if t.table[i].kind == loop_native.SPLIT)
 
 
 def _loops(program: Any) -> list[Any]:
