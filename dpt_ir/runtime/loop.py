@@ -19,7 +19,10 @@ Guarantees:
   the interpreter replays). It allocates ``slots + 2`` carry-sized arrays: slot 0 is the
   initial carry itself (the schedule stores ``c_0`` there once and never overwrites it),
   ``slots - 1`` stored carries, and three step buffers shared by the current carry, the
-  next one and the carry's cotangent (`_free`). It runs the vjp program at each
+  next one and the carry's cotangent (`_spares`; a recomputed step's passed-through carry
+  shares its source's array, as in the forward, so an advance copies nothing for it; a
+  store then copies in an order that reads each shared array before it is overwritten,
+  `_store`). It runs the vjp program at each
   ``reverse`` action; when the schedule stores every carry and the forward scan ran in the
   same evaluation (`keep`/``source``), it reads the carries the forward kept instead.
   Closed-over gradients are summed in reverse step order inside the vjp kernel
@@ -464,33 +467,67 @@ class Loop:
         g_carry = [
             _view(gy, self.result_offsets[k], self.result_offsets[k] + self.results[k].size) for k in range(a.carries)
         ]
-        g_at: int | None = None  # the pool buffer holding the carries' cotangent (None: a view of gy)
         initial = list(forward[: a.carries])  # slot 0 always holds c_0: the input itself, never copied
         if self.source is not None and self.stores_every_carry():  # the forward kept c_i for every step i
             kept = {0: initial, **self.source.kept}
             for i in range(a.length - 1, -1, -1):
-                g_carry, g_at = self._reverse_step(kept[i], None, forward, g_carry, g_at, gy, i)
+                g_carry = self._reverse_step(kept[i], forward, g_carry, gy, i)
             self._finish(g_carry)
             return
-        carry, c_at = initial, None
+        carry = initial
         actions = self.schedule.actions
         if self.source is not None:  # the forward ran the first sweep: it kept the slots and c_{length-1}
             actions = actions[self.sweep.actions :]
             carry = self.source.last_carry(initial)
         for act in actions:
             if act.kind == "store" and act.slot > 0:
-                for k in range(a.carries):
-                    self._copy(self.slots[act.slot - 1][k], carry[k])
+                carry = self._store(carry, self.slots[act.slot - 1])
             elif act.kind == "restore":
-                carry, c_at = (initial if act.slot == 0 else list(self.slots[act.slot - 1])), None
+                carry = initial if act.slot == 0 else list(self.slots[act.slot - 1])
             elif act.kind == "advance":
                 for i in range(act.at, act.at + act.count):
-                    c_at = _free(c_at, g_at)
-                    self._step(carry, forward, i, self.pool[c_at], {})
-                    carry = self.pool[c_at]
+                    into = self._spares(carry, g_carry, shared=True)
+                    self._step(carry, forward, i, into, {})
+                    carry = into
             elif act.kind == "reverse":
-                g_carry, g_at = self._reverse_step(carry, c_at, forward, g_carry, g_at, gy, act.at)
+                g_carry = self._reverse_step(carry, forward, g_carry, gy, act.at)
         self._finish(g_carry)
+
+    def _spares(self, carry: list[wp.array], g_carry: list[wp.array], shared: bool) -> list[wp.array]:
+        """Where a reverse-sweep step writes its new carries (``shared``: a recomputed forward
+        step) or cotangents: per carry, a step buffer of its type that holds neither ``carry``
+        nor ``g_carry`` (the three buffers a carry has suffice: at most two are live). A
+        recomputed step's passed-through carry takes its source's array instead (the same
+        values, read only: no copy a step), as the forward rotates them (`_rotated`)."""
+        busy = {x.ptr for x in (*carry, *g_carry) if x.ptr}  # a zero-size array has no pointer
+        out: list[wp.array] = []
+        for k in range(self.attrs.carries):
+            if shared and k in self.through:
+                out.append(carry[self.through[k]])
+                continue
+            kind = (self.in_types[k].dtype, self.in_types[k].size)
+            mates = [
+                x
+                for row in self.pool
+                for j, x in enumerate(row)
+                if (self.in_types[j].dtype, self.in_types[j].size) == kind
+            ]
+            pick = next(x for x in mates if not x.ptr or x.ptr not in busy)
+            busy.add(pick.ptr)
+            out.append(pick)
+        return out
+
+    def _store(self, carry: list[wp.array], slot: list[wp.array]) -> list[wp.array]:
+        """Copy ``carry`` into ``slot`` and return the slot's arrays, now the carry. A carry
+        may share an array with the slot (a passed-through carry of a step recomputed from
+        it): each copy runs once no other pending copy reads its destination (the copies of
+        a carry of buffers shared this way have no cycle: a passed-through carry only reads)."""
+        pending = [(slot[k], carry[k]) for k in range(self.attrs.carries) if slot[k].ptr != carry[k].ptr]
+        while pending:
+            k = next(n for n, (dst, _) in enumerate(pending) if all(src.ptr != dst.ptr for _, src in pending))
+            dst, src = pending.pop(k)
+            self._copy(dst, src)
+        return list(slot)
 
     def _finish(self, g_carry: list[wp.array]) -> None:
         """Pack the initial carries' and the closures' gradients."""
@@ -501,19 +538,11 @@ class Loop:
             self._copy(self.grads, total, dest_offset=self.grad_offsets[k], count=total.shape[0])
 
     def _reverse_step(
-        self,
-        carry: list[wp.array],
-        c_at: int | None,
-        forward: list[wp.array],
-        g_carry: list[wp.array],
-        g_at: int | None,
-        gy: wp.array,
-        i: int,
-    ) -> tuple[list[wp.array], int]:
-        """Step ``i``'s vjp on ``carry`` (in pool buffer ``c_at``) and the cotangent
-        ``g_carry`` (in ``g_at``); the new cotangent goes to the third pool buffer."""
+        self, carry: list[wp.array], forward: list[wp.array], g_carry: list[wp.array], gy: wp.array, i: int
+    ) -> list[wp.array]:
+        """Step ``i``'s vjp on ``carry`` and the cotangent ``g_carry``; returns the new
+        cotangent, written into step buffers that hold neither (`_spares`)."""
         a = self.attrs
-        out = _free(c_at, g_at)
         bound = self._feed(carry, forward, i)
         for k, total in self.sums.items():
             bound[ACC_PREFIX + self._name(k)] = total
@@ -524,7 +553,7 @@ class Loop:
                 row = self.results[k].size // a.length
                 start = self.result_offsets[k] + i * row
                 bound[self.ct_names[name]] = _view(gy, start, start + row)
-        targets = {k: self.pool[out][k] for k in range(a.carries)}
+        targets = dict(enumerate(self._spares(carry, g_carry, shared=False)))
         for k, pair in self.sum_pool.items():
             targets[k] = pair[1] if self.sums[k] is pair[0] else pair[0]
         for j in range(a.xs):
@@ -543,14 +572,9 @@ class Loop:
                 self._copy(target, plan.output_array(self.grad_outputs[self._name(k)], ws).flatten())
         for k in self.sums:
             self.sums[k] = targets[k]
-        return [targets[k] for k in range(a.carries)], out
+        return [targets[k] for k in range(a.carries)]
 
     def _name(self, k: int) -> str:
         """The body input standing for loop input ``k`` (the step index sits before the closures)."""
         a = self.attrs
         return self.names[k] if k < a.carries + a.xs else self.names[k + (1 if a.index else 0)]
-
-
-def _free(*taken: int | None) -> int:
-    """A pool buffer (0, 1, 2) that holds neither the current carry nor its cotangent."""
-    return next(k for k in range(3) if k not in taken)
