@@ -119,3 +119,28 @@ def test_summed_row_images_are_bit_identical_for_one_and_two_threads() -> None:
         dp.compile(graph, wrt=["z"], loss="loss", device="cpu", threads=t).value_and_grad(**x) for t in (1, 2)
     )
     assert o1["y"].tobytes() == o2["y"].tobytes() and g1["z"].tobytes() == g2["z"].tobytes()
+
+
+def test_a_guard_below_a_row_image_falls_back_to_guards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heat step's reverse where the adjoint's table fits `row_images.TABLE_MAX` and the pad
+    below it does not (at 4096² with the shipped limit; here the limit is lowered to 12 rows):
+    that pad's guard would read the adjoint's per-row index, which no driver can bound, so the
+    nest is walked with guards only, as when neither table fits. Before, every row of the
+    reverse ran the scalar edge function (``ok = 0;``: 0.70-0.80 s a step at 4096², 0.042 s
+    after). The gradient equals the interpreter's either way."""
+    from dpt_ir.backends.cxx import row_images
+
+    monkeypatch.setattr(row_images, "TABLE_MAX", 12)
+    lap = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
+    g = dp.GraphBuilder("heat_reverse_rows_past_the_table")
+    u, k = g.input("u", (12, 10)), g.input("k", (12, 10), requires_grad=False)
+    g.output("loss", dp.sum(dp.square(u + 0.2 * k * dp.correlate(u, lap, mode="nearest"))))
+    graph = g.build()
+    program = dp.compile(graph, wrt=["u"], device="cpu", threads=1)
+    rng = np.random.default_rng(10)
+    x = {"u": rng.normal(size=(12, 10)).astype(np.float32), "k": rng.uniform(0.5, 1, (12, 10)).astype(np.float32)}
+    _, grads = program.value_and_grad(**x)
+    np.testing.assert_allclose(grads["u"], dp.interpret_grad(graph, ["u"], **x)["u"], rtol=2e-5, atol=2e-5)
+    text = program.plans["value_and_grad"].module.text
+    assert "ok = 0;" not in text  # no row is sent whole to the edge function
+    assert "_ri0[" not in text and "ok &= (int)(" in text  # guards only: the border rows decided per row

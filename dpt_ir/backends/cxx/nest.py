@@ -326,13 +326,20 @@ def _walk_rows(
     columns: dict[Site, Affine | None],
 ) -> tuple[list[Site] | None, RowImages | None]:
     """The walk over ``space`` with row images (`row_images`: bounded axes constant along a
-    row read at a per-row index), or, where the group also makes coordinates of other kinds
-    (joins, gathers: their indices are computed per element), the walk with guards only (and
-    no row images: None). ``columns`` receives the reads' coordinates along their last axis."""
+    row read at a per-row index), or the walk with guards only (and no row images: None)
+    where the group also makes coordinates of other kinds (joins, gathers: their indices are
+    computed per element), or where a view kept its guard below a row image (a pad whose
+    table is past `row_images.TABLE_MAX` below an adjoint whose table is not): that guard
+    reads the image's index, which a row without the image sets to 0, so the drivers could
+    not bound the row with it and every row would run the edge function (a 4096² heat
+    step's reverse: 16x slower). ``columns`` receives the reads' coordinates along their
+    last axis."""
     images = RowImages(space)
     walked = sites.walk(graph, members, seeds, space, guards=found, images=images, columns=columns)
-    if walked is None or not images.others or not images.found:
+    if walked is None or not images.found:
         return walked, (images if walked is not None else None)
+    if not images.others and not any(any(form.w[len(space) :]) for form, _, _ in found):
+        return walked, images
     found.clear()
     columns.clear()
     return sites.walk(graph, members, seeds, space, guards=found, columns=columns), None
