@@ -96,18 +96,24 @@ def test_summed_rows_of_an_adjoint_are_row_images(mode: str) -> None:
     assert "ok &= (int)(" not in text and "ok = 0;" not in text  # no guard decides a whole row
 
 
-def test_a_heat_steps_reverse_has_no_whole_row_edges() -> None:
+def _heat_reverse_text(name: str, seed: int) -> str:
+    """A heat step's loss on 12 x 10 rows: its gradient checked against the interpreter, and
+    the text of its ``value_and_grad`` module (the reverse's nest)."""
     lap = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
-    g = dp.GraphBuilder("heat_reverse_rows")
+    g = dp.GraphBuilder(name)
     u, k = g.input("u", (12, 10)), g.input("k", (12, 10), requires_grad=False)
     g.output("loss", dp.sum(dp.square(u + 0.2 * k * dp.correlate(u, lap, mode="nearest"))))
     graph = g.build()
     program = dp.compile(graph, wrt=["u"], device="cpu", threads=1)
-    rng = np.random.default_rng(8)
+    rng = np.random.default_rng(seed)
     x = {"u": rng.normal(size=(12, 10)).astype(np.float32), "k": rng.uniform(0.5, 1, (12, 10)).astype(np.float32)}
     _, grads = program.value_and_grad(**x)
     np.testing.assert_allclose(grads["u"], dp.interpret_grad(graph, ["u"], **x)["u"], rtol=2e-5, atol=2e-5)
-    text = program.plans["value_and_grad"].module.text
+    return program.plans["value_and_grad"].module.text
+
+
+def test_a_heat_steps_reverse_has_no_whole_row_edges() -> None:
+    text = _heat_reverse_text("heat_reverse_rows", 8)
     assert "rs = rb[" in text and "ok &= (int)(" not in text
 
 
@@ -131,16 +137,6 @@ def test_a_guard_below_a_row_image_falls_back_to_guards(monkeypatch: pytest.Monk
     from dpt_ir.backends.cxx import row_images
 
     monkeypatch.setattr(row_images, "TABLE_MAX", 12)
-    lap = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]])
-    g = dp.GraphBuilder("heat_reverse_rows_past_the_table")
-    u, k = g.input("u", (12, 10)), g.input("k", (12, 10), requires_grad=False)
-    g.output("loss", dp.sum(dp.square(u + 0.2 * k * dp.correlate(u, lap, mode="nearest"))))
-    graph = g.build()
-    program = dp.compile(graph, wrt=["u"], device="cpu", threads=1)
-    rng = np.random.default_rng(10)
-    x = {"u": rng.normal(size=(12, 10)).astype(np.float32), "k": rng.uniform(0.5, 1, (12, 10)).astype(np.float32)}
-    _, grads = program.value_and_grad(**x)
-    np.testing.assert_allclose(grads["u"], dp.interpret_grad(graph, ["u"], **x)["u"], rtol=2e-5, atol=2e-5)
-    text = program.plans["value_and_grad"].module.text
+    text = _heat_reverse_text("heat_reverse_rows_past_the_table", 10)
     assert "ok = 0;" not in text  # no row is sent whole to the edge function
     assert "_ri0[" not in text and "ok &= (int)(" in text  # guards only: the border rows decided per row
