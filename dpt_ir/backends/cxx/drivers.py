@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import row_images
 from dpt_ir.backends.cxx.common import INDEX_LIMIT
-from dpt_ir.backends.cxx.nest import Nest
+from dpt_ir.backends.cxx.nest import Nest, reads_past
 from dpt_ir.ir.registry import LanePass
 
 
@@ -150,7 +150,7 @@ def _interior(nest: Nest) -> list[str]:
         w = form.padded(last + 1).w
         rest = " + ".join([str(form.b), *(f"c{a} * {x}" for a, x in enumerate(w[:last]) if x)])
         u = w[last]
-        if len(w) > last + 1:  # the coordinate of a join's input: decided per element
+        if reads_past(form, last + 1):  # the coordinate of a join's input: decided per element
             out.append("ok = 0;")
         elif u == 0:
             out.append(f"ok &= (int)({lo} <= {rest} && {rest} <= {hi});")

@@ -338,11 +338,18 @@ def _walk_rows(
     walked = sites.walk(graph, members, seeds, space, guards=found, images=images, columns=columns)
     if walked is None or not images.found:
         return walked, (images if walked is not None else None)
-    if not images.others and not any(any(form.w[len(space) :]) for form, _, _ in found):
+    if not images.others and not any(reads_past(form, len(space)) for form, _, _ in found):
         return walked, images
     found.clear()
     columns.clear()
     return sites.walk(graph, members, seeds, space, guards=found, columns=columns), None
+
+
+def reads_past(form: Affine, rank: int) -> bool:
+    """Whether a guard's form reads a coordinate past the loop space's ``rank`` (a join's
+    input, a gather's index, a row image's index): no driver bounds a row with such a guard
+    (`drivers`: the row is an edge)."""
+    return len(form.w) > rank
 
 
 def largest(graph: Graph, group: KernelGroup) -> int:
