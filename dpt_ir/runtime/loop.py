@@ -38,6 +38,7 @@ Guarantees:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -410,16 +411,14 @@ class Loop:
         pool arrays the shared carries leave free: a leapfrog's fields rotate over three)."""
         a = self.attrs
         out: list[wp.array | None] = [prior[self.through[k]] if k in self.through else None for k in range(a.carries)]
-        used = {x.ptr for x in prior} | {x.ptr for x in out if x is not None}
+        used = _pointers([*prior, *(x for x in out if x is not None)])
         for j in range(a.carries):
             if out[j] is not None:
                 continue
             size = self.in_types[j].size
             mates = [k for k in (j, *sorted(self.through)) if self.in_types[k].size == size]
             spare = [self.pool[b][k] for k in mates for b in (0, 1)]
-            pick = next(x for x in (row[j], *spare) if x.ptr not in used)  # prior holds 2 of them at most
-            out[j] = pick
-            used.add(pick.ptr)
+            out[j] = _first_free((row[j], *spare), used)  # prior holds 2 of them at most
         return out  # type: ignore[return-value]
 
     def last_carry(self, initial: list[wp.array]) -> list[wp.array]:
@@ -499,7 +498,7 @@ class Loop:
         nor ``g_carry`` (the three buffers a carry has suffice: at most two are live). A
         recomputed step's passed-through carry takes its source's array instead (the same
         values, read only: no copy a step), as the forward rotates them (`_rotated`)."""
-        busy = {x.ptr for x in (*carry, *g_carry) if x.ptr}  # a zero-size array has no pointer
+        busy = _pointers([*carry, *g_carry])
         out: list[wp.array] = []
         for k in range(self.attrs.carries):
             if shared and k in self.through:
@@ -512,9 +511,7 @@ class Loop:
                 for j, x in enumerate(row)
                 if (self.in_types[j].dtype, self.in_types[j].size) == kind
             ]
-            pick = next(x for x in mates if not x.ptr or x.ptr not in busy)
-            busy.add(pick.ptr)
-            out.append(pick)
+            out.append(_first_free(mates, busy))
         return out
 
     def _store(self, carry: list[wp.array], slot: list[wp.array]) -> list[wp.array]:
@@ -578,3 +575,17 @@ class Loop:
         """The body input standing for loop input ``k`` (the step index sits before the closures)."""
         a = self.attrs
         return self.names[k] if k < a.carries + a.xs else self.names[k + (1 if a.index else 0)]
+
+
+def _pointers(arrays: list[wp.array]) -> set[int]:
+    """The data pointers of ``arrays`` (a zero-size array has none: it holds no memory)."""
+    return {x.ptr for x in arrays if x.ptr}
+
+
+def _first_free(candidates: Sequence[wp.array], busy: set[int]) -> wp.array:
+    """The first of ``candidates`` whose memory no array of ``busy`` holds (a zero-size array
+    holds none, so it is always free); its pointer is added to ``busy``."""
+    pick = next(x for x in candidates if not x.ptr or x.ptr not in busy)
+    if pick.ptr:
+        busy.add(pick.ptr)
+    return pick

@@ -78,3 +78,26 @@ def test_a_loop_of_no_steps_returns_init_and_empty_ys() -> None:
     assert grads["xs"].shape == (0, 3)
     expected = dp.interpret(graph, **inputs)
     np.testing.assert_allclose(out["loss"], expected["loss"], rtol=1e-6)
+
+
+def test_an_empty_carry_passed_through_rotates() -> None:
+    """A leapfrog over empty fields: the passed-through carry shares its source's array in the
+    forward (`Loop._rotated`) and in the checkpointed reverse's recomputed steps
+    (`Loop._spares`). An empty array holds no memory (no pointer), so it is always free:
+    before, the forward's rotation found no free array and raised StopIteration."""
+
+    def step(carry: tuple[dp.Tensor, dp.Tensor], _: Any) -> tuple[Any, None]:
+        prev, u = carry
+        return (u, 2.0 * u - prev), None
+
+    for checkpoint in (None, 2):
+        g = dp.GraphBuilder(f"scan_zero_through_{checkpoint}")
+        a = g.input("a", (0, 3), "float32")
+        (_, u), _ = dp.scan(step, (a, a * 1.0), length=6, checkpoint=checkpoint)
+        g.output("loss", dp.sum(u * u))
+        graph = g.build()
+        x = np.zeros((0, 3), np.float32)
+        program = dp.compile(graph, wrt=["a"], device="cpu")
+        assert program.run(a=x)["loss"] == dp.interpret(graph, a=x)["loss"] == 0.0
+        out, grads = program.value_and_grad(a=x)
+        assert out["loss"] == 0.0 and grads["a"].shape == (0, 3)
