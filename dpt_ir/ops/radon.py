@@ -112,6 +112,9 @@ def register_projection_pair(
                 reference=reference[k],
                 derivative=Derivative({0: lambda c, other=other: c.gy.builder.emit(other, [c.gy], same_attrs(c))}),
                 linear=Linear(((0,),)),
+                # an output element sums a whole line of samples (four taps each): a backward
+                # that recomputed it would run the projection again
+                cost="expensive",
                 projection=lambda a, shape, adjoint=bool(k): program(a, adjoint),
                 doc=doc if k == 0 else f"the transpose of {name}; adjoint form: {adjoint_form}",
             )

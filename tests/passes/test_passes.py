@@ -433,3 +433,17 @@ def test_exp_minus_max_saves_the_small_reduction_result(tmp_path: Path) -> None:
     assert _largest_saved(final) < 8 * 6 * 8  # the exp is recomputed, not saved
     (line,) = (ln for ln in (tmp_path / "saved.txt").read_text().splitlines() if ln.startswith(peak + " "))
     assert "reduction" in line
+
+
+def test_a_projection_is_saved_not_recomputed() -> None:
+    """A projection sums a whole line of taps per element: the backward of ``0.5 ||R x - b||²``
+    reads the forward's sinogram rather than projecting again (one projection each way)."""
+    g = dp.GraphBuilder("radon_loss")
+    x = g.input("x", (16, 16), F64)
+    b = g.input("b", (16, 12), F64, requires_grad=False)
+    g.output("loss", 0.5 * dp.sum(dp.square(dp.radon(x, list(range(0, 180, 15))) - b)))
+    graph = run_pipeline(g.build(), CompileOptions(wrt=("x",))).graph
+    assert [n.op for n in graph.nodes].count("radon") == 1
+    assert not any(recompute_of(n) is not None and n.op == "radon" for n in graph.nodes)
+    (record,) = [r for r in _saved(graph).saved if graph.node_map[r.value].op == "radon"]
+    assert "a projection result" in record.reason and record.bytes == 16 * 12 * 8
