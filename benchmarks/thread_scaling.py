@@ -3,6 +3,7 @@
     python benchmarks/thread_scaling.py [--case chain16] [--size 1024] [--reps 15]
                                         [--torch] [--omp-wait passive|active|unset]
     python benchmarks/thread_scaling.py --wave 8 [--size 128] [--steps 300]
+    python benchmarks/thread_scaling.py --matmul [--size 1024] [--dtype float32]
 
 Compiles the case's program with ``threads=1`` and ``threads=2`` and times
 ``value_and_grad`` (wall clock), interleaved round by round with a control job: the same
@@ -12,6 +13,8 @@ near 2; when it is not, the machine was busy and dpt_ir's figure is no measureme
 design. ``--wave SHOTS`` times `bench_wave`'s program instead (``SHOTS`` shots batched,
 ``--size``, ``--steps``, store-all, gradient wrt the velocity) and, in the same rounds, its
 one-shot program on one thread, so the time per batched shot compares with a single shot's.
+``--matmul`` times issue 31's product instead: ``value_and_grad`` of ``0.5 ||A B - T||²`` wrt
+``A`` (three ``--size``² products of ``--dtype``).
 Prints both speed-ups (medians) and the load average before and after, and checks
 that the two programs' loss and gradient are bit-identical.
 
@@ -91,6 +94,18 @@ def torch_peer(case: str, inputs: dict[str, np.ndarray], wrt: str, policy: str) 
     return peers_torch.make_value_and_grad(case, inputs, wrt)
 
 
+def matmul_problem(n: int, dtype: str) -> tuple[dp.Graph, dict[str, np.ndarray]]:
+    """Issue 31's workload: ``0.5 ||A B - T||²`` over ``n x n`` matrices, and its inputs."""
+    g = dp.GraphBuilder("thread_scaling_matmul")
+    a = g.input("A", (n, n), dtype)
+    b = g.input("B", (n, n), dtype, requires_grad=False)
+    t = g.input("T", (n, n), dtype, requires_grad=False)
+    g.output("loss", 0.5 * dp.sum(dp.square(a @ b - t)))
+    rng = np.random.default_rng(0)
+    inputs = {k: rng.standard_normal((n, n)).astype(dtype) for k in "ABT"}
+    return g.build(), inputs
+
+
 def timed(step: Callable[[], Any]) -> float:
     start = time.perf_counter()
     step()
@@ -106,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--omp-wait", choices=("passive", "active", "unset"), default="passive")
     p.add_argument("--wave", type=int, metavar="SHOTS", help="bench_wave's program with SHOTS shots batched")
     p.add_argument("--steps", type=int, default=300, help="with --wave: the time steps")
+    p.add_argument("--matmul", action="store_true", help="0.5 ||A B - T||² instead of a case")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64"), help="with --matmul")
     args = p.parse_args(argv)
     args.size = args.size or (128 if args.wave else 1024)
     print(f"load average before: {os.getloadavg()}")
@@ -115,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
         title, wrt = f"wave {args.wave} shots, {args.steps} steps, store-all", "v"
         graph = bench_wave.wave_graph(args.size, args.steps, args.wave, None)
         inputs = bench_wave.problem(args.size, args.steps, args.wave)
+    elif args.matmul:
+        title, wrt = f"0.5 ||A B - T||^2 {args.dtype}", "A"
+        graph, inputs = matmul_problem(args.size, args.dtype)
     else:
         case = CASES[args.case]
         shape = (args.size, args.size)
