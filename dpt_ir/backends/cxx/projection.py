@@ -27,8 +27,9 @@ for any thread count. No per-problem table: the generated text depends on the sh
   stored). The outer index (column or row) runs as `STREAMS` interleaved ranges (`_scan`:
   streams at least 3 apart share no pixel, so each pixel's order is fixed by the angle, the
   step, the outer index and the sample, the same for any band height): each step's runs are
-  computed first in loops that vectorise, then added tap by tap with the streams' adds
-  interleaved (independent load-add-store chains). The band's work block (with a margin of
+  computed first in loops that vectorise, then added tap by tap in `PHASES` passes over the
+  samples (`_scatter`: samples 3 apart share no pixel either) with the streams' adds
+  interleaved, so no add waits on the one before it. The band's work block (with a margin of
   one row and one column per side) holds at most `MAX_WORK` doubles: a wider image is a
   ContractError naming the node.
 """
@@ -50,6 +51,7 @@ MAX_WORK = 32768  # doubles of a transpose task's work block: 256 KiB of stack o
 MAX_BAND = 64  # CPU transpose: image rows per task at most (taller bands recompute fewer edge samples)
 SLACK = "1e-6"  # transpose: the widening of a run's real bounds before they round to samples
 STREAMS = 4  # transpose: runs whose adds interleave (independent chains of loads and stores)
+PHASES = 3  # transpose: a run's samples this far apart share no pixel (each pass adds one residue)
 
 
 def band_rows(beam: ParallelBeam, device: str) -> int:
@@ -235,11 +237,11 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
     The outer index (column or row) runs in `streams` ranges of ``q`` in step: at step ``i`` the
     runs of ``i, q + i, 2 q + i, ...`` (``body`` fills stream ``s``'s buffers for ``k`` in
     ``[k0, k0 + kn)`` with ``rr``/``cc`` given by ``RR``/``CC``), then ``scatter`` adds them
-    sample by sample, the streams interleaved up to the shortest run, then each stream's rest. Two samples of an
+    sample by sample (`_scatter`). Two samples of an
     angle whose taps share a pixel lie within 2 of each other in the outer index (``c = ca x - sa y
     + const`` and taps lie within 1 of ``(x, y)``: ``|c - c'| < 2 (|ca| + |sa|) < 3``), so streams
     at least 3 apart never share a pixel: each pixel sums in the order of steps, then outer index
-    (streams), then samples, whatever the band."""
+    (streams), then samples (by ``k % PHASES``, then ``k``), whatever the band."""
     side, S = b.side, streams(b)
     q = -(-side // S)
     head = ["const double lo = (double)(f0 - 1) - ky, hi = (double)f1 - ky;"]
@@ -355,33 +357,43 @@ def _run_body(b: ParallelBeam, B: int, lanes: int) -> list[str]:
 
 
 def _scatter(b: ParallelBeam, run: int) -> list[str]:
-    """The terms of step ``i``'s runs added to their pixels: sample ``j`` of every stream, then
-    ``j + 1``, up to the shortest run, then the rest of each run (so no stream pads a shorter
-    run); the streams touch disjoint pixels (`_scan`), so their adds are independent and each
-    run's order is kept. On
-    the CPU the right neighbour's pointer is opaque (an empty asm), so clang does not merge two
-    scalar adds into one 128-bit access: the next sample's overlapping access could not be
-    forwarded from that store and would wait for it to reach the cache."""
-    w2 = b.w + 2
+    """The terms of step ``i``'s runs added to their pixels, in `PHASES` passes: pass ``m`` takes
+    each run's samples ``k`` with ``k % PHASES == m`` in ascending order, sample ``t`` of every
+    stream, then ``t + 1``, up to the shortest, then the rest of each (so no stream pads a
+    shorter run). Samples ``PHASES`` apart share no pixel (a run moves at least 0.7 rows a
+    sample, its taps span 2 rows), nor do two streams (`_scan`): the adds within a pass are
+    independent, and no load waits on a store just before it. So clang may merge a row's two
+    adds into one 128-bit access (no later access overlaps it in part, which would wait for the
+    store to reach the cache). Each pixel's order is fixed by the absolute ``k``, whatever the
+    band."""
+    w2, S = b.w + 2, streams(b)
 
     def add(s: str, o: str) -> list[str]:
         return [
-            f"    double* p{s} = work + O[{o} + j]; double* u{s} = p{s} + 1;",
-            "#ifndef DP_CUDA",
-            f'    __asm__("" : "+r"(u{s}));',
-            "#endif",
-            f"    p{s}[0] = p{s}[0] + Q00[{o} + j]; u{s}[0] = u{s}[0] + Q01[{o} + j];",
-            f"    p{s}[{w2}] = p{s}[{w2}] + Q10[{o} + j]; u{s}[{w2}] = u{s}[{w2}] + Q11[{o} + j];",
+            f"    double* p{s} = work + O[{o} + j{s}]; const int q{s} = {o} + j{s};",
+            f"    p{s}[0] = p{s}[0] + Q00[q{s}]; p{s}[1] = p{s}[1] + Q01[q{s}];",
+            f"    p{s}[{w2}] = p{s}[{w2}] + Q10[q{s}]; p{s}[{w2 + 1}] = p{s}[{w2 + 1}] + Q11[q{s}];",
         ]
 
-    interleaved = [ln for s in range(streams(b)) for ln in add(str(s), str(s * run))]
+    interleaved = [
+        ln for s in range(S) for ln in [f"    const int j{s} = J[{s}] + {PHASES} * t;", *add(str(s), str(s * run))]
+    ]
     return [
-        "for (int j = 0; j < kmin; ++j) {",
-        *interleaved,
-        "}",
-        f"for (int s = 0; s < {streams(b)}; ++s) {{",
-        "    for (int j = kmin; j < KN[s]; ++j) {",
-        *("    " + ln for ln in add("r", f"s * {run}")),
+        f"for (int m = 0; m < {PHASES}; ++m) {{",
+        f"    int J[{S}], T[{S}]; int tmin = {run};",
+        f"    for (int s = 0; s < {S}; ++s) {{",
+        f"        const int jm = (m + {PHASES} - K0[s] % {PHASES}) % {PHASES};  // (K0[s] + jm) % {PHASES} == m",
+        f"        const int tn = KN[s] > jm ? (KN[s] - jm + {PHASES - 1}) / {PHASES} : 0;",
+        "        J[s] = jm; T[s] = tn; tmin = tn < tmin ? tn : tmin;",
+        "    }",
+        "    for (int t = 0; t < tmin; ++t) {",
+        *("    " + ln for ln in interleaved),
+        "    }",
+        f"    for (int s = 0; s < {S}; ++s) {{",
+        "        for (int t = tmin; t < T[s]; ++t) {",
+        f"            const int jr = J[s] + {PHASES} * t;",
+        *("        " + ln for ln in add("r", f"s * {run}")),
+        "        }",
         "    }",
         "}",
     ]
