@@ -286,12 +286,22 @@ class LanePass:
     With it the CPU driver updates two sets, 8-element groups alternating between them (two
     independent chains: the loop no longer waits on one accumulator's latency), and folds the
     second into the first at the end of each block: an element's set and lane are fixed by its
-    position in the block."""
+    position in the block. ``map`` (optional): an expression of the element ``{x}`` (and the
+    states of earlier passes), of the element's type, that ``update`` folds in its place
+    (``{x}`` there is the mapped value): the CPU driver computes a block's mapped values in a
+    loop of their own, at the full vector width (the lane loop holds 8 lanes: half a float32
+    register), and every other lowering inlines it (`inlined`). Each element is mapped by the
+    same expression either way: the same bits."""
 
     lanes: tuple[tuple[str, str, str], ...]
     update: str
     merge: str
     fold: str | None = None
+    map: str | None = None
+
+    def inlined(self) -> str:
+        """``update`` with ``map`` (parenthesised) in place of ``{x}``: one statement per element."""
+        return self.update if self.map is None else self.update.replace("{x}", f"({self.map})")
 
 
 @dataclass(frozen=True)

@@ -220,9 +220,10 @@ def _logsumexp_cxx(in_t: str, out_t: str) -> CxxReduce | None:
     )
     total = LanePass(
         (("s", "double", "0.0"),),
-        "{a_s} += (double)dp_exp({x} - {p_m});",
+        "{a_s} += (double){x};",
         "{p_s} = dp_lanes_sum({l_s});",
         "{a_s} += {b_s};",
+        map="dp_exp({x} - {p_m})",
     )
     return CxxReduce(
         (("m", in_t), ("s", "double")),

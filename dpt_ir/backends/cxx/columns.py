@@ -111,7 +111,7 @@ def _cpu(spec: DriverSpec) -> list[str]:
         w = "true" if last else "false"
         body += cpu_block(spec, w, f"row * {cols} + j", ys)
         for q in active:
-            update = nest.templates[nest.roots[q]].passes[p].update.format(**_column_subst(nest, q, "k"))
+            update = nest.templates[nest.roots[q]].passes[p].inlined().format(**_column_subst(nest, q, "k"))
             x = f"{direct[q]}[row * {cols} + clo + k]" if q in direct else f"buf{q}[k]"
             body.append(f"DP_VEC_LOOP for (int k = 0; k < nc; ++k) {{ const {x_types[q]} x = {x};")
             body.append(f"const int r = rr; (void)r; {update} }}")
@@ -144,7 +144,7 @@ def _cuda(spec: DriverSpec) -> list[str]:
         body += [*row_bases(nest, "row"), *(f"{x_types[q]} y{q};" for q in computed)]
         body += cuda_element(spec, "true" if last else "false", f"row * {cols} + c", "c", ys)
         for q in active:
-            update = nest.templates[nest.roots[q]].passes[p].update.format(**subst(nest, q))
+            update = nest.templates[nest.roots[q]].passes[p].inlined().format(**subst(nest, q))
             x = f"{direct[q]}[row * {cols} + c]" if q in direct else f"y{q}"
             body.append(f"{{ const int l = 0; const {x_types[q]} x = {x}; const int r = rr; (void)r; {update} }}")
         body.append("}")

@@ -38,6 +38,7 @@ from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import row_images
 from dpt_ir.backends.cxx.common import INDEX_LIMIT
 from dpt_ir.backends.cxx.nest import Nest, reads_past
+from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.registry import LanePass
 
 
@@ -340,19 +341,43 @@ def buffered(nest: Nest, direct: Mapping[int, str]) -> list[int]:
 
 
 def _lanes_update(
-    nest: Nest, q: int, p: int, x_type: str, blocked: bool, step: int = 1, read: Callable[[str], str] | None = None
+    nest: Nest,
+    q: int,
+    p: int,
+    x_type: str,
+    blocked: bool,
+    step: int = 1,
+    read: Callable[[str], str] | None = None,
+    block: int = 0,
 ) -> list[str]:
     """The lane update of root ``q`` in pass ``p``: per block (CPU), or per element (CUDA),
     where ``step`` is the stride of the thread's loop and the lane is its iteration count mod 8.
     ``read``: the C++ of the element at a position (``jb + <it>``, CPU; ``j``, CUDA): by
-    default block buffer ``q`` (CPU) or the element function's ``y<q>`` (CUDA)."""
+    default block buffer ``q`` (CPU) or the element function's ``y<q>`` (CUDA). A pass with a
+    `LanePass.map` maps the block's elements first, into buffer ``mb<q>`` of ``block`` elements
+    (CPU), or inlines it (CUDA)."""
     lp = nest.templates[nest.roots[q]].passes[p]
-    update = lp.update.format(**subst(nest, q))
     if not blocked:
+        update = lp.inlined().format(**subst(nest, q))
         lane = "(j - j0) & 7" if step == 1 else f"((j - j0) / {step}) & 7"
         x = read("j") if read else f"y{q}"
         return [f"{{ const int l = {lane}; const {x_type} x = {x}; const {nest.index} r = j; {update} }}"]
+    update = lp.update.format(**subst(nest, q))
     at: Callable[[str], str] = read or (lambda k: f"buf{q}[{k}]")
+    if lp.map is not None:
+        if block <= 0:
+            raise ContractError(f"lane pass {p} of root {q}: a mapped pass needs its block size, found {block}")
+        mapped = lp.map.format(**subst(nest, q))
+        head = [
+            f"{x_type} mb{q}[{block}];",
+            f"DP_VEC_LOOP for (int k = 0; k < nb; ++k) {{ const {x_type} x = {at('k')}; mb{q}[k] = {mapped}; }}",
+        ]
+        return ["{", *head, *_lanes_update_at(nest, q, lp, x_type, update, lambda k: f"mb{q}[{k}]"), "}"]
+    return _lanes_update_at(nest, q, lp, x_type, update, at)
+
+
+def _lanes_update_at(nest: Nest, q: int, lp: LanePass, x_type: str, update: str, at: Callable[[str], str]) -> list[str]:
+    """A CPU block's lane update (`_lanes_update`), its element at block position ``k`` read by ``at``."""
     # The group loop stays scalar and the lane loop is the vector one (DP_LANE_LOOP, dp_math.h):
     # one 8-wide operation per group instead of clang's 4-wide, shuffled group loop.
     lanes = "DP_SCALAR_LOOP for (int k = 0; k < n8; k += 8) DP_LANE_LOOP for (int l = 0; l < 8; ++l) "
@@ -467,7 +492,7 @@ def reduction_drivers(spec: DriverSpec) -> str:
                 body += [f"{x_types[q]} buf{q}[{block}];" for q in computed]
                 body += cpu_block(spec, w, i, ys, jr, "0" if whole else f"sr * {nest.sub}")
                 for q in active:
-                    body += _lanes_update(nest, q, p, x_types[q], True, read=read(q, True))
+                    body += _lanes_update(nest, q, p, x_types[q], True, read=read(q, True), block=block)
                 body += [] if whole else ["}"]
             else:
                 body.append(f"for ({ix} j = j0; j < j1; j += {step}) {{")
