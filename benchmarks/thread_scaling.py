@@ -14,7 +14,7 @@ design. ``--wave SHOTS`` times `bench_wave`'s program instead (``SHOTS`` shots b
 ``--size``, ``--steps``, store-all, gradient wrt the velocity) and, in the same rounds, its
 one-shot program on one thread, so the time per batched shot compares with a single shot's.
 ``--matmul`` times issue 31's product instead: ``value_and_grad`` of ``0.5 ||A B - T||²`` wrt
-``A`` (three ``--size``² products of ``--dtype``).
+``A`` (two ``--size``² products of ``--dtype``: the forward and the gradient's ``R Bᵀ``).
 Prints both speed-ups (medians) and the load average before and after, and checks
 that the two programs' loss and gradient are bit-identical.
 
@@ -95,7 +95,8 @@ def torch_peer(case: str, inputs: dict[str, np.ndarray], wrt: str, policy: str) 
 
 
 def matmul_problem(n: int, dtype: str) -> tuple[dp.Graph, dict[str, np.ndarray]]:
-    """Issue 31's workload: ``0.5 ||A B - T||²`` over ``n x n`` matrices, and its inputs."""
+    """Issue 31's workload: ``0.5 ||A B - T||²`` over ``n x n`` matrices, and its inputs (only
+    ``A`` differentiated: its gradient is one more product)."""
     g = dp.GraphBuilder("thread_scaling_matmul")
     a = g.input("A", (n, n), dtype)
     b = g.input("B", (n, n), dtype, requires_grad=False)
