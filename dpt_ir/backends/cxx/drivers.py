@@ -38,7 +38,6 @@ from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import row_images
 from dpt_ir.backends.cxx.common import INDEX_LIMIT
 from dpt_ir.backends.cxx.nest import Nest, reads_past
-from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.registry import LanePass
 
 
@@ -348,14 +347,13 @@ def _lanes_update(
     blocked: bool,
     step: int = 1,
     read: Callable[[str], str] | None = None,
-    block: int = 0,
 ) -> list[str]:
     """The lane update of root ``q`` in pass ``p``: per block (CPU), or per element (CUDA),
     where ``step`` is the stride of the thread's loop and the lane is its iteration count mod 8.
     ``read``: the C++ of the element at a position (``jb + <it>``, CPU; ``j``, CUDA): by
     default block buffer ``q`` (CPU) or the element function's ``y<q>`` (CUDA). A pass with a
-    `LanePass.map` maps the block's elements first, into buffer ``mb<q>`` of ``block`` elements
-    (CPU), or inlines it (CUDA)."""
+    `LanePass.map` maps the block's elements first, into the block buffer ``mb<q>`` its driver
+    declares (CPU), or inlines it (CUDA)."""
     lp = nest.templates[nest.roots[q]].passes[p]
     if not blocked:
         update = lp.inlined().format(**subst(nest, q))
@@ -365,14 +363,9 @@ def _lanes_update(
     update = lp.update.format(**subst(nest, q))
     at: Callable[[str], str] = read or (lambda k: f"buf{q}[{k}]")
     if lp.map is not None:
-        if block <= 0:
-            raise ContractError(f"lane pass {p} of root {q}: a mapped pass needs its block size, found {block}")
         mapped = lp.map.format(**subst(nest, q))
-        head = [
-            f"{x_type} mb{q}[{block}];",
-            f"DP_VEC_LOOP for (int k = 0; k < nb; ++k) {{ const {x_type} x = {at('k')}; mb{q}[k] = {mapped}; }}",
-        ]
-        return ["{", *head, *_lanes_update_at(nest, q, lp, x_type, update, lambda k: f"mb{q}[{k}]"), "}"]
+        fill = f"DP_VEC_LOOP for (int k = 0; k < nb; ++k) {{ const {x_type} x = {at('k')}; mb{q}[k] = {mapped}; }}"
+        return [fill, *_lanes_update_at(nest, q, lp, x_type, update, lambda k: f"mb{q}[{k}]")]
     return _lanes_update_at(nest, q, lp, x_type, update, at)
 
 
@@ -490,9 +483,11 @@ def reduction_drivers(spec: DriverSpec) -> str:
                 body.append(f"for ({ix} jb = {s0}; jb < {s1}; jb += {block}) {{")
                 body.append(f"const {ix} je = {c_min(f'jb + {block}', s1)}, nb = je - jb, n8 = nb & ~7;")
                 body += [f"{x_types[q]} buf{q}[{block}];" for q in computed]
+                mapped = [q for q in active if nest.templates[nest.roots[q]].passes[p].map is not None]
+                body += [f"{x_types[q]} mb{q}[{block}];" for q in mapped]  # `_lanes_update` fills them
                 body += cpu_block(spec, w, i, ys, jr, "0" if whole else f"sr * {nest.sub}")
                 for q in active:
-                    body += _lanes_update(nest, q, p, x_types[q], True, read=read(q, True), block=block)
+                    body += _lanes_update(nest, q, p, x_types[q], True, read=read(q, True))
                 body += [] if whole else ["}"]
             else:
                 body.append(f"for ({ix} j = j0; j < j1; j += {step}) {{")
