@@ -86,16 +86,17 @@ def packed_pair(vectorised: str, scalar: str, label: str) -> tuple[str, int, int
     return width, vec[width], census(build(scalar, label + "_scalar"))[width]
 
 
-def build(text: str, label: str) -> Path:
-    """Import ``text`` as a fresh module, build it for the CPU at -O2, return its object."""
+def build(text: str, label: str, level: int = 2) -> Path:
+    """Import ``text`` as a fresh module, build it for the CPU at ``level`` (default -O2, the
+    shipped level: -O0 test builds never vectorise), return its object."""
     name = f"dpt_ir_vec_{label}_{content_key(text)}"
     module = import_source(text, cache_root() / "vectorised", name)
-    level = wp.config.optimization_level
-    wp.config.optimization_level = 2  # the shipped level: -O0 test builds never vectorise
+    previous = wp.config.optimization_level
+    wp.config.optimization_level = level
     try:
         load(module, "cpu", name, None, purge=False)
     finally:
-        wp.config.optimization_level = level
+        wp.config.optimization_level = previous
     # The newest build: the same module text gives another Warp build when dp_math.h (the
     # preamble, imported by the module) changed since an earlier run.
     objs = [p for d in warp_cache_dir().glob(f"wp_{name}_*") for p in d.glob("*.o")]

@@ -301,22 +301,28 @@ def test_bit_identical_runs_and_thread_counts(
 
 
 @pytest.mark.skipif(OBJDUMP is None, reason="needs objdump or llvm-objdump for the census")
+@pytest.mark.parametrize("level", [2, 3])
 @pytest.mark.parametrize("dtype, packed", [("float32", "ps"), ("float64", "pd")])
-def test_cpu_micro_kernel_is_vectorised(dtype: str, packed: str) -> None:
-    """The CPU driver's micro kernel, built at the shipped -O2, keeps its accumulators in ymm
-    (zmm on an AVX-512 host: its module prefers 512-bit vectors, which clang's -march=native does
-    not on every AVX-512 core) registers: packed FMAs of the operands' precision (float32: the
-    8 x 32 float tile of a k block; float64: the 4 x 32 double tile). A scalar micro kernel would
-    have none."""
+def test_cpu_micro_kernel_is_vectorised(dtype: str, packed: str, level: int) -> None:
+    """The CPU driver's micro kernel, built at the shipped -O2 and at -O3 (a user's
+    ``wp.config.optimization_level = 3``), keeps its accumulators in ymm (zmm on an AVX-512 host:
+    its module prefers 512-bit vectors, which clang's -march=native does not on every AVX-512 core)
+    registers: packed FMAs of the operands' precision (float32: the 8 x 32 float tile of a k block;
+    float64: the 4 x 32 double tile), and no gathers or scatters. A scalar micro kernel would have
+    no such FMAs; its earlier form, plain loops over scalar sums, had the FMAs at -O2 but at -O3 was
+    vectorised across the tile's rows, gathering and scattering the sums (float32 512²: 30x the
+    time; `contraction._vector_steps`)."""
     g = dp.GraphBuilder(f"matmul_census_{dtype}")
     a, b = g.input("a", (64, 64), dtype), g.input("b", (64, 64), dtype)
     g.output("c", a @ b)
-    obj = build(generated(g.build(), CompileOptions()), f"matmul_{dtype}")
+    obj = build(generated(g.build(), CompileOptions()), f"matmul_{dtype}_O{level}", level)
     out = subprocess.run([str(OBJDUMP), "-d", "--no-show-raw-insn", str(obj)], capture_output=True, text=True)
     cpu = Path("/proc/cpuinfo")
     width = "zmm" if cpu.exists() and "avx512f" in cpu.read_text() else "[yz]mm"
     fmas = len(re.findall(rf"vfmadd\d+{packed}\s+(?:\S+\{{1to\d+\}}, )?%{width}", out.stdout))
     assert fmas >= 32, fmas
+    moves = re.findall(r"\b(vgather\w+|vscatter\w+)", out.stdout)
+    assert not moves, f"{len(moves)} gathers and scatters ({sorted(set(moves))}): the sums left the registers"
 
 
 BAD = [
