@@ -30,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-import dpt_ir as dp
-
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: the repository root holds the benchmarks package
-    sys.path.insert(0, str(ROOT))
+# First on the path: the repository root holds the benchmarks package, and run from another
+# checkout (an A/B worktree) the script imports that checkout's dpt_ir, not the editable install's.
+sys.path.insert(0, str(ROOT))
 
+import dpt_ir as dp  # noqa: E402
 from benchmarks.rounds import measure  # noqa: E402
 
 

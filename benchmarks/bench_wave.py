@@ -52,6 +52,11 @@ from typing import Any
 
 import numpy as np
 
+ROOT = Path(__file__).resolve().parent.parent
+# First on the path: run from another checkout (an A/B worktree), the script imports that
+# checkout's dpt_ir, not the editable install's.
+sys.path.insert(0, str(ROOT))
+
 CONTENDERS = (
     "dpt_ir",
     "dpt_ir_K16",
