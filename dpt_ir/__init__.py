@@ -67,6 +67,7 @@ from dpt_ir.api.core import (
     sqrt,
     square,
     squeeze,
+    stop_gradient,
     sub,
     subtract,
     sum,

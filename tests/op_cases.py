@@ -225,6 +225,7 @@ UNARY: tuple[tuple[str, Callable[..., dp.Tensor], Callable[..., np.ndarray], Dom
     ("sign", dp.sign, np.sign, small_ints()),
     ("floor", dp.floor, np.floor, uniform(-3.0, 3.0)),
     ("ceil", dp.ceil, np.ceil, uniform(-3.0, 3.0)),
+    ("stop_gradient", dp.stop_gradient, lambda a: a, uniform()),
 )
 
 

@@ -89,6 +89,7 @@ OPS: dict[str, Fn] = {
         + ("reciprocal", "abs", "relu", "sign", "floor", "ceil", "square", "neg", "logical_not")
     },
     "softplus": _unary(torch.nn.functional.softplus),
+    "stop_gradient": _unary(torch.Tensor.detach),
     **{name: _binary(getattr(torch, name)) for name in ("add", "sub", "mul", "div", "pow", "atan2", "maximum")},
     **{name: _binary(getattr(torch, name)) for name in ("minimum", "eq", "ne", "lt", "le", "gt", "ge")},
     **{name: _binary(getattr(torch, name)) for name in ("logical_and", "logical_or")},

@@ -85,8 +85,8 @@ def joint_graph(
     """The forward graph plus its backward for ``wrt``, seeded at ``seed_outputs``; ``expand``:
     whether the `expand` pass will rebuild the ops that declare an expansion. ``strict`` (second
     order, `dpt_ir.api.second_order`): a node on a differentiated path whose op has no
-    derivative entry and is not `OpDef.piecewise_constant` is a ContractError naming it, where
-    first order passes no gradient through it."""
+    derivative entry and is neither `OpDef.piecewise_constant` nor `OpDef.stops_gradient` is a
+    ContractError naming it, where first order passes no gradient through it."""
     wrt = check_wrt(graph, wrt)
     for name in seed_outputs:
         value = graph.output_value(name)
@@ -145,7 +145,7 @@ def _backprop_node(
     node = graph.node(name)
     op = node.opdef
     if op.derivative is None:
-        if strict and not op.piecewise_constant:
+        if strict and not (op.piecewise_constant or op.stops_gradient):
             origin = origin_of(graph, name)
             raise ContractError(
                 f"second order: node {name!r} (op {op.name!r}{f', {origin}' if origin else ''}) lies on the "

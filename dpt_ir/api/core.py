@@ -136,6 +136,7 @@ erf = _unary("erf", "The error function.")
 sign = _unary("sign", "-1, 0 or 1 (not differentiable).")
 floor = _unary("floor", "Round down (not differentiable).")
 ceil = _unary("ceil", "Round up (not differentiable).")
+stop_gradient = _unary("stop_gradient", "x unchanged, passing no derivative: zero gradient, tangent and Hessian.")
 
 add = _binary("add", "a + b.")
 subtract = sub = _binary("sub", "a - b.")

@@ -62,10 +62,10 @@ def node_tangent(
     graph: Graph, node: Node, handles: dict[str, Tensor], tangents: dict[str, Tensor], expand: bool
 ) -> Tensor | None:
     """The tangent of ``node`` from its inputs' ``tangents``; None where it has none (a
-    piecewise-constant op, or only non-differentiable inputs carry tangents)."""
+    piecewise-constant op or stop_gradient, or only non-differentiable inputs carry tangents)."""
     op = node.opdef
     if op.derivative is None:
-        if op.piecewise_constant:
+        if op.piecewise_constant or op.stops_gradient:
             return None
         origin = origin_of(graph, node.name)
         raise ContractError(

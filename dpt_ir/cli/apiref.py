@@ -71,6 +71,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
             "sign",
             "floor",
             "ceil",
+            "stop_gradient",
             "add",
             "sub",
             "mul",

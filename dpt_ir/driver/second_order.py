@@ -32,14 +32,14 @@ if TYPE_CHECKING:
 
 DERIVED_PREFIX = {"jvp": "jv", "hvp": "hv", "gnvp": "gn"}  # plan kind -> the prefix of its kernels' names
 # Whether a plan rebuilds each op with an expansion (logsumexp) from its pieces, as formulas and
-# pipeline alike. Second order keeps them whole: the expanded formula's shift m = max(x) would be
-# differentiated again (its terms cancel, but they are built and run). Measured on softmax_xent
-# at 1024², one thread, median of 30 in one run: hvp 44 nodes and 4 kernels expanded against 34
-# and 3 whole, 4.24 ms against 2.84 ms; jvp 30 nodes expanded against 32, 2 kernels both,
-# 1.27 ms against 1.41 ms (the tangent shares exp(x - m) with the forward).
-# With hvp forward over reverse (2026-12-03 20:01 UTC, fastest of 15): hvp 2 kernels and 2.26 ms whole
-# against 3 and 2.92 ms expanded, so hvp still keeps them whole.
-EXPAND = {"jvp": True, "hvp": False, "gnvp": False}
+# pipeline alike. Until 2026-12-07 second order kept them whole: the expanded formula's shift
+# m = max(x) was differentiated again (its terms cancel, but an argmax was built and run; hvp on
+# softmax_xent at 1024², fastest of 15, 2026-12-03: 2.26 ms whole against 2.92 ms expanded). The
+# shift now passes no derivative (`stop_gradient` in `ops.reduction._lse_pieces`), so the
+# expanded hvp computes exp(x - m) once per element and shares it between s, the gradient and
+# the product: one thread, min of 60, three alternating runs: 1.35-1.64 ms against 1.71-1.86 ms
+# whole. gnvp keeps them whole (not measured expanded).
+EXPAND = {"jvp": True, "hvp": True, "gnvp": False}
 # The derived plans' pipeline: the forward-only one with `factor` after `reciprocal`, so a tangent
 # or a product that sums against a per-row scale (a softmax's 1 / sum(exp(x - m))) accumulates in
 # the forward's pass over the row. Measured on softmax_xent at 1024², one thread, fastest of 10

@@ -432,6 +432,9 @@ class OpDef:
     # passes no gradient. Second order (`dpt_ir.api.second_order`) refuses any other op without
     # one that it meets on a differentiated path: its derivative is unknown, not zero.
     piecewise_constant: bool = False
+    # Read by autodiff and forward mode, as `piecewise_constant`: the op passes its input's value
+    # and no derivative, at every order (stop_gradient): its derivative is zero by definition.
+    stops_gradient: bool = False
     constant_value: Callable[[Any], Any] | None = None  # the fill value of a constant op
     # Read by the reciprocal pass: (multiply op, reciprocal op) with a op b == multiply(a, reciprocal(b))
     # up to rounding (div: a * (1 / b), one extra rounding)

@@ -230,6 +230,14 @@ _unary(
 )
 _unary("floor", "float", np.floor, doc="not differentiable", cxx="dp_floor({0})", piecewise_constant=True)
 _unary("ceil", "float", np.ceil, doc="not differentiable", cxx="dp_ceil({0})", piecewise_constant=True)
+_unary(
+    "stop_gradient",
+    "numeric",
+    np.positive,  # a copy, -0 and NaN kept
+    doc="x unchanged; passes no derivative (zero, at every order)",
+    cxx="{0}",
+    stops_gradient=True,
+)
 _unary("logical_not", "logical", np.logical_not, involution=True, doc="not a (bool)", cxx="(!{0})")
 
 

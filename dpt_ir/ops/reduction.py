@@ -86,9 +86,14 @@ def _lse_pieces(x: Any, axes: tuple[int, ...]) -> tuple[Any, Any, Any]:
     """logsumexp's pieces as IR, kept over ``axes``: the shift ``m`` (the maximum; 0 where it
     is not finite, as the reference and the C++ lanes shift), ``e = exp(x - m)`` and
     ``s = sum(e)`` (float64 lanes, rounded once). The derivative formula and the expansion
-    build the same nodes, so cse shares them: the gradient ``e / s`` reuses the forward's."""
+    build the same nodes, so cse shares them: the gradient ``e / s`` reuses the forward's.
+
+    ``m`` passes no derivative (`stop_gradient`): ``log(sum(exp(x - c))) + c`` is logsumexp for
+    any ``c``, so its derivative in ``m`` is zero, and a derived plan (jvp, hvp) that
+    differentiated the shift again ran the maximum's derivative (an argmax) for terms that
+    cancel."""
     top = F.max(x, axis=axes, keepdims=True)
-    m = F.where(F.abs(top) <= float(np.finfo(x.dtype).max), top, 0.0)
+    m = F.stop_gradient(F.where(F.abs(top) <= float(np.finfo(x.dtype).max), top, 0.0))
     e = F.exp(x - m)
     return m, e, F.sum(e, axis=axes, keepdims=True)
 

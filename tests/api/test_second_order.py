@@ -124,3 +124,43 @@ def test_outputs_that_are_inputs_or_constant_in_wrt() -> None:
     _, grads, hvps = dp.interpret_hvp(graph, ["x"], {}, **inputs)
     np.testing.assert_array_equal(grads["x"], inputs["y"])
     np.testing.assert_array_equal(hvps["x"], np.zeros(3))
+
+
+def test_stop_gradient_passes_the_value_and_no_derivative() -> None:
+    """``stop_gradient(x)`` is ``x`` in value and zero in every derivative: ``f = x² + stop_gradient(x)
+    · y`` has gradient ``2x`` in x, tangent ``2x tx + x ty``, and Hessian-vector product ``2 v`` in x."""
+    g = dp.GraphBuilder("stop")
+    x, y = g.input("x", (5,), "float64"), g.input("y", (5,), "float64")
+    g.output("loss", dp.sum(x * x + dp.stop_gradient(x) * y))
+    graph, rng = g.build(), np.random.default_rng(2)
+    xs, ys, tx, ty = (rng.standard_normal(5) for _ in range(4))
+    outs = dp.interpret(graph, x=xs, y=ys)
+    np.testing.assert_array_equal(outs["loss"], np.sum(xs * xs + xs * ys))
+    grads = dp.interpret_grad(graph, ["x", "y"], x=xs, y=ys)
+    np.testing.assert_allclose(grads["x"], 2 * xs, rtol=1e-15)
+    np.testing.assert_allclose(grads["y"], xs, rtol=1e-15)
+    _, tangents = dp.interpret_jvp(graph, {"x": tx, "y": ty}, x=xs, y=ys)
+    np.testing.assert_allclose(tangents["loss"], np.sum(2 * xs * tx + xs * ty), rtol=1e-13)
+    _, _, hvps = dp.interpret_hvp(graph, ["x"], {"x": tx}, x=xs, y=ys)
+    np.testing.assert_allclose(hvps["x"], 2 * tx, rtol=1e-15)
+
+
+def test_expanded_logsumexp_runs_no_derivative_of_its_shift() -> None:
+    """The hvp and jvp plans expand logsumexp (`driver.second_order.EXPAND`); its shift ``m = max(x)``
+    passes no derivative (`stop_gradient`), so no argmax (the maximum's derivative) is built, and
+    the products equal the whole op's."""
+    g = dp.GraphBuilder("lse")
+    z = g.input("z", (4, 6), "float64")
+    g.output("loss", dp.sum(dp.square(dp.logsumexp(z, axis=1))))
+    graph, rng = g.build(), np.random.default_rng(3)
+    zs, v = rng.standard_normal((4, 6)) * 3, rng.standard_normal((4, 6))
+    for expand in (True, False):
+        derived = hvp_graph(graph, ["z"], "loss", expand=expand)
+        ops = {n.opdef.name for n in derived.nodes}
+        assert "argmax" not in ops, (expand, sorted(ops))
+        got = dp.interpret(derived, z=zs, **{records.derived_of(derived).vectors["z"]: v})
+        if expand:
+            expanded = got[records.derived_of(derived).products["z"]]
+        else:
+            np.testing.assert_allclose(expanded, got[records.derived_of(derived).products["z"]], rtol=1e-12)
+    assert "argmax" not in {n.opdef.name for n in jvp_graph(graph, ["z"]).nodes}
