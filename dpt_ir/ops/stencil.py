@@ -19,6 +19,7 @@ import numpy as np
 from dpt_ir.api import core as F
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.errors import ContractError
+from dpt_ir.ir.mirror import MirrorSum, mirror_sum
 from dpt_ir.ir.registry import Derivative, GradContext, Linear, OpDef, register_op, without_cval
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import FLOAT_DTYPES, TensorType
@@ -252,13 +253,28 @@ def _correlate_ref(a: CorrelateAttrs, x: np.ndarray) -> np.ndarray:
     w = weights_array(a).astype(np.float64)
     out_shape = tuple(n - k + 1 for n, k in zip(x.shape, w.shape, strict=True))
     views = [(w[t], x[tuple(slice(o, o + n) for o, n in zip(t, out_shape, strict=True))]) for t in np.ndindex(*w.shape)]
-    views = [(wt, v) for wt, v in views if wt != 0]
     if a.accumulate == "dtype" and x.dtype == np.float32:
-        return _fma_chain(views, out_shape)
+        return _fma_chain([(wt, v) for wt, v in views if wt != 0], out_shape)
+    mirror = mirror_sum(w)
+    if mirror is not None:
+        return _mirror_ref(mirror, [v for _, v in views], out_shape).astype(x.dtype)
     out = np.zeros(out_shape, dtype=np.float64)
     for wt, v in views:
-        out += wt * v
+        if wt != 0:
+            out += wt * v
     return out.astype(x.dtype)
+
+
+def _mirror_ref(m: MirrorSum, views: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """`MirrorSum`'s order in float64 (NumPy rounds each operation; it never fuses)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = m.centre[1] * views[m.centre[0]].astype(np.float64) if m.centre else np.zeros(shape)
+        first = m.centre is None
+        for lo, hi, wt in m.pairs:
+            pair = views[lo].astype(np.float64) + m.sign * views[hi].astype(np.float64)
+            out = pair * wt if first else out + pair * wt
+            first = False
+    return out
 
 
 def _fma_chain(views: list[tuple[float, np.ndarray]], shape: tuple[int, ...]) -> np.ndarray:

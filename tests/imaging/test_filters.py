@@ -275,6 +275,23 @@ def test_float32_gaussian_filter_is_as_accurate_as_scipy() -> None:
     assert np.max(np.abs(y.astype(np.float64) - expected)) <= ulp
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", MODES)
+def test_mirrored_lines_sum_as_scipy_bit_for_bit(dtype: str, mode: str) -> None:
+    """Symmetric and antisymmetric 1-D weights (a Gaussian, a derivative) sum in scipy's order
+    (`dpt_ir.ir.mirror`: the centre, then the pairs from the outermost in), so the interpreter's
+    gaussian_filter and correlate1d are scipy's bits, not only close to them (the row-major sum
+    differed from scipy's in the last bit of most float64 elements). The fill value is exact in
+    float32: a float32 constant pad holds ``cval`` rounded to float32, where scipy's line buffer
+    holds it in double (0.37 gives other bits at the edges)."""
+    x0, cval = image((40, 30)).astype(dtype), 0.375
+    y = interpret_unary(lambda x: dp.gaussian_filter(x, (1.5, 2.2), mode=mode, cval=cval), x0)
+    np.testing.assert_array_equal(y, ndi.gaussian_filter(x0, (1.5, 2.2), mode=mode, cval=cval))
+    d = [-0.25, 1.5, 0.0, -1.5, 0.25]
+    y = interpret_unary(lambda x: dp.correlate1d(x, d, axis=0, mode=mode, cval=cval), x0)
+    np.testing.assert_array_equal(y, ndi.correlate1d(x0, d, axis=0, mode=mode, cval=cval))
+
+
 # -- bad arguments ---------------------------------------------------------------------------------
 def _build(shape: tuple[int, ...], fn: Callable[[dp.Tensor], object]) -> None:
     g = dp.GraphBuilder("bad")

@@ -33,6 +33,7 @@ from dpt_ir.backends.cxx.row_images import RowImages
 from dpt_ir.ir import indexing as idx
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.indexing import Affine, Coords, ImageMap
+from dpt_ir.ir.mirror import MirrorSum, mirror_sum
 
 Site = tuple[str, Affine]  # a value and the flat offset of the element read
 Shape = tuple[int, ...]
@@ -86,6 +87,15 @@ def taps(graph: Graph, node: Node) -> list[tuple[tuple[int, ...], float]]:
     row-major tap order: (tap position, weight)."""
     w = node.opdef.weights(node.opdef.parse_attrs(node.attrs, node.name))  # type: ignore[misc]
     return [(tuple(int(k) for k in t), float(w[tuple(t)])) for t in np.argwhere(w != 0)]
+
+
+def mirrored(node: Node) -> tuple[MirrorSum, dict[int, int]] | None:
+    """A constant-weight stencil whose weights are a symmetric or antisymmetric line
+    (`dpt_ir.ir.mirror.mirror_sum`), with each non-zero tap's flat position -> its index in
+    `taps`' order; None for any other stencil."""
+    w = node.opdef.weights(node.opdef.parse_attrs(node.attrs, node.name))  # type: ignore[misc]
+    m = mirror_sum(w)
+    return None if m is None else (m, {int(p): k for k, p in enumerate(np.flatnonzero(w))})
 
 
 def tap_accumulation(node: Node) -> str:
