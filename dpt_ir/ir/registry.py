@@ -427,6 +427,10 @@ class OpDef:
     empty_value: float | None = None
     commutative: bool = False
     involution: bool = False  # op(op(x)) == x
+    # Read by canonicalize: per input, the boolean attribute under which the op reads that
+    # input with its last two axes swapped (matmul's transpose_a / transpose_b), or None; a
+    # layout view that only swaps them (`view_affine`) folds into the flag instead of a copy.
+    swap_flags: tuple[str | None, ...] | None = None
     # Read by autodiff: a float output that is constant between jumps (floor, ceil, sign), so
     # its derivative is zero wherever it exists and an op without a derivative entry rightly
     # passes no gradient. Second order (`dpt_ir.api.second_order`) refuses any other op without

@@ -159,6 +159,7 @@ register_op(
         empty_value=0.0,  # a product over an empty k: zeros, as np.matmul
         derivative=Derivative(formulas={0: _grad_a, 1: _grad_b}, saved_inputs=(0, 1)),
         linear=Linear(((0,), (1,))),
+        swap_flags=("transpose_a", "transpose_b"),
         cost="expensive",
         doc="matrix product (np.matmul: batched, broadcast, 1-D vectors); transpose_a/b swap an operand's last axes",
     )

@@ -15,7 +15,11 @@ folded constants are computed once by the NumPy reference in the node's dtype), 
 - ``x op e`` with ``e`` the op's identity element (``e op x`` too when commutative)
   becomes ``x`` when that changes neither shape nor dtype;
 - ``f(f(x))`` becomes ``x`` for an involution ``f``;
-- a scatter (`OpDef.scatter`) of an empty values input becomes its base.
+- a scatter (`OpDef.scatter`) of an empty values input becomes its base;
+- an input that a layout view (`OpDef.view_affine`) makes from another value by only swapping
+  its last two axes is read from that value under the consumer's swap flag
+  (`OpDef.swap_flags`: ``x.T @ y`` is matmul with ``transpose_a``, no transposed copy; the
+  same elements in the same order, so the same bits).
 
 Rewritten nodes are redirected, and left for `dce`.
 """
@@ -27,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from dpt_ir.ir.graph import Graph, Node
+from dpt_ir.ir.indexing import Affine
 from dpt_ir.ir.registry import CONSTANT_OP
 from dpt_ir.passes.util import resolve, substitute
 
@@ -41,7 +46,7 @@ def run(graph: Graph, options: object = None) -> Graph:
     producers: dict[str, Node] = {}
     for node in graph.nodes:
         node = _with_inputs(node, subst)
-        folded = _fold(graph, node, consts)
+        folded = _fold(graph, node, consts) or _swaps_folded(graph, node, producers)
         if folded is not None:
             node = folded
         op = node.opdef
@@ -96,6 +101,40 @@ def _fold(graph: Graph, node: Node, consts: dict[str, Any]) -> Node | None:
     else:
         return None
     return _constant(node, value)
+
+
+def _swaps_folded(graph: Graph, node: Node, producers: dict[str, Node]) -> Node | None:
+    """``node`` reading, for each input a swap of another value's last two axes, that value
+    under the input's swap flag toggled (`OpDef.swap_flags`); None when no input is one."""
+    flags = node.opdef.swap_flags
+    if flags is None:
+        return None
+    inputs, attrs = list(node.inputs), dict(node.attrs)
+    for k, flag in enumerate(flags):
+        source = _swapped_source(graph, producers.get(inputs[k])) if flag is not None else None
+        if source is not None:
+            inputs[k], attrs[flag] = source, not attrs.get(flag, False)
+    if inputs == list(node.inputs):
+        return None
+    node.opdef.parse_attrs(attrs, node.name)  # the flags stay valid attributes
+    return node.with_(inputs=tuple(inputs), attrs=attrs)
+
+
+def _swapped_source(graph: Graph, view: Node | None) -> str | None:
+    """The input of ``view`` when ``view`` is a layout view that reads input element
+    ``(..., j, i)`` at output element ``(..., i, j)`` and nothing else (probed through its
+    `OpDef.view_affine` on unit coordinate forms), else None."""
+    if view is None or view.opdef.view_affine is None or len(view.inputs) != 1:
+        return None
+    out_shape, in_shape = tuple(view.type.shape), tuple(graph.types[view.inputs[0]].shape)
+    n = len(out_shape)
+    if n < 2 or in_shape != (*out_shape[:-2], out_shape[-1], out_shape[-2]):
+        return None
+    units = tuple(Affine(0, tuple(int(a == k) for a in range(n))) for k in range(n))
+    attrs = view.opdef.parse_attrs(view.attrs, view.name)
+    read = view.opdef.view_affine(attrs, in_shape, out_shape, units, out_shape)
+    swapped = (*units[:-2], units[-1], units[-2])
+    return view.inputs[0] if read is not None and tuple(read) == swapped else None
 
 
 def _empty_fill(graph: Graph, node: Node) -> float | None:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import dpt_ir as dp
@@ -190,6 +191,36 @@ def test_canonicalize_removes_double_negation_only() -> None:
     graph = _simplify(b.build())
     assert graph.output_value("y") == "x"
     assert _ops(graph) == ["neg"]
+
+
+def test_canonicalize_folds_a_swap_of_the_last_two_axes_into_matmul_flags() -> None:
+    """``x.T @ y``, ``y @ x.T`` and a batched swap read ``x`` under matmul's transpose flag (no
+    transposed copy), a swap of a flagged operand clears the flag, and the values are the same
+    bits; a transpose that moves other axes stays."""
+    b = dp.GraphBuilder("swaps")
+    x, y = b.input("x", (5, 3), F64), b.input("y", (5, 4), F64)
+    s, t = b.input("s", (2, 5, 3), F64), b.input("t", (2, 5, 4), F64)
+    u, z, w = b.input("u", (3, 2, 5), F64), b.input("z", (3, 4), F64), b.input("w", (2, 4, 5), F64)
+    b.output("a", dp.transpose(x) @ y)
+    b.output("c", dp.transpose(y) @ x)
+    b.output("d", dp.transpose(s, (0, 2, 1)) @ t)
+    b.output("e", b.emit("matmul", [dp.transpose(x), z], {"transpose_a": True}))
+    b.output("f", dp.transpose(u, (1, 0, 2)) @ dp.transpose(w, (0, 2, 1)))
+    graph = b.build()
+    simple = _simplify(graph)
+    products = {o.name: simple.node_map[simple.output_value(o.name)] for o in simple.outputs}
+    assert products["a"].inputs == ("x", "y") and products["a"].attrs.get("transpose_a") is True
+    assert products["c"].inputs == ("y", "x") and products["c"].attrs.get("transpose_a") is True
+    assert products["d"].inputs == ("s", "t") and products["d"].attrs.get("transpose_a") is True
+    assert products["e"].inputs == ("x", "z") and not products["e"].attrs.get("transpose_a")
+    f = products["f"]
+    assert f.inputs[1] == "w" and f.attrs.get("transpose_b") is True
+    assert simple.node_map[f.inputs[0]].op == "transpose"  # axes (1, 0, 2) swap the leading two
+    rng = np.random.default_rng(0)
+    inputs = {n.name: rng.standard_normal(n.type.shape) for n in graph.inputs}
+    before, after = dp.interpret(graph, **inputs), dp.interpret(simple, **inputs)
+    for name in "acdef":
+        np.testing.assert_array_equal(after[name], before[name])
 
 
 # -- cse and dce ---------------------------------------------------------------------------
