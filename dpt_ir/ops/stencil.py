@@ -268,13 +268,11 @@ def _correlate_ref(a: CorrelateAttrs, x: np.ndarray) -> np.ndarray:
 def _mirror_ref(m: MirrorSum, views: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
     """`MirrorSum`'s order in float64 (NumPy rounds each operation; it never fuses)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        out = m.centre[1] * views[m.centre[0]].astype(np.float64) if m.centre else np.zeros(shape)
-        first = m.centre is None
+        out = m.centre[1] * views[m.centre[0]].astype(np.float64) if m.centre else None
         for lo, hi, wt in m.pairs:
-            pair = views[lo].astype(np.float64) + m.sign * views[hi].astype(np.float64)
-            out = pair * wt if first else out + pair * wt
-            first = False
-    return out
+            term = (views[lo].astype(np.float64) + m.sign * views[hi].astype(np.float64)) * wt
+            out = term if out is None else out + term
+    return np.zeros(shape) if out is None else out
 
 
 def _fma_chain(views: list[tuple[float, np.ndarray]], shape: tuple[int, ...]) -> np.ndarray:

@@ -85,7 +85,7 @@ def _prefix_products(shape: Sequence[int]) -> list[int]:
 def taps(graph: Graph, node: Node) -> list[tuple[tuple[int, ...], float]]:
     """The non-zero weights of a constant-weight stencil (``OpDef.weights``), in
     row-major tap order: (tap position, weight)."""
-    w = node.opdef.weights(node.opdef.parse_attrs(node.attrs, node.name))  # type: ignore[misc]
+    w = _weights(node)
     return [(tuple(int(k) for k in t), float(w[tuple(t)])) for t in np.argwhere(w != 0)]
 
 
@@ -93,9 +93,14 @@ def mirrored(node: Node) -> tuple[MirrorSum, dict[int, int]] | None:
     """A constant-weight stencil whose weights are a symmetric or antisymmetric line
     (`dpt_ir.ir.mirror.mirror_sum`), with each non-zero tap's flat position -> its index in
     `taps`' order; None for any other stencil."""
-    w = node.opdef.weights(node.opdef.parse_attrs(node.attrs, node.name))  # type: ignore[misc]
+    w = _weights(node)
     m = mirror_sum(w)
     return None if m is None else (m, {int(p): k for k, p in enumerate(np.flatnonzero(w))})
+
+
+def _weights(node: Node) -> np.ndarray:
+    """A constant-weight stencil's weights (``OpDef.weights``)."""
+    return node.opdef.weights(node.opdef.parse_attrs(node.attrs, node.name))  # type: ignore[misc]
 
 
 def tap_accumulation(node: Node) -> str:
