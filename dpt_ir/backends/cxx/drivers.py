@@ -115,35 +115,36 @@ def c_min(a: str, b: str | int) -> str:
     return f"(({a}) < ({b}) ? ({a}) : ({b}))"
 
 
-def row_bases(nest: Nest, row: str) -> list[str]:
+def row_bases(nest: Nest, row: str, p: str = "") -> list[str]:
     """Statements setting ``rb[k]``, the base offset of each row read in row ``row``, after
     the row images' entries (`row_images.statements`: each image's index, and whether it has
     one, in ``rb`` past the reads), and, with guards, ``glo`` / ``ghi``: the row's interior
-    ``[glo, ghi)`` of positions in it."""
+    ``[glo, ghi)`` of positions in it. ``p`` prefixes the names declared (``<p>rb``,
+    ``<p>glo``, ``<p>ghi``, ``<p>rs``): a second row's bases beside the first's (`flat_rows`)."""
     rows = nest.row_reads
     if not rows and not nest.guards and not nest.images:
         return []
-    ix = nest.index
+    ix, rb = nest.index, f"{p}rb"
     size = max(len(rows) + 2 * len(nest.images), 1)
-    out = [f"{ix} rb[{size}];", f"{ix} glo = 0, ghi = 0;"]
-    out += ["bool rs = false; (void)rs;"] if nest.summed else []
+    out = [f"{ix} {rb}[{size}];", f"{ix} {p}glo = 0, {p}ghi = 0;"]
+    out += [f"bool {p}rs = false; (void){p}rs;"] if nest.summed else []
     out.append(f"{{ {ix} q = {row};")
     for a in reversed(range(len(nest.base_outer))):
         out.append(f"const {ix} c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")
     out.append("(void)q;")
-    out += row_images.statements(nest.images, len(nest.space), len(rows), ix)
-    out += [f"rs = {' || '.join(f'rb[{k}]' for k in nest.summed)};"] if nest.summed else []
+    out += row_images.statements(nest.images, len(nest.space), len(rows), ix, rb)
+    out += [f"{p}rs = {' || '.join(f'{rb}[{k}]' for k in nest.summed)};"] if nest.summed else []
     for k, r in enumerate(rows):
         terms = [*([str(r.offset)] if r.offset else []), *(f"c{a} * {s}" for a, s in enumerate(r.strides) if s)]
         terms += [f"q{m} * {x}" if x != 1 else f"q{m}" for m, x in enumerate(r.images) if x]
-        out.append(f"rb[{k}] = {' + '.join(terms) or '0'};")
-    return out + (_interior(nest) if nest.guards else []) + ["}"]
+        out.append(f"{rb}[{k}] = {' + '.join(terms) or '0'};")
+    return out + (_interior(nest, p) if nest.guards else []) + ["}"]
 
 
-def _interior(nest: Nest) -> list[str]:
-    """``glo``, ``ghi`` from the guards (lo <= form <= hi over the outer coordinates ``c<a>``
-    and the position in the row): a guard without the position decides the whole row, one
-    with it (weight +-1) bounds the range, any other makes the row an edge."""
+def _interior(nest: Nest, p: str = "") -> list[str]:
+    """``glo``, ``ghi`` (prefixed by ``p``) from the guards (lo <= form <= hi over the outer
+    coordinates ``c<a>`` and the position in the row): a guard without the position decides
+    the whole row, one with it (weight +-1) bounds the range, any other makes the row an edge."""
     last = len(nest.space) - 1
     out = [f"int ok = 1, lo = 0, hi = {nest.sub};"]
     for form, lo, hi in nest.guards:
@@ -162,7 +163,7 @@ def _interior(nest: Nest) -> list[str]:
             out += [f"lo = {_max('lo', first)};", f"hi = {c_min('hi', stop)};"]
         else:
             out.append("ok = 0;")
-    out.append("if (ok && lo < hi) { glo = lo; ghi = hi; }")
+    out.append(f"if (ok && lo < hi) {{ {p}glo = lo; {p}ghi = hi; }}")
     return out
 
 
@@ -275,10 +276,11 @@ def status_stores(spec: DriverSpec) -> list[str]:
     return [f"for (int k = 0; k < {spec.nf}; ++k) if (fl[k]) st[sb + k] = 1;"]
 
 
-def pointwise_drivers(spec: DriverSpec) -> str:
+def pointwise_drivers(spec: DriverSpec, runs: Callable[[DriverSpec, list[str]], list[str]] | None = None) -> str:
     """The CPU and CUDA drivers of a group without reductions: task ``t`` runs its chunk of
     the flat space, row by row (the CPU in blocks of `Target.block` when flags or a precise
-    rerun need them)."""
+    rerun need them). ``runs``: the CPU's loop over the task's rows instead of one row at a
+    time, given the statements of one row ``row`` (`flat_rows.cpu_runs`)."""
     nest, lay = spec.nest, spec.layout
     n, inner, block = nest.size, nest.inner, spec.target.block
     nf, ix = spec.nf, nest.index
@@ -286,17 +288,20 @@ def pointwise_drivers(spec: DriverSpec) -> str:
         f"const {ix} b = {nest.widen('t')} * {lay.chunk}, e = {c_min(f'b + {lay.chunk}', n)};",
         f"bool fl[{nf}] = {{false}};",
     ]
-    cpu = [*head, f"for ({ix} row = b / {inner}; row * {inner} < e; ++row) {{", *row_bases(nest, "row")]
-    cpu.append(f"const {ix} j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;")
-    cpu.append(f"const {ix} j1 = {c_min(f'e - row * {inner}', inner)};")
+    row = [*row_bases(nest, "row"), f"const {ix} j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;"]
+    row.append(f"const {ix} j1 = {c_min(f'e - row * {inner}', inner)};")
     if spec.uses_big or spec.nflags:
-        cpu.append(f"for ({ix} jb = j0; jb < j1; jb += {block}) {{ const {ix} je = {c_min(f'jb + {block}', 'j1')};")
-        cpu += cpu_block(spec, "true", f"row * {inner} + j", []) + ["}"]
+        row.append(f"for ({ix} jb = j0; jb < j1; jb += {block}) {{ const {ix} je = {c_min(f'jb + {block}', 'j1')};")
+        row += cpu_block(spec, "true", f"row * {inner} + j", []) + ["}"]
     else:
-        cpu.append("bool big = false; (void)big;")
+        row.append("bool big = false; (void)big;")
         interior = _call(spec, "false", "true", f"row * {inner} + j", "j", "fl", [])
-        cpu += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", f"F_{_ends(nest)}<"))
-    cpu += ["}", *status_stores(spec)]
+        row += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", f"F_{_ends(nest)}<"))
+    if runs is not None:
+        cpu = [*head, *runs(spec, row)]
+    else:
+        cpu = [*head, f"for ({ix} row = b / {inner}; row * {inner} < e; ++row) {{", *row, "}"]
+    cpu += status_stores(spec)
     cuda = [*head, f"for ({ix} i = b; i < e; ++i) {{", f"const {ix} row = i / {inner}, j = i - row * {inner};"]
     cuda += [*row_bases(nest, "row"), *cuda_element(spec, "true", "i", "j", []), "}"]
     cuda += status_stores(spec)

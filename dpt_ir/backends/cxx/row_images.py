@@ -108,18 +108,19 @@ class RowImages:
         return sum(len(slots) for slots in self.found.values())
 
 
-def statements(images: list[RowImage], rank: int, reads: int, index: str) -> list[str]:
+def statements(images: list[RowImage], rank: int, reads: int, index: str, rb: str = "rb") -> list[str]:
     """Per row (outer coordinates ``c<a>`` of the loop space's ``rank`` set): slot m's input
     index ``q<m>`` (0 where it has none) into ``rb[reads + 2m + 1]`` and whether it has one
-    into ``rb[reads + 2m]``; a slot read through earlier slots' indices uses their ``q``."""
+    into ``rb[reads + 2m]`` (``rb``: the array's name); a slot read through earlier slots'
+    indices uses their ``q``."""
     out, number = [], {r.coord: m for m, r in enumerate(images)}
     for m, r in enumerate(images):
         outer = [f"c{a} * {x}" for a, x in enumerate(r.form.w[:rank]) if x]
         nested = [f"q{number[rank + k]} * {x}" for k, x in enumerate(r.form.w[rank:]) if x]  # defined above
         at = " + ".join([str(r.form.b), *outer, *nested])
         has, index_at = reads + 2 * m, reads + 2 * m + 1
-        out.append(f"{{ const int t = F_ri{m}[{at}]; rb[{has}] = t >= 0; rb[{index_at}] = t >= 0 ? t : 0; }}")
-        out.append(f"const {index} q{m} = rb[{index_at}]; (void)q{m};")
+        out.append(f"{{ const int t = F_ri{m}[{at}]; {rb}[{has}] = t >= 0; {rb}[{index_at}] = t >= 0 ? t : 0; }}")
+        out.append(f"const {index} q{m} = {rb}[{index_at}]; (void)q{m};")
     return out
 
 
