@@ -19,6 +19,7 @@ from dpt_ir.backends.cxx import (
     contraction,
     drivers,
     fanbeam,
+    flat_rows,
     projection,
     recurrence,
     row_images,
@@ -134,7 +135,9 @@ def group_kernels(
     elif nest.roots:
         drv = drivers.reduction_drivers(spec)
     else:
-        drv = drivers.pointwise_drivers(spec)
+        # The rows of a stencil's pads as flat runs, where short rows make the per-row work count.
+        flat = stage is None and flat_rows.eligible(nest, body, target.flat_rows)
+        drv = drivers.pointwise_drivers(spec, flat_rows.cpu_runs if flat else None)
     fn, cxx = hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
     natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
     main = launch(name, unit, fn, checks, lay.dim, group.id, dict(partials), w.slot_base)
