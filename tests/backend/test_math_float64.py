@@ -1,0 +1,99 @@
+"""Accuracy of the math header's own float64 `exp` and `tanh` (`dp_math.h`, docs/math.md): the
+other float64 functions call libm; these two are plain arithmetic so their element loops
+vectorise. Compiled through `dp.compile` (the generated element loop), on float64 values evenly
+spaced in bit order over the whole domain (subnormals included) plus uniform samples of the
+central range, against NumPy's 80-bit `longdouble` (x86 extended precision: 11 more bits than
+double), in float64 ulps of the reference. Special values (+-0, +-inf, NaN, the overflow and
+underflow thresholds) give NumPy's float64 result exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dpt_ir as dp
+
+F64 = np.float64
+N_ORDERED = 1 << 18
+N_UNIFORM = 1 << 17
+# The documented bounds (max ulp), docs/math.md: the measured maximum with a margin.
+BOUNDS = {"exp": 1.5, "tanh": 2.0}
+DOMAINS = {"exp": (-746.0, 710.0), "tanh": (-40.0, 40.0)}
+CENTRAL = {"exp": (-5.0, 5.0), "tanh": (-1.5, 1.5)}
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 2.2250738585072014e-308,
+           709.782712893384, 709.7827128933841, -745.1332191019411, -745.1332191019412, -708.4, 0.625,
+           -0.625, 19.999999999999996, 20.0, 1e-300, -1e-300, 1e-8, 1e300, -1e300]  # fmt: skip
+
+
+def _key(v: float) -> int:
+    i = int(np.array(v, F64).view(np.int64))
+    return i if i >= 0 else -(i & 0x7FFFFFFFFFFFFFFF)
+
+
+def _ordered(lo: float, hi: float, n: int) -> np.ndarray:
+    """``n`` float64 values evenly spaced in bit order from ``lo`` to ``hi``."""
+    k0, k1 = _key(lo), _key(hi)
+    step = (k1 - k0) // (n - 1)  # a Python int: the span itself may pass 2^63
+    keys = k0 + np.arange(n, dtype=np.int64) * step
+    bits = np.where(keys >= 0, keys, (-keys) | np.int64(-0x8000000000000000))
+    return bits.view(F64)
+
+
+def _points(name: str) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    lo, hi = CENTRAL[name]
+    return np.concatenate([_ordered(*DOMAINS[name], N_ORDERED), rng.uniform(lo, hi, N_UNIFORM)])
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dp.Program:
+    n = N_ORDERED + N_UNIFORM
+    g = dp.GraphBuilder("math_float64")
+    x = {name: g.input(f"x_{name}", (n,), dtype="float64", requires_grad=False) for name in BOUNDS}
+    s = g.input("s", (len(SPECIAL),), dtype="float64", requires_grad=False)
+    g.output("exp", dp.exp(x["exp"]))
+    g.output("tanh", dp.tanh(x["tanh"]))
+    g.output("exp_s", dp.exp(s))
+    g.output("tanh_s", dp.tanh(s))
+    return dp.compile(g.build(), device="cpu", threads=1, checks=False)
+
+
+def _run(program: dp.Program) -> dict[str, np.ndarray]:
+    inputs = {f"x_{name}": _points(name) for name in BOUNDS}
+    return program.run(**inputs, s=np.array(SPECIAL, dtype=F64))
+
+
+def _ulps(got: np.ndarray, x: np.ndarray, name: str) -> np.ndarray:
+    with np.errstate(over="ignore", under="ignore"):
+        ref = getattr(np, name)(x.astype(np.longdouble))
+        near = ref.astype(F64)  # past the float64 range: inf
+    finite = np.isfinite(near)
+    ulp = np.spacing(np.abs(near[finite])).astype(np.longdouble)
+    err = np.zeros(got.shape)
+    err[finite] = np.abs(got[finite].astype(np.longdouble) - ref[finite]) / ulp
+    err[~finite] = np.where(got[~finite] == near[~finite], 0.0, np.inf)
+    return err
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63, reason="needs x86 80-bit longdouble")
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_float64_max_ulp_within_documented_bound(name: str, compiled: dp.Program) -> None:
+    x = _points(name)
+    err = _ulps(_run(compiled)[name], x, name)
+    worst = int(np.argmax(err))
+    assert err[worst] <= BOUNDS[name], f"{name}({x[worst]!r}): {err[worst]:.3f} ulp > {BOUNDS[name]}"
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_float64_special_values_match_numpy(name: str, compiled: dp.Program) -> None:
+    s = np.array(SPECIAL, dtype=F64)
+    got = _run(compiled)[f"{name}_s"]
+    with np.errstate(over="ignore", under="ignore"):
+        want = getattr(np, name)(s)
+    for k, v in enumerate(s):
+        if not np.isfinite(want[k]) or want[k] == 0.0 or abs(want[k]) == 1.0:
+            same = (np.isnan(got[k]) and np.isnan(want[k])) or (
+                got[k] == want[k] and np.signbit(got[k]) == np.signbit(want[k])
+            )
+            assert same, f"{name}({v!r}) = {got[k]!r}, NumPy {want[k]!r}"
+    np.testing.assert_allclose(got, want, rtol=4.5e-16, atol=0.0)
