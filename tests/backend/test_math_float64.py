@@ -1,5 +1,5 @@
-"""Accuracy of the math header's own float64 `exp` and `tanh` (`dp_math.h`, docs/math.md): the
-other float64 functions call libm; these two are plain arithmetic so their element loops
+"""Accuracy of the math header's own float64 `exp`, `tanh` and `log` (`dp_math.h`, docs/math.md): the
+other float64 functions call libm; these are plain arithmetic so their element loops
 vectorise. Compiled through `dp.compile` (the generated element loop), on float64 values evenly
 spaced in bit order over the whole domain (subnormals included) plus uniform samples of the
 central range, against NumPy's 80-bit `longdouble` (x86 extended precision: 11 more bits than
@@ -17,12 +17,13 @@ F64 = np.float64
 N_ORDERED = 1 << 18
 N_UNIFORM = 1 << 17
 # The documented bounds (max ulp), docs/math.md: the measured maximum with a margin.
-BOUNDS = {"exp": 1.5, "tanh": 2.0}
-DOMAINS = {"exp": (-746.0, 710.0), "tanh": (-40.0, 40.0)}
-CENTRAL = {"exp": (-5.0, 5.0), "tanh": (-1.5, 1.5)}
+BOUNDS = {"exp": 1.5, "tanh": 2.0, "log": 1.5}
+DOMAINS = {"exp": (-746.0, 710.0), "tanh": (-40.0, 40.0), "log": (5e-324, 1.7976931348623157e308)}
+CENTRAL = {"exp": (-5.0, 5.0), "tanh": (-1.5, 1.5), "log": (0.5, 2.0)}
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 2.2250738585072014e-308,
            709.782712893384, 709.7827128933841, -745.1332191019411, -745.1332191019412, -708.4, 0.625,
-           -0.625, 19.999999999999996, 20.0, 1e-300, -1e-300, 1e-8, 1e300, -1e300]  # fmt: skip
+           -0.625, 19.999999999999996, 20.0, 1e-300, -1e-300, 1e-8, 1e300, -1e300, 1.0, -1.0,
+           1.7976931348623157e308, 0.7071067811865476, 1.4142135623730951]  # fmt: skip
 
 
 def _key(v: float) -> int:
@@ -51,10 +52,9 @@ def compiled() -> dp.Program:
     g = dp.GraphBuilder("math_float64")
     x = {name: g.input(f"x_{name}", (n,), dtype="float64", requires_grad=False) for name in BOUNDS}
     s = g.input("s", (len(SPECIAL),), dtype="float64", requires_grad=False)
-    g.output("exp", dp.exp(x["exp"]))
-    g.output("tanh", dp.tanh(x["tanh"]))
-    g.output("exp_s", dp.exp(s))
-    g.output("tanh_s", dp.tanh(s))
+    for name in BOUNDS:
+        g.output(name, getattr(dp, name)(x[name]))
+        g.output(f"{name}_s", getattr(dp, name)(s))
     return dp.compile(g.build(), device="cpu", threads=1, checks=False)
 
 
@@ -88,12 +88,13 @@ def test_float64_max_ulp_within_documented_bound(name: str, compiled: dp.Program
 def test_float64_special_values_match_numpy(name: str, compiled: dp.Program) -> None:
     s = np.array(SPECIAL, dtype=F64)
     got = _run(compiled)[f"{name}_s"]
-    with np.errstate(over="ignore", under="ignore"):
+    with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
         want = getattr(np, name)(s)
     for k, v in enumerate(s):
-        if not np.isfinite(want[k]) or want[k] == 0.0 or abs(want[k]) == 1.0:
+        if not np.isfinite(want[k]) or want[k] == 0.0 or abs(want[k]) == 1.0:  # exact cases
             same = (np.isnan(got[k]) and np.isnan(want[k])) or (
                 got[k] == want[k] and np.signbit(got[k]) == np.signbit(want[k])
             )
             assert same, f"{name}({v!r}) = {got[k]!r}, NumPy {want[k]!r}"
-    np.testing.assert_allclose(got, want, rtol=4.5e-16, atol=0.0)
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=4.5e-16, atol=0.0)
