@@ -648,7 +648,7 @@ DP_FN double dp_abs(double x) { return dp_as_double(dp_as_i64(x) & 0x7ffffffffff
 DP_FN int dp_nonfinite(double x) {
     return (dp_as_i64(x) & 0x7ff0000000000000LL) == 0x7ff0000000000000LL;
 }
-// exp, tanh and log are plain arithmetic instead (measured 0.98, 1.23 and 0.85 ulp: docs/math.md), so
+// exp, expm1, tanh, log and log1p are plain arithmetic instead (within 1.5 ulp: docs/math.md), so
 // the element loops that call them vectorise: in a float64 MLP layer's forward kernel
 // (bias, tanh, the loss) libm's tanh took 4.1 of its 20.6 ms (2026-12-04).
 DP_FN double dp_pow2i_d(long long n) { return dp_as_double((n + 1023) << 52); }  // -1022 <= n <= 1023
@@ -685,7 +685,44 @@ DP_FN double dp_exp(double x) {
     const double v = (y * dp_pow2i_d(n1)) * dp_pow2i_d(ni - n1);
     return x != x ? x : v;
 }
-DP_FN double dp_expm1(double x) { return DP_LIBM(expm1)(x); }
+
+// expm1(r) for |r| <= ln2 (+ rounding): Taylor to r^17, truncation below 2^-56 relative.
+DP_FN double dp_expm1_ln2_d(double r) {
+    double p = 1.0 / 355687428096000.0;
+    p = dp_fma_d(p, r, 1.0 / 20922789888000.0);
+    p = dp_fma_d(p, r, 1.0 / 1307674368000.0);
+    p = dp_fma_d(p, r, 1.0 / 87178291200.0);
+    p = dp_fma_d(p, r, 1.0 / 6227020800.0);
+    p = dp_fma_d(p, r, 1.0 / 479001600.0);
+    p = dp_fma_d(p, r, 1.0 / 39916800.0);
+    p = dp_fma_d(p, r, 1.0 / 3628800.0);
+    p = dp_fma_d(p, r, 1.0 / 362880.0);
+    p = dp_fma_d(p, r, 1.0 / 40320.0);
+    p = dp_fma_d(p, r, 1.0 / 5040.0);
+    p = dp_fma_d(p, r, 1.0 / 720.0);
+    p = dp_fma_d(p, r, 1.0 / 120.0);
+    p = dp_fma_d(p, r, 1.0 / 24.0);
+    p = dp_fma_d(p, r, 1.0 / 6.0);
+    p = dp_fma_d(p, r, 0.5);
+    return dp_fma_d(p, r * r, r);
+}
+
+// float32 dp_expm1's scheme in double: n = trunc(x / ln2) keeps r and x of one sign, so
+// 2^n expm1(r) + (2^n - 1) never cancels; below -40 the result rounds to -1.
+DP_FN double dp_expm1(double x) {
+    double xc = x < 710.0 ? x : 710.0;  // NaN -> 710, restored below
+    xc = xc > -40.0 ? xc : -40.0;
+    const double n = (double)(long long)(xc * 1.4426950408889634);
+    double r = dp_fma_d(n, -6.93147180369123816490e-01, xc);
+    r = dp_fma_d(n, -1.90821492927058770002e-10, r);
+    const double e = dp_expm1_ln2_d(r);
+    const long long ni = (long long)n;  // [-57, 1024]
+    const double s = dp_pow2i_d(ni < 1023 ? ni : 1023);
+    double v = dp_fma_d(s, e, s - 1.0);
+    v = ni > 1023 ? v * 2.0 : v;  // 2^1024 (e + 1): overflows exactly where expm1 does
+    v = x == 0.0 ? x : v;         // keeps -0
+    return x != x ? x : v;
+}
 // fdlibm's log: x = 2^k m with m in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^54 first),
 // log m = f - f^2/2 + s (f^2/2 + R(s^2)) for f = m - 1, s = f / (2 + f); k ln2 in two parts.
 DP_FN double dp_log(double x) {
@@ -710,7 +747,16 @@ DP_FN double dp_log(double x) {
     out = x < 0.0 ? dp_as_double(0x7ff8000000000000LL) : out;
     return x != x ? x : out;
 }
-DP_FN double dp_log1p(double x) { return DP_LIBM(log1p)(x); }
+// log(1 + x) as log(u) for u = 1 + x, plus the rounding of u relative to u: below 2^-53,
+// u = 1 and the result is x; -1 -> -inf, below -1 NaN, inf, -0 and NaN as libm.
+DP_FN double dp_log1p(double x) {
+    const double u = 1.0 + x;
+    const double v = dp_log(u) + (x - (u - 1.0)) / u;
+    const double inf = dp_as_double(0x7ff0000000000000LL);
+    double out = x == -1.0 ? -inf : v;
+    out = (x == inf || x == 0.0) ? x : out;
+    return x != x ? x : out;
+}
 template <bool P> DP_FN double dp_sin_t(double x, bool& big) { (void)big; return DP_LIBM(sin)(x); }
 template <bool P> DP_FN double dp_cos_t(double x, bool& big) { (void)big; return DP_LIBM(cos)(x); }
 // Cephes tanh: x + x^3 P(x^2)/Q(x^2) below 0.625, else 1 - 2/(e^2|x| + 1) (1 at |x| >= 20:
