@@ -1,10 +1,11 @@
-"""Accuracy of the math header's own float64 `exp`, `expm1`, `tanh`, `log` and `log1p`
-(`dp_math.h`, docs/math.md): the other float64 functions call libm; these are plain arithmetic
-so their element loops vectorise. Compiled through `dp.compile` (the generated element loop), on float64 values evenly
-spaced in bit order over the whole domain (subnormals included) plus uniform samples of the
-central range, against NumPy's 80-bit `longdouble` (x86 extended precision: 11 more bits than
-double), in float64 ulps of the reference. Special values (+-0, +-inf, NaN, the overflow and
-underflow thresholds) give NumPy's float64 result exactly."""
+"""Accuracy of the math header's own float64 `exp`, `expm1`, `tanh`, `log`, `log1p`, `sin` and
+`cos` (`dp_math.h`, docs/math.md): the other float64 functions call libm; these are plain
+arithmetic so their element loops vectorise (sin and cos past 2^20 rerun the block with libm).
+Compiled through `dp.compile` (the generated element loop), on float64 values evenly spaced in
+bit order over the whole domain (subnormals included) plus uniform samples of the central range,
+against NumPy's 80-bit `longdouble` (x86 extended precision: 11 more bits than double), in
+float64 ulps of the reference. Special values (+-0, +-inf, NaN, the overflow and underflow
+thresholds, the fast trig range's end) give NumPy's float64 result exactly."""
 
 from __future__ import annotations
 
@@ -17,20 +18,24 @@ F64 = np.float64
 N_ORDERED = 1 << 18
 N_UNIFORM = 1 << 17
 # The documented bounds (max ulp), docs/math.md: the measured maximum with a margin.
-BOUNDS = {"exp": 1.5, "expm1": 1.5, "tanh": 2.0, "log": 1.5, "log1p": 2.0}
+BOUNDS = {"exp": 1.5, "expm1": 1.5, "tanh": 2.0, "log": 1.5, "log1p": 2.0, "sin": 2.0, "cos": 2.0}
 DOMAINS = {
     "exp": (-746.0, 710.0),
     "expm1": (-60.0, 710.0),
     "tanh": (-40.0, 40.0),
     "log": (5e-324, 1.7976931348623157e308),
     "log1p": (-0.9999999999999999, 1.7976931348623157e308),
+    "sin": (-1.7976931348623157e308, 1.7976931348623157e308),  # past 2^20: libm, by the rerun
+    "cos": (-1.7976931348623157e308, 1.7976931348623157e308),
 }
-CENTRAL = {"exp": (-5.0, 5.0), "expm1": (-2.0, 2.0), "tanh": (-1.5, 1.5), "log": (0.5, 2.0), "log1p": (-0.5, 1.0)}
+CENTRAL = {"exp": (-5.0, 5.0), "expm1": (-2.0, 2.0), "tanh": (-1.5, 1.5), "log": (0.5, 2.0), "log1p": (-0.5, 1.0),
+           "sin": (-1.1e6, 1.1e6), "cos": (-1.1e6, 1.1e6)}  # fmt: skip
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 2.2250738585072014e-308,
            709.782712893384, 709.7827128933841, -745.1332191019411, -745.1332191019412, -708.4, 0.625,
            -0.625, 19.999999999999996, 20.0, 1e-300, -1e-300, 1e-8, 1e300, -1e300, 1.0, -1.0,
            1.7976931348623157e308, 0.7071067811865476, 1.4142135623730951, -2.0, -0.9999999999999999,
-           1e-20, -1e-20, -40.0, -41.0]  # fmt: skip
+           1e-20, -1e-20, -40.0, -41.0, 1048575.9999999999, 1048576.0, 1.5707963267948966,
+           3.141592653589793, 1e22]  # fmt: skip
 
 
 def _key(v: float) -> int:

@@ -648,7 +648,7 @@ DP_FN double dp_abs(double x) { return dp_as_double(dp_as_i64(x) & 0x7ffffffffff
 DP_FN int dp_nonfinite(double x) {
     return (dp_as_i64(x) & 0x7ff0000000000000LL) == 0x7ff0000000000000LL;
 }
-// exp, expm1, tanh, log and log1p are plain arithmetic instead (within 1.5 ulp: docs/math.md), so
+// exp, expm1, tanh, log, log1p, sin and cos are plain arithmetic instead (docs/math.md), so
 // the element loops that call them vectorise: in a float64 MLP layer's forward kernel
 // (bias, tanh, the loss) libm's tanh took 4.1 of its 20.6 ms (2026-12-04).
 DP_FN double dp_pow2i_d(long long n) { return dp_as_double((n + 1023) << 52); }  // -1022 <= n <= 1023
@@ -757,8 +757,57 @@ DP_FN double dp_log1p(double x) {
     out = (x == inf || x == 0.0) ? x : out;
     return x != x ? x : out;
 }
-template <bool P> DP_FN double dp_sin_t(double x, bool& big) { (void)big; return DP_LIBM(sin)(x); }
-template <bool P> DP_FN double dp_cos_t(double x, bool& big) { (void)big; return DP_LIBM(cos)(x); }
+// sin and cos: for |x| < 2^20, x = q pi/2 + r by Cody-Waite in three FMA steps (pi/2 as three
+// doubles: each step's difference is exact there but for its last rounding), fdlibm's kernels
+// on |r| <= pi/4 (sin: x + x^3 (S1 + z R(z)); cos: musl's 1 - z/2 + z^2 C(z) with the
+// compensated 1 - z/2). A finite |x| >= 2^20 raises `big`, and the precise variant
+// (P: the driver's rerun of the block) is libm's.
+DP_FN double dp_trig_reduce_fast_d(double x, long long& q) {
+    const double xs = dp_abs(x) < 1048576.0 ? x : 0.0;  // NaN, inf and huge -> 0, selected later
+    const double j = dp_rint_d(xs * 0.63661977236758134);
+    double r = dp_fma_d(j, -1.5707963267948966, xs);
+    r = dp_fma_d(j, -6.123233995736766e-17, r);
+    r = dp_fma_d(j, 1.4973849048591698e-33, r);
+    q = (long long)j;
+    return r;
+}
+DP_FN double dp_trig_eval_d(double r, long long q) {
+    const double z = r * r;
+    const double sr = 8.33333333332248946124e-03 +
+                      z * (-1.98412698298579493134e-04 +
+                           z * (2.75573137070700676789e-06 + z * (-2.50507602534068634195e-08 + z * 1.58969099521155010221e-10)));
+    const double s = r + (z * r) * (-1.66666666666666324348e-01 + z * sr);
+    const double cr =
+        z * (4.16666666666666019037e-02 +
+             z * (-1.38888888888741095749e-03 +
+                  z * (2.48015872894767294178e-05 +
+                       z * (-2.75573143513906633035e-07 + z * (2.08757232129817482790e-09 + z * -1.13596475577881948265e-11)))));
+    const double hz = 0.5 * z;
+    const double w = 1.0 - hz;
+    const double c = w + (((1.0 - w) - hz) + z * cr);
+    const double v = (q & 1) ? c : s;
+    return (q & 2) ? -v : v;
+}
+DP_FN bool dp_trig_big_d(double x) {
+    const double a = dp_abs(x);
+    return a >= 1048576.0 && a <= 1.7976931348623157e308;
+}
+DP_FN double dp_sin_fast_d(double x, bool& big) {
+    long long q;
+    const double r = dp_trig_reduce_fast_d(x, q);
+    big |= dp_trig_big_d(x);
+    const double v = x == 0.0 ? x : dp_trig_eval_d(r, q);
+    return dp_nonfinite(x) ? (double)dp_nan() : v;
+}
+DP_FN double dp_cos_fast_d(double x, bool& big) {
+    long long q;
+    const double r = dp_trig_reduce_fast_d(x, q);
+    big |= dp_trig_big_d(x);
+    const double v = dp_trig_eval_d(r, q + 1);
+    return dp_nonfinite(x) ? (double)dp_nan() : v;
+}
+template <bool P> DP_FN double dp_sin_t(double x, bool& big) { return P ? DP_LIBM(sin)(x) : dp_sin_fast_d(x, big); }
+template <bool P> DP_FN double dp_cos_t(double x, bool& big) { return P ? DP_LIBM(cos)(x) : dp_cos_fast_d(x, big); }
 // Cephes tanh: x + x^3 P(x^2)/Q(x^2) below 0.625, else 1 - 2/(e^2|x| + 1) (1 at |x| >= 20:
 // 2/(e^40 + 1) < 2^-56).
 DP_FN double dp_tanh(double x) {
