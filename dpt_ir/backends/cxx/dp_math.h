@@ -653,9 +653,9 @@ DP_FN int dp_nonfinite(double x) {
 // (bias, tanh, the loss) libm's tanh took 4.1 of its 20.6 ms (2026-12-04).
 DP_FN double dp_pow2i_d(long long n) { return dp_as_double((n + 1023) << 52); }  // -1022 <= n <= 1023
 
-// expm1(r) for |r| <= ln2/2 (+ rounding): Taylor to r^13, truncation below 2^-57 relative.
-DP_FN double dp_expm1_half_d(double r) {
-    double p = 1.0 / 6227020800.0;
+// expm1(r) by Horner from the coefficient ``p`` of r^13 (the sum of the higher terms' part
+// there) down to r^2: Taylor's coefficients 1/k!.
+DP_FN double dp_expm1_from13_d(double p, double r) {
     p = dp_fma_d(p, r, 1.0 / 479001600.0);
     p = dp_fma_d(p, r, 1.0 / 39916800.0);
     p = dp_fma_d(p, r, 1.0 / 3628800.0);
@@ -669,6 +669,9 @@ DP_FN double dp_expm1_half_d(double r) {
     p = dp_fma_d(p, r, 0.5);
     return dp_fma_d(p, r * r, r);
 }
+
+// expm1(r) for |r| <= ln2/2 (+ rounding): Taylor to r^13, truncation below 2^-57 relative.
+DP_FN double dp_expm1_half_d(double r) { return dp_expm1_from13_d(1.0 / 6227020800.0, r); }
 
 // dp_exp's float32 scheme in double: Cody-Waite with fdlibm's ln2 split (the high part's low
 // 32 bits are zero, so n * ln2_hi is exact), 2^n as two normal factors (n in [-1076, 1024]):
@@ -692,19 +695,7 @@ DP_FN double dp_expm1_ln2_d(double r) {
     p = dp_fma_d(p, r, 1.0 / 20922789888000.0);
     p = dp_fma_d(p, r, 1.0 / 1307674368000.0);
     p = dp_fma_d(p, r, 1.0 / 87178291200.0);
-    p = dp_fma_d(p, r, 1.0 / 6227020800.0);
-    p = dp_fma_d(p, r, 1.0 / 479001600.0);
-    p = dp_fma_d(p, r, 1.0 / 39916800.0);
-    p = dp_fma_d(p, r, 1.0 / 3628800.0);
-    p = dp_fma_d(p, r, 1.0 / 362880.0);
-    p = dp_fma_d(p, r, 1.0 / 40320.0);
-    p = dp_fma_d(p, r, 1.0 / 5040.0);
-    p = dp_fma_d(p, r, 1.0 / 720.0);
-    p = dp_fma_d(p, r, 1.0 / 120.0);
-    p = dp_fma_d(p, r, 1.0 / 24.0);
-    p = dp_fma_d(p, r, 1.0 / 6.0);
-    p = dp_fma_d(p, r, 0.5);
-    return dp_fma_d(p, r * r, r);
+    return dp_expm1_from13_d(dp_fma_d(p, r, 1.0 / 6227020800.0), r);
 }
 
 // float32 dp_expm1's scheme in double: n = trunc(x / ln2) keeps r and x of one sign, so
