@@ -1,5 +1,5 @@
-"""Accuracy of the math header's own float64 `exp`, `expm1`, `tanh`, `log`, `log1p`, `sin` and
-`cos` (`dp_math.h`, docs/math.md): the other float64 functions call libm; these are plain
+"""Accuracy of the math header's own float64 `exp`, `expm1`, `tanh`, `log`, `log1p`, `sin`,
+`cos` and `atan2` (`dp_math.h`, docs/math.md): the other float64 functions call libm; these are plain
 arithmetic so their element loops vectorise (sin and cos past 2^20 rerun the block with libm).
 Compiled through `dp.compile` (the generated element loop), on float64 values evenly spaced in
 bit order over the whole domain (subnormals included) plus uniform samples of the central range,
@@ -19,6 +19,7 @@ N_ORDERED = 1 << 18
 N_UNIFORM = 1 << 17
 # The documented bounds (max ulp), docs/math.md: the measured maximum with a margin.
 BOUNDS = {"exp": 1.5, "expm1": 1.5, "tanh": 2.0, "log": 1.5, "log1p": 2.0, "sin": 2.0, "cos": 2.0}
+ATAN2_BOUND = 2.0
 DOMAINS = {
     "exp": (-746.0, 710.0),
     "expm1": (-60.0, 710.0),
@@ -64,20 +65,40 @@ def compiled() -> dp.Program:
     g = dp.GraphBuilder("math_float64")
     x = {name: g.input(f"x_{name}", (n,), dtype="float64", requires_grad=False) for name in BOUNDS}
     s = g.input("s", (len(SPECIAL),), dtype="float64", requires_grad=False)
+    ya, xa = (g.input(k, (n,), dtype="float64", requires_grad=False) for k in ("ya", "xa"))
+    sy, sx = (g.input(k, (len(SPECIAL) ** 2,), dtype="float64", requires_grad=False) for k in ("sy", "sx"))
+    g.output("atan2", dp.arctan2(ya, xa))
+    g.output("atan2_s", dp.arctan2(sy, sx))
     for name in BOUNDS:
         g.output(name, getattr(dp, name)(x[name]))
         g.output(f"{name}_s", getattr(dp, name)(s))
     return dp.compile(g.build(), device="cpu", threads=1, checks=False)
 
 
+def _pairs() -> tuple[np.ndarray, np.ndarray]:
+    """atan2's (y, x): y over the whole range in bit order, x a shuffle of it (every ratio and
+    quadrant), then uniform pairs near the origin."""
+    rng = np.random.default_rng(8)
+    big = np.finfo(F64).max
+    y = _ordered(-big, big, N_ORDERED)
+    x = rng.permutation(y)
+    near = rng.uniform(-3.0, 3.0, (2, N_UNIFORM))
+    return np.concatenate([y, near[0]]), np.concatenate([x, near[1]])
+
+
 def _run(program: dp.Program) -> dict[str, np.ndarray]:
     inputs = {f"x_{name}": _points(name) for name in BOUNDS}
-    return program.run(**inputs, s=np.array(SPECIAL, dtype=F64))
+    ya, xa = _pairs()
+    sy, sx = (v.ravel() for v in np.meshgrid(SPECIAL, SPECIAL, indexing="ij"))
+    return program.run(**inputs, s=np.array(SPECIAL, dtype=F64), ya=ya, xa=xa, sy=sy, sx=sx)
 
 
-def _ulps(got: np.ndarray, x: np.ndarray, name: str) -> np.ndarray:
+def _ulps(got: np.ndarray, x: np.ndarray, name: str, x2: np.ndarray | None = None) -> np.ndarray:
+    """|got - ref| in float64 ulps of ``ref`` (``name``'s NumPy function of ``x`` (and ``x2``)
+    in longdouble); a non-finite reference must be met exactly."""
+    args = (x,) if x2 is None else (x, x2)
     with np.errstate(over="ignore", under="ignore"):
-        ref = getattr(np, name)(x.astype(np.longdouble))
+        ref = getattr(np, name)(*(a.astype(np.longdouble) for a in args))
         near = ref.astype(F64)  # past the float64 range: inf
     finite = np.isfinite(near)
     ulp = np.spacing(np.abs(near[finite])).astype(np.longdouble)
@@ -94,6 +115,25 @@ def test_float64_max_ulp_within_documented_bound(name: str, compiled: dp.Program
     err = _ulps(_run(compiled)[name], x, name)
     worst = int(np.argmax(err))
     assert err[worst] <= BOUNDS[name], f"{name}({x[worst]!r}): {err[worst]:.3f} ulp > {BOUNDS[name]}"
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63, reason="needs x86 80-bit longdouble")
+def test_float64_atan2_max_ulp_within_documented_bound(compiled: dp.Program) -> None:
+    y, x = _pairs()
+    err = _ulps(_run(compiled)["atan2"], y, "arctan2", x)
+    worst = int(np.argmax(err))
+    assert err[worst] <= ATAN2_BOUND, f"atan2({y[worst]!r}, {x[worst]!r}): {err[worst]:.3f} ulp > {ATAN2_BOUND}"
+
+
+def test_float64_atan2_special_values_match_numpy(compiled: dp.Program) -> None:
+    """Every pair of special values (signed zeros, infinities, NaN): NumPy's result, the sign
+    of a zero included, and within rounding elsewhere."""
+    sy, sx = (v.ravel() for v in np.meshgrid(SPECIAL, SPECIAL, indexing="ij"))
+    got, want = _run(compiled)["atan2_s"], np.arctan2(sy, sx)
+    same = (np.isnan(got) & np.isnan(want)) | ((got == want) & (np.signbit(got) == np.signbit(want)))
+    close = np.isclose(got, want, rtol=4.5e-16, atol=0.0) & (np.signbit(got) == np.signbit(want))
+    bad = np.flatnonzero(~(same | close))
+    assert bad.size == 0, [f"atan2({sy[k]!r}, {sx[k]!r}) = {got[k]!r}, NumPy {want[k]!r}" for k in bad[:5]]
 
 
 @pytest.mark.parametrize("name", sorted(BOUNDS))

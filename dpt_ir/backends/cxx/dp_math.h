@@ -629,12 +629,13 @@ DP_FN void dp_lse_fold(float& m, double& s, float om, double os) {
     m = top;
 }
 
-// -- float64 (libm) -------------------------------------------------------------------
+// -- float64 -------------------------------------------------------------------------
 // Overloads of the float32 functions for double, so one op-table template serves both
-// types (C++ picks by argument type). Most call libm (CPU: clang's __builtin_* lower to
-// the libm symbols; CUDA: the CUDA math library), which is within ~1 ulp and keeps C99's
-// special values; these calls do not vectorise. sin/cos never report `big` (libm reduces
-// huge arguments itself). sigmoid and softplus use the float32 functions' formulas.
+// types (C++ picks by argument type). floor, ceil and sqrt are builtins (one instruction
+// each); erf and pow, and the precise variants of sin and cos, call libm (CPU: clang's
+// __builtin_* lower to the libm symbols; CUDA: the CUDA math library), which is within ~1 ulp
+// and keeps C99's special values, but whose calls do not vectorise. The rest are written out
+// below. sigmoid and softplus use the float32 functions' formulas.
 #ifdef DP_CUDA
 #define DP_LIBM(f) ::f
 #else
@@ -648,7 +649,7 @@ DP_FN double dp_abs(double x) { return dp_as_double(dp_as_i64(x) & 0x7ffffffffff
 DP_FN int dp_nonfinite(double x) {
     return (dp_as_i64(x) & 0x7ff0000000000000LL) == 0x7ff0000000000000LL;
 }
-// exp, expm1, tanh, log, log1p, sin and cos are plain arithmetic instead (docs/math.md), so
+// exp, expm1, tanh, log, log1p, sin, cos and atan2 are plain arithmetic instead (docs/math.md), so
 // the element loops that call them vectorise: in a float64 MLP layer's forward kernel
 // (bias, tanh, the loss) libm's tanh took 4.1 of its 20.6 ms (2026-12-04).
 DP_FN double dp_pow2i_d(long long n) { return dp_as_double((n + 1023) << 52); }  // -1022 <= n <= 1023
@@ -823,7 +824,30 @@ DP_FN double dp_softplus(double x) {
 }
 DP_FN double dp_erf(double x) { return DP_LIBM(erf)(x); }
 DP_FN double dp_pow(double x, double y) { return DP_LIBM(pow)(x, y); }
-DP_FN double dp_atan2(double y, double x) { return DP_LIBM(atan2)(y, x); }
+// float32 dp_atan2's folding (w = min/max of |x|, |y| in [0, 1], the quadrant by selects, pi/2
+// in two parts) around Cephes' atan: t + t^3 P(t^2)/Q(t^2), above 0.66 as pi/4 + atan((w - 1)
+// / (w + 1)) with pi/4's low part.
+DP_FN double dp_atan2(double y, double x) {
+    const double ax = dp_abs(x), ay = dp_abs(y);
+    const bool swap = ay > ax;
+    const double mn = swap ? ax : ay, mx = swap ? ay : ax;
+    const double w = mx == 0.0 ? 0.0 : (mn == (double)dp_inf() ? 1.0 : mn / mx);  // both inf: pi/4
+    const bool mid = w > 0.66;
+    const double t = mid ? (w - 1.0) / (w + 1.0) : w;
+    const double z = t * t;
+    const double num =
+        ((((-8.750608600031904122785e-1 * z - 1.615753718733365076637e1) * z - 7.500855792314704667340e1) * z -
+          1.228866684490136173410e2) * z - 6.485021904942025371773e1) * z;
+    const double den = ((((z + 2.485846490142306297962e1) * z + 1.650270098316988542046e2) * z + 4.328810604912902668951e2) * z +
+                        4.853903996359136964868e2) * z + 1.945506571482613964425e2;
+    const double at = (mid ? 7.85398163397448309616e-1 : 0.0) + ((t + t * (num / den)) + (mid ? 3.061616997868382943065e-17 : 0.0));
+    const bool xneg = dp_as_i64(x) < 0;
+    const double s = swap != xneg ? -1.0 : 1.0;
+    const double kf = swap ? 1.0 : (xneg ? 2.0 : 0.0);
+    const double v = dp_fma_d(kf, 1.5707963267948966, dp_fma_d(kf, 6.123233995736766e-17, s * at));
+    const double r = dp_as_double(dp_as_i64(v) | (dp_as_i64(y) & (long long)0x8000000000000000ULL));
+    return (x != x || y != y) ? x + y : r;
+}
 template <> struct dp_limits<double> {
     DP_FN double lowest() { return -(double)dp_inf(); }
     DP_FN double highest() { return (double)dp_inf(); }
