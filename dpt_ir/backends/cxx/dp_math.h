@@ -632,7 +632,7 @@ DP_FN void dp_lse_fold(float& m, double& s, float om, double os) {
 // -- float64 -------------------------------------------------------------------------
 // Overloads of the float32 functions for double, so one op-table template serves both
 // types (C++ picks by argument type). floor, ceil and sqrt are builtins (one instruction
-// each); erf and pow, and the precise variants of sin and cos, call libm (CPU: clang's
+// each); pow and the precise variants of sin and cos call libm (CPU: clang's
 // __builtin_* lower to the libm symbols; CUDA: the CUDA math library), which is within ~1 ulp
 // and keeps C99's special values, but whose calls do not vectorise. The rest are written out
 // below. sigmoid and softplus use the float32 functions' formulas.
@@ -649,7 +649,7 @@ DP_FN double dp_abs(double x) { return dp_as_double(dp_as_i64(x) & 0x7ffffffffff
 DP_FN int dp_nonfinite(double x) {
     return (dp_as_i64(x) & 0x7ff0000000000000LL) == 0x7ff0000000000000LL;
 }
-// exp, expm1, tanh, log, log1p, sin, cos and atan2 are plain arithmetic instead (docs/math.md), so
+// exp, expm1, tanh, log, log1p, sin, cos, atan2 and erf are plain arithmetic instead (docs/math.md), so
 // the element loops that call them vectorise: in a float64 MLP layer's forward kernel
 // (bias, tanh, the loss) libm's tanh took 4.1 of its 20.6 ms (2026-12-04).
 DP_FN double dp_pow2i_d(long long n) { return dp_as_double((n + 1023) << 52); }  // -1022 <= n <= 1023
@@ -822,7 +822,30 @@ DP_FN double dp_softplus(double x) {
     const double v = (x > 0.0 ? x : 0.0) + dp_log1p(dp_exp(-dp_abs(x)));
     return x != x ? x : v;
 }
-DP_FN double dp_erf(double x) { return DP_LIBM(erf)(x); }
+// Cephes erf: x T(x^2)/U(x^2) below 1, else 1 - exp(-x^2) P(|x|)/Q(|x|) with |x| clamped to 6
+// (erfc(6) < 2^-55: the result is +-1 there).
+DP_FN double dp_erf(double x) {
+    const double a = dp_abs(x);
+    const double z = x * x;
+    const double t = (((9.60497373987051638749e0 * z + 9.00260197203842689217e1) * z + 2.23200534594684319226e3) * z +
+                      7.00332514112805075473e3) * z + 5.55923013010394962768e4;
+    const double u = ((((z + 3.35617141647503099647e1) * z + 5.21357949780152679795e2) * z + 4.59432382970980127987e3) * z +
+                      2.26290000613890934246e4) * z + 4.92673942608635921086e4;
+    const double small = x * (t / u);
+    const double c = a < 6.0 ? a : 6.0;  // NaN -> 6, restored below
+    const double p =
+        (((((((2.46196981473530512524e-10 * c + 5.64189564831068821977e-1) * c + 7.46321056442269912687e0) * c +
+             4.86371970985681366614e1) * c + 1.96520832956077098242e2) * c + 5.26445194995477358631e2) * c +
+          9.34528527171957607540e2) * c + 1.02755188689515710272e3) * c + 5.57535335369399327526e2;
+    const double q =
+        (((((((c + 1.32281951154744992508e1) * c + 8.67072140885989742329e1) * c + 3.54937778887819891062e2) * c +
+            9.75708501743205489753e2) * c + 1.82390916687909736289e3) * c + 2.24633760818710981792e3) * c +
+         1.65666309194161350182e3) * c + 5.57535340817727675546e2;
+    const double m = 1.0 - dp_exp(-(c * c)) * (p / q);
+    const double large = dp_as_double(dp_as_i64(m) | (dp_as_i64(x) & (long long)0x8000000000000000ULL));
+    const double v = a < 1.0 ? small : large;
+    return x != x ? x : v;
+}
 DP_FN double dp_pow(double x, double y) { return DP_LIBM(pow)(x, y); }
 // float32 dp_atan2's folding (w = min/max of |x|, |y| in [0, 1], the quadrant by selects, pi/2
 // in two parts) around Cephes' atan: t + t^3 P(t^2)/Q(t^2), above 0.66 as pi/4 + atan((w - 1)
