@@ -646,6 +646,9 @@ DP_FN double dp_ceil(double x) { return DP_LIBM(ceil)(x); }
 DP_FN double dp_sqrt(double x) { return DP_LIBM(sqrt)(x); }
 DP_FN double dp_rsqrt(double x) { return 1.0 / dp_sqrt(x); }
 DP_FN double dp_abs(double x) { return dp_as_double(dp_as_i64(x) & 0x7fffffffffffffffLL); }
+DP_FN double dp_copysign(double mag, double sgn) {
+    return dp_as_double((dp_as_i64(mag) & 0x7fffffffffffffffLL) | (dp_as_i64(sgn) & (long long)0x8000000000000000ULL));
+}
 DP_FN int dp_nonfinite(double x) {
     return (dp_as_i64(x) & 0x7ff0000000000000LL) == 0x7ff0000000000000LL;
 }
@@ -733,10 +736,10 @@ DP_FN double dp_log(double x) {
         z * (6.666666666666735130e-01 + w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
     const double dk = (double)k;
     const double v = s * (hfsq + t1 + t2) + dk * 1.90821492927058770002e-10 - hfsq + f + dk * 6.93147180369123816490e-01;
-    const double inf = dp_as_double(0x7ff0000000000000LL);
+    const double inf = (double)dp_inf();
     double out = x == inf ? x : v;
     out = x == 0.0 ? -inf : out;
-    out = x < 0.0 ? dp_as_double(0x7ff8000000000000LL) : out;
+    out = x < 0.0 ? (double)dp_nan() : out;
     return x != x ? x : out;
 }
 // log(1 + x) as log(u) for u = 1 + x, plus the rounding of u relative to u: below 2^-53,
@@ -744,7 +747,7 @@ DP_FN double dp_log(double x) {
 DP_FN double dp_log1p(double x) {
     const double u = 1.0 + x;
     const double v = dp_log(u) + (x - (u - 1.0)) / u;
-    const double inf = dp_as_double(0x7ff0000000000000LL);
+    const double inf = (double)dp_inf();
     double out = x == -1.0 ? -inf : v;
     out = (x == inf || x == 0.0) ? x : out;
     return x != x ? x : out;
@@ -810,7 +813,7 @@ DP_FN double dp_tanh(double x) {
     const double small = dp_fma_d(x, p / q, x);
     const double e = dp_exp(2.0 * (a < 20.0 ? a : 20.0));  // NaN -> 20, restored below
     const double m = 1.0 - 2.0 / (e + 1.0);
-    const double large = dp_as_double(dp_as_i64(m) | (dp_as_i64(x) & (long long)0x8000000000000000ULL));
+    const double large = dp_copysign(m, x);
     const double v = a < 0.625 ? small : large;
     return (x != x || x == 0.0) ? x : v;  // NaN, and the sign of -0
 }
@@ -842,7 +845,7 @@ DP_FN double dp_erf(double x) {
             9.75708501743205489753e2) * c + 1.82390916687909736289e3) * c + 2.24633760818710981792e3) * c +
          1.65666309194161350182e3) * c + 5.57535340817727675546e2;
     const double m = 1.0 - dp_exp(-(c * c)) * (p / q);
-    const double large = dp_as_double(dp_as_i64(m) | (dp_as_i64(x) & (long long)0x8000000000000000ULL));
+    const double large = dp_copysign(m, x);
     const double v = a < 1.0 ? small : large;
     return x != x ? x : v;
 }
@@ -868,7 +871,7 @@ DP_FN double dp_atan2(double y, double x) {
     const double s = swap != xneg ? -1.0 : 1.0;
     const double kf = swap ? 1.0 : (xneg ? 2.0 : 0.0);
     const double v = dp_fma_d(kf, 1.5707963267948966, dp_fma_d(kf, 6.123233995736766e-17, s * at));
-    const double r = dp_as_double(dp_as_i64(v) | (dp_as_i64(y) & (long long)0x8000000000000000ULL));
+    const double r = dp_copysign(v, y);
     return (x != x || y != y) ? x + y : r;
 }
 template <> struct dp_limits<double> {

@@ -88,16 +88,17 @@ def _advances(nest: Nest, r: Read) -> bool:
     return bool(r.strides) and len(r.strides) == len(nest.base_outer) and r.strides[-1] == nest.inner * r.step
 
 
-def same_row_class(nest: Nest, nb: str = "nrb", rb: str = "rb", rows: str = "(r1 - row)") -> str:
-    """C++ of whether the bases ``nb`` (row ``row + rows``) continue the run of ``rb`` (row
-    ``row``): each row read's base advanced by ``rows`` rows of its step, each row image's
-    flag the same, and the same interior."""
+def same_row_class(nest: Nest) -> str:
+    """C++ of whether row ``r1``'s bases (``nrb``, ``nglo``, ``nghi``: `row_bases` with prefix
+    ``n``) continue the run that starts at row ``row`` (``rb``, ``glo``, ``ghi``): each row
+    read's base advanced by ``r1 - row`` rows of its step, each row image's flag the same, and
+    the same interior."""
     terms = []
     for k, r in enumerate(nest.row_reads):
         delta = nest.inner * r.step
-        terms.append(f"{nb}[{k}] == {rb}[{k}]" + (f" + {rows} * {delta}" if delta else ""))
+        terms.append(f"nrb[{k}] == rb[{k}]" + (f" + (r1 - row) * {delta}" if delta else ""))
     base = len(nest.row_reads)
-    terms += [f"{nb}[{base + 2 * m}] == {rb}[{base + 2 * m}]" for m in range(len(nest.images))]
+    terms += [f"nrb[{base + 2 * m}] == rb[{base + 2 * m}]" for m in range(len(nest.images))]
     if nest.guards:
         terms += ["nglo == glo", "nghi == ghi"]
     return " && ".join(terms) or "true"
@@ -160,7 +161,7 @@ def cpu_runs(spec: DriverSpec, row: list[str]) -> list[str]:
 def _row_ends(spec: DriverSpec) -> list[str]:
     """``row_ends(row)``: a run's row ``row`` outside its interior, by the ends function (as the
     row walk computes them), its flags ORed into ``fl``; a huge trig argument there reruns the
-    whole row (`drivers.cpu_block`'s precise path). None without guards (no ends)."""
+    whole row (`drivers.cpu_block`'s precise path). Nothing without guards (no ends)."""
     nest = spec.nest
     if not nest.guards:
         return []
