@@ -12,6 +12,11 @@ import pytest
 
 import dpt_ir as dp
 from dpt_ir.backends.base import Target
+from dpt_ir.backends.cxx import flat_rows
+from dpt_ir.backends.cxx.nest import cover
+from dpt_ir.ir.kernel_ir import plan_of
+from dpt_ir.passes.manager import run_pipeline
+from dpt_ir.passes.options import CompileOptions
 
 LAP = np.array([[0.0, 1.0, 0.0], [1.0, -4.0, 1.0], [0.0, 1.0, 0.0]], dtype=np.float32)
 SHAPE = (2, 40, 37)  # a batch of 2, rows of 37: runs of several rows, two pad rows and ends per row
@@ -94,3 +99,26 @@ def test_rows_wider_than_the_target_walk_row_by_row() -> None:
     wide = (2, 12, Target.for_device("cpu").flat_rows + 1)
     program = dp.compile(_graph("constant", wide), wrt=["u"], loss="loss", device="cpu", threads=1)
     assert "one_row" not in _flat_text(program)
+
+
+def test_reads_of_summed_slots_only_do_not_end_a_run() -> None:
+    """The adjoint of ``nearest`` pads sums a second image in its edge rows only. The reads
+    through that image (and through the pad's images below it) have index 0 in every other
+    row, so their bases do not advance: the run check compares them only in a summing row
+    (``rs``), or no run would ever pass one row."""
+    g = dp.GraphBuilder("flat_rows_summed")
+    u = g.input("u", (24, 20), dtype="float32")
+    k = g.input("k", (24, 20), dtype="float32")
+    g.output("loss", dp.sum(dp.square(u + k * dp.correlate(u, LAP, mode="nearest"))))
+    joint = run_pipeline(g.build(), CompileOptions(wrt=("u", "k"))).graph
+    nests = [n for grp in plan_of(joint).groups if (n := cover(joint, grp)) is not None and n.summed]
+    assert nests, "the adjoint's group should sum row images"
+    for nest in nests:
+        only = flat_rows.summed_only(nest)
+        assert any(nest.images[m].slot == 0 for m in only), "a pad's image below the second slot"
+        check = flat_rows.same_row_class(nest)
+        guarded = [k for k, r in enumerate(nest.row_reads) if any(x and m in only for m, x in enumerate(r.images))]
+        assert guarded
+        for k, r in enumerate(nest.row_reads):
+            term = f"nrb[{k}] == rb[{k}] + (r1 - row) * {nest.inner * r.step}"
+            assert (f"(!rs || {term})" in check) == (k in guarded), term

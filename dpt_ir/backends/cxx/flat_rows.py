@@ -92,16 +92,41 @@ def same_row_class(nest: Nest) -> str:
     """C++ of whether row ``r1``'s bases (``nrb``, ``nglo``, ``nghi``: `row_bases` with prefix
     ``n``) continue the run that starts at row ``row`` (``rb``, ``glo``, ``ghi``): each row
     read's base advanced by ``r1 - row`` rows of its step, each row image's flag the same, and
-    the same interior."""
+    the same interior. A read or flag that only a row summing later slots uses
+    (`summed_only`) is compared only in such a row (``rs``, the same in both rows since their
+    later slots' flags are): in the other rows the element function's ``S = false`` instance
+    never reads it, and its index (0: no image) does not advance, so comparing it would end
+    every run after one row (an adjoint of ``nearest`` pads: each edge row sums two images)."""
+    only = summed_only(nest)
+    base = len(nest.row_reads)
+
+    def when_summed(term: str, used_only_summed: bool) -> str:
+        return f"(!rs || {term})" if used_only_summed else term
+
     terms = []
     for k, r in enumerate(nest.row_reads):
         delta = nest.inner * r.step
-        terms.append(f"nrb[{k}] == rb[{k}]" + (f" + (r1 - row) * {delta}" if delta else ""))
-    base = len(nest.row_reads)
-    terms += [f"nrb[{base + 2 * m}] == rb[{base + 2 * m}]" for m in range(len(nest.images))]
+        term = f"nrb[{k}] == rb[{k}]" + (f" + (r1 - row) * {delta}" if delta else "")
+        terms.append(when_summed(term, any(x and m in only for m, x in enumerate(r.images))))
+    for m, im in enumerate(nest.images):
+        flag = base + 2 * m
+        terms.append(when_summed(f"nrb[{flag}] == rb[{flag}]", m in only and not im.slot))
     if nest.guards:
         terms += ["nglo == glo", "nghi == ghi"]
     return " && ".join(terms) or "true"
+
+
+def summed_only(nest: Nest) -> set[int]:
+    """The row images (by number) that only a row summing later slots reads: a later slot
+    (an index's second or further image), or an image whose form reads such an image's index
+    (a pad's image below a pad adjoint's second image). A nested image reads earlier images
+    only (`row_images.statements`), so one pass in order finds every depth."""
+    number = {im.coord: m for m, im in enumerate(nest.images)}
+    only: set[int] = set()
+    for m, im in enumerate(nest.images):
+        if im.slot or any(x and number.get(c) in only for c, x in enumerate(im.form.w)):
+            only.add(m)
+    return only
 
 
 def cpu_runs(spec: DriverSpec, row: list[str]) -> list[str]:
