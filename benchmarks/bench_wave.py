@@ -19,7 +19,8 @@ denormals to zero (under ``jax.jit``, ``float32(1e-30) * 1e-10`` is 0, not 1e-40
 precursor decays through them (docs/backend.md, "Denormals"); the other contenders keep IEEE denormals.
 ``dpt_ir_dtype`` and ``dpt_ir_K16_dtype`` build the laplacian with ``accumulate="dtype"``: its float32 taps
 summed as an ordered fmaf chain, as XLA, PyTorch and deepwave sum them (the default sums them in float64,
-as SciPy).
+as SciPy). ``dpt_ir_add_at`` injects the point sources with `dp.add_at` on the flattened batch instead of the
+dense source mask (`wave_graph`), as deepwave and `examples/fwi.py` do.
 
 Each contender runs in its own child process (``--child NAME``) so its peak resident memory is its own
 (``peak_mib``: the peak minus the resident size after imports and set-up, in the last round, where
@@ -64,6 +65,7 @@ CONTENDERS = (
     "dpt_ir_K16_flush",
     "dpt_ir_dtype",
     "dpt_ir_K16_dtype",
+    "dpt_ir_add_at",
     "deepwave",
     "jax",
     "jax_ckpt",
@@ -153,30 +155,48 @@ def _rss_mib() -> float:
 
 # -- contenders: each returns a function () -> gradient wrt v (float32 numpy) ----------------------
 def dpt_ir_runner(
-    x: dict[str, np.ndarray], steps: int, checkpoint: int | None, denormals: str = "keep", accumulate: str = "float64"
+    x: dict[str, np.ndarray],
+    steps: int,
+    checkpoint: int | None,
+    denormals: str = "keep",
+    accumulate: str = "float64",
+    sources: str = "mask",
 ) -> Any:
     import dpt_ir as dp
 
-    graph = wave_graph(x["mask"].shape[1], steps, x["mask"].shape[0], checkpoint, accumulate)
+    graph = wave_graph(x["mask"].shape[1], steps, x["mask"].shape[0], checkpoint, accumulate, sources)
     program = dp.compile(graph, wrt=["v"], threads=1, denormals=denormals)
-    return lambda: program.value_and_grad(**x)[1]["v"]
+    inputs = {k: a for k, a in x.items() if k != "mask" or sources == "mask"}
+    return lambda: program.value_and_grad(**inputs)[1]["v"]
 
 
-def wave_graph(n: int, steps: int, shots: int, checkpoint: int | None, accumulate: str = "float64") -> Any:
-    """dpt_ir's graph of the workload (also compiled cold by `compile_wave.py`)."""
+def wave_graph(
+    n: int, steps: int, shots: int, checkpoint: int | None, accumulate: str = "float64", sources: str = "mask"
+) -> Any:
+    """dpt_ir's graph of the workload (also compiled cold by `compile_wave.py`). ``sources``:
+    ``"mask"`` adds ``s * f_t`` over the field (``s`` the source mask times ``-v^2 dt^2``);
+    ``"add_at"`` injects each shot's point source with `dp.add_at` at its cell of the flattened
+    batch, as deepwave injects them and as `examples/fwi.py` writes it (the same values, the same
+    bits: at the source cell both add the same float32 product once)."""
     import dpt_ir as dp
 
     g = dp.GraphBuilder("bench_wave")
     v = g.input("v", (n, n))
     f = g.input("f", (steps,), requires_grad=False)
-    mask = g.input("mask", (shots, n, n), requires_grad=False)
+    mask = g.input("mask", (shots, n, n), requires_grad=False) if sources == "mask" else None
     obs = g.input("obs", (steps, shots, n), requires_grad=False)
     c = v * v * (DT * DT / (H * H))
-    s = -(v * v * (DT * DT)) * mask
+    cells = np.array([SRC_ROW * n + col for col in source_columns(n, shots)])
+    flat = cells + n * n * np.arange(shots)  # each shot's source cell in the flattened batch
+    s = -(v * v * (DT * DT)) * mask if mask is not None else dp.reshape(-(v * v * (DT * DT)), (-1,))[cells]
 
     def step(carry: Any, ft: Any) -> tuple[Any, Any]:
         u_prev, u = carry
-        u_next = 2.0 * u - u_prev + c * dp.correlate(u, LAP, mode="constant", accumulate=accumulate) + s * ft
+        u_next = 2.0 * u - u_prev + c * dp.correlate(u, LAP, mode="constant", accumulate=accumulate)
+        if mask is not None:
+            u_next = u_next + s * ft
+        else:
+            u_next = dp.reshape(dp.add_at(dp.reshape(u_next, (-1,)), flat, s * ft), (shots, n, n))
         return (u, u_next), u[:, REC_ROW, :]
 
     zero = dp.broadcast_to(0.0 * v, (shots, n, n))
@@ -252,7 +272,8 @@ def child(name: str, x: dict[str, np.ndarray], steps: int, repeat: int, out: Pat
     if name.startswith("dpt_ir"):
         checkpoint = 16 if "K16" in name else None
         denormals = "flush" if "_flush" in name else "keep"
-        call = dpt_ir_runner(x, steps, checkpoint, denormals, "dtype" if "_dtype" in name else "float64")
+        accumulate = "dtype" if "_dtype" in name else "float64"
+        call = dpt_ir_runner(x, steps, checkpoint, denormals, accumulate, "add_at" if "_add_at" in name else "mask")
     elif name == "deepwave":
         call = deepwave_runner(x, steps)
     elif name.startswith("torch"):

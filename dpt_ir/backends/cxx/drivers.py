@@ -123,17 +123,18 @@ def row_bases(nest: Nest, row: str, p: str = "") -> list[str]:
     ``<p>glo``, ``<p>ghi``, ``<p>rs``): a second row's bases beside the first's (`flat_rows`)."""
     rows = nest.row_reads
     if not rows and not nest.guards and not nest.images:
-        return []
+        return _csr_class(nest, row, p, [f"bool {p}rs = false; (void){p}rs;"]) if nest.csr_row else []
     ix, rb = nest.index, f"{p}rb"
     size = max(len(rows) + 2 * len(nest.images), 1)
     out = [f"{ix} {rb}[{size}];", f"{ix} {p}glo = 0, {p}ghi = 0;"]
-    out += [f"bool {p}rs = false; (void){p}rs;"] if nest.summed else []
+    out += [f"bool {p}rs = false; (void){p}rs;"] if nest.classed else []
     out.append(f"{{ {ix} q = {row};")
     for a in reversed(range(len(nest.base_outer))):
         out.append(f"const {ix} c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")
     out.append("(void)q;")
     out += row_images.statements(nest.images, len(nest.space), len(rows), ix, rb)
     out += [f"{p}rs = {' || '.join(f'{rb}[{k}]' for k in nest.summed)};"] if nest.summed else []
+    out = _csr_class(nest, row, p, out)
     for k, r in enumerate(rows):
         terms = [*([str(r.offset)] if r.offset else []), *(f"c{a} * {s}" for a, s in enumerate(r.strides) if s)]
         terms += [f"q{m} * {x}" if x != 1 else f"q{m}" for m, x in enumerate(r.images) if x]
@@ -182,21 +183,38 @@ def _max(a: str, b: str) -> str:
 BOUNDED_MOST = 1 << 19
 
 
+def _csr_class(nest: Nest, row: str, p: str, out: list[str]) -> list[str]:
+    """``out`` then, for a scatter nest with a CSR row check (`Nest.csr_row`), ``<p>rs`` also
+    set where row ``row``'s outputs have a CSR entry: its outputs ``o0 .. o0 + inner - 1``
+    are consecutive, so the offsets there differ iff one has an entry."""
+    if nest.csr_row is None:
+        return out
+    offsets, o = nest.csr_row
+    at = f"{p}csr_o({row} * {nest.inner}, 0)"
+    return [
+        *out,
+        f"const auto {p}csr_o = [&](int i, int j) {{ (void)i; (void)j; return {o}; }};",
+        f"{p}rs = {p}rs || {offsets}[{at}] < {offsets}[{at} + {nest.inner}];",
+    ]
+
+
 def _split(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> list[str]:
     """The loop ``for j in [s0, s1)``: interior positions (``[glo, ghi) + off``) run
     ``interior`` (vectorised), the others ``edge``; without guards, all ``interior``. With
-    summed row images, per row class (`row_class`)."""
-    if nest.summed:
+    summed row images or CSR rows, per row class (`row_class`)."""
+    if nest.classed:
         single = _loops(nest, s0, s1, off, *_unsummed(interior, edge))
         return row_class(_loops(nest, s0, s1, off, interior, edge), single)
     return _loops(nest, s0, s1, off, interior, edge)
 
 
 def row_class(summed: list[str], single: list[str]) -> list[str]:
-    """The loops of a row with summed row images (``rs``: a later slot is set in this row:
-    `Nest.summed`) and of one without: the element functions' instance ``S = false`` drops
-    the sums, which would otherwise be computed and discarded at every element of every row
-    (a pad's adjoint sums two images at its first and last rows only)."""
+    """The loops of a row with summed row images or CSR entries (``rs``: a later slot is set
+    in this row, `Nest.summed`, or an output of the row has a scatter entry, `Nest.csr_row`)
+    and of one without: the element functions' instance ``S = false`` drops the sums, which
+    would otherwise be computed and discarded at every element of every row (a pad's adjoint
+    sums two images at its first and last rows only), and a scatter's loop over its entries,
+    which keeps the whole row from vectorising (a point source touches one row of a field)."""
     return ["if (rs) {", *("    " + s for s in summed), "} else {", *("    " + s for s in single), "}"]
 
 

@@ -75,8 +75,25 @@ def eligible(nest: Nest, elem: list[str], widest: int) -> bool:
         return False
     if not all(_advances(nest, r) for r in nest.row_reads):
         return False  # a base that never advances a row per row: no run would form
-    text = _INDEX_DECL.sub("", _ROW_OFFSET.sub("", "\n".join(elem)))
+    text = _INDEX_DECL.sub("", _ROW_OFFSET.sub("", "\n".join(_unsummed_lines(elem))))
     return _ROW_DEPENDENT.search(text) is None
+
+
+def _unsummed_lines(elem: list[str]) -> list[str]:
+    """The element function's statements in its ``S = false`` instance: without a scatter's
+    loop over its CSR entries (the ``if (S)`` statement before it and its braced body), which
+    only a row with entries runs, and such a row never joins a run (`same_row_class`)."""
+    out, depth, skipping = [], 0, False
+    for line in elem:
+        if not skipping and line.strip() == "if (S)":
+            skipping, depth = True, 0
+            continue
+        if skipping:
+            depth += line.count("{") - line.count("}")
+            skipping = depth > 0
+            continue
+        out.append(line)
+    return out
 
 
 def _advances(nest: Nest, r: Read) -> bool:
@@ -113,6 +130,8 @@ def same_row_class(nest: Nest) -> str:
         terms.append(when_summed(f"nrb[{flag}] == rb[{flag}]", m in only and not im.slot))
     if nest.guards:
         terms += ["nglo == glo", "nghi == ghi"]
+    if nest.csr_row is not None:
+        terms += ["!rs", "!nrs"]  # a row with scatter entries runs alone (its loop reads ``i - j``)
     return " && ".join(terms) or "true"
 
 
@@ -146,7 +165,7 @@ def cpu_runs(spec: DriverSpec, row: list[str]) -> list[str]:
         f"{vec} for ({ix} j = jb; j < je; ++j) {element}",
         f"rbig |= big; for (int k = 0; k < {nf}; ++k) rf[k] |= bf[k]; }}",
     ]
-    if nest.summed:
+    if nest.classed:
         loop = row_class(loop, list(_unsummed(*loop)))
     if nest.guards:  # the ends of the rows the segment finished, while their data is in cache
         loop += [
@@ -196,7 +215,7 @@ def _row_ends(spec: DriverSpec) -> list[str]:
         f"DP_SCALAR_LOOP for ({ix} j = 0; j < glo; ++j) {call}",
         f"DP_SCALAR_LOOP for ({ix} j = ghi; j < {nest.inner}; ++j) {call}",
     ]
-    if nest.summed:
+    if nest.classed:
         ends = row_class(ends, list(_unsummed(*ends)))
     rerun = ["if (big) { one_row(row); return; }"] if spec.uses_big else []
     return [

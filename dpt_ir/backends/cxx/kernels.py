@@ -111,8 +111,8 @@ def group_kernels(
     elem = [*w.table_definitions(), *row_images.tables(nest.images, TOKEN)]
     for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge), ("ends", "DP_FN", ends)):
         if lines is not None:
-            # S: whether the row images' later slots are summed (`drivers.row_class`).
-            summed = ", bool S = true" if nest.summed and fn != "edge" else ""
+            # S: whether the row images' later slots and CSR entries are summed (`drivers.row_class`).
+            summed = ", bool S = true" if nest.classed and fn != "edge" else ""
             elem += [f"template <bool P, bool W{summed}>", f"{macro} void {TOKEN}_{fn}{head}"]
             elem += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]
     sig = f"{unit.sig()}, int* st, int sb, int t"

@@ -106,6 +106,11 @@ class Nest:
     # Where the clamps do not apply but every guard bounds the row (`row_ends.bounded`): the
     # row ends' ``F_ends`` reads the views' guarded axes through their image tables.
     mapped_ends: bool = False
+    # A scatter root's CSR row check (`scatter.row_sum`): the offsets' parameter and the C++ of
+    # the output index ``o`` in terms of ``i`` and ``j``, where ``o`` moves one along the row;
+    # set while the element function is written. A row whose outputs have no CSR entry takes
+    # the instance ``S = false``, without the (unvectorisable) loop over the entries.
+    csr_row: tuple[str, str] | None = None
 
     @property
     def images(self) -> list[RowImage]:
@@ -119,6 +124,13 @@ class Nest:
         functions' instance without their sums (``S``: `drivers.row_class`)."""
         base = len(self.row_reads)
         return [base + 2 * m for m, r in enumerate(self.images) if r.slot]
+
+    @property
+    def classed(self) -> bool:
+        """Whether rows come in two classes (``rs``: `drivers.row_class`): rows that sum row
+        images' later slots or CSR entries (`csr_row`), and rows that take the element
+        functions' instance ``S = false`` without them."""
+        return bool(self.summed) or self.csr_row is not None
 
     @property
     def row_reads(self) -> list[Read]:

@@ -100,6 +100,15 @@ def _csr(w: Any, node: Node, layout: ScatterLayout, form: str) -> tuple[str, str
     return w.param(rows), w.param(cols)
 
 
+def _moves_along_row(nest: Any, form: idx.Affine) -> bool:
+    """Whether the output index ``form`` of a row-walked nest is its row's start plus the
+    position along the row (weight 1 on the last axis, none on coordinates past the space's):
+    a row's outputs are then consecutive CSR rows (`Nest.csr_row`)."""
+    rank = len(nest.space)
+    w = form.padded(rank).w
+    return bool(nest.row_position) and w[rank - 1] == 1 and not any(w[rank:])
+
+
 def sort_scratch(graph: Graph, node: Node, layout: ScatterLayout) -> dict[str, tuple[str, int]]:
     """The sort's scratch arrays: CSR offsets, columns, and per-chunk counters."""
     from dpt_ir.backends.cxx.csr import chunks
@@ -123,10 +132,15 @@ def row_sum(w: Any, node: Node, coords: Coords) -> str:
     # np.add.at's int32 and uint8 do (the cast back is modular)
     acc = "double" if node.type.dtype in FLOAT_DTYPES else "unsigned int"
     base = w.value(node.inputs[layout.base], coords)
-    o = w.render(layout.row_form(coords))  # type: ignore[misc]
+    form = layout.row_form(coords)  # type: ignore[misc]
+    o = w.render(form)
     n = len(w.lines)
     s, k = f"sc{n}", f"k{n}"
     w.lines.append(f"{acc} {s} = ({acc}){base};")
+    classed = not w.edge and _moves_along_row(w.nest, form)
+    if classed:  # only a row with entries loops over them (`drivers.row_class`); `(acc)base` rounds back exactly
+        w.nest.csr_row = w.nest.csr_row or (rows, o)  # the element function's (written first)
+        w.lines.append("if (S)")
     w.lines.append(f"for (int {k} = {rows}[{o}]; {k} < {rows}[{o} + 1]; ++{k}) {{")
     outside = dict(w.vars)  # the row's values stay in the loop's scope
     positions = tuple(w.graph.types[node.inputs[layout.indices]].shape)
