@@ -15,6 +15,9 @@ Guarantees:
   flat order of the position elements: ``np.add.at``'s), float32 in float64, rounded once,
   integers in ``unsigned int`` (wrapping as ``np.add.at`` does; exact, so any order agrees);
   the base's and values' producers are element code, the values evaluated inside the loop;
+  where the nest walks rows and the output index moves one along the row, the loop runs only
+  in rows whose outputs have entries (the element function's ``S``: `drivers.row_class`,
+  `Nest.csr_row`), so the rows without any vectorise; the values are the same;
 - ``transpose``: the CSR is built at compile time (`csr.constant_csr`) and bound as
   launch constants; ``sort``: `sort_stages.sort_launches` builds it per evaluation with a stable counting
   sort (count, scan, place: one task per chunk of positions, integer counters, no atomics)
