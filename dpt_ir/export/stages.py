@@ -28,8 +28,7 @@ from dpt_ir.export.cuda import CudaBuild
 from dpt_ir.export.tables import Table, bytes_moved, constants, piece_table
 from dpt_ir.ir import records
 from dpt_ir.ir.graph import Graph, Node
-from dpt_ir.ir.types import is_float
-from dpt_ir.runtime.loop_pieces import ACC_PREFIX, piece_names
+from dpt_ir.runtime.loop_pieces import ACC_PREFIX
 
 _PLAN_ROLES = ("input", "cotangent", "output", "gradient")  # a piece's tables hold these as workspace
 
@@ -122,7 +121,7 @@ def _loop_stage(plan: _Plan, prefix: str, loop: Any, node: Node) -> LoopStage:
         return names[k] if k < c + nx else names[k + (1 if a.index else 0)]
 
     closures = {name_of(k): plan.env[inputs[k]] for k in range(c + nx, len(inputs))}
-    body_piece, vjp_piece = piece_names(a)
+    body_piece, vjp_piece = loop.piece_names
     body = plan.table(body_piece, f"{prefix}.body", closures)
     dtype = loop.in_types[0].dtype
     rows = [loop.in_types[c + j].size // a.length for j in range(nx)]
@@ -202,13 +201,13 @@ def _reverse_stage(
     goff = loop.grad_offsets
     grads = _own(plan, f"{prefix}/grads", dtype, sum(t.size for k, t in enumerate(loop.in_types) if k in goff))
     plan.env[node.name] = grads
-    sums = [k for k in range(c + a.xs, len(inputs)) if is_float(loop.in_types[k].dtype)]
+    sums = loop.closures()
     acc = {k: vjp.where[ACC_PREFIX + name_of(k)] for k in sums}
     after = [Copy(dst=ct_of(k), src=grad_of(k), size=sizes[k]) for k in range(c)]
     after += [Copy(dst=acc[k], src=grad_of(k), size=loop.in_types[k].size) for k in sums]
     for j in range(a.xs):
         k, row = c + j, loop.in_types[c + j].size // a.length
-        if k in goff:
+        if k in goff and name_of(k) not in loop.unread:  # an unread part stays zero
             after.append(Copy(dst=grads, src=grad_of(k), size=row, dst_at=goff[k], dst_step=row))
     final = [Copy(dst=grads, src=ct_of(k), size=sizes[k], dst_at=goff[k]) for k in range(c)]
     final += [Copy(dst=grads, src=acc[k], size=loop.in_types[k].size, dst_at=goff[k]) for k in sums]

@@ -73,19 +73,30 @@ def _offsets(types: list[TensorType]) -> list[int]:
 class Loop:
     """One loop node's compiled body (forward and vjp programs) and its buffers."""
 
-    def __init__(self, node: Node, in_types: tuple[TensorType, ...], programs: dict[str, Any], device: str) -> None:
+    def __init__(
+        self,
+        node: Node,
+        in_types: tuple[TensorType, ...],
+        programs: dict[str, Any],
+        device: str,
+        unread: frozenset[str] = frozenset(),
+    ) -> None:
         """``programs``: the compiled pieces by `piece_names` (the body's, and for a
-        ``scan_vjp`` the body vjp's)."""
+        ``scan_vjp`` the body vjp's). ``unread``: the body inputs whose gradients no consumer
+        of the packed result reads (`loop_pieces.unread_gradients`): the vjp piece leaves them
+        out and their parts of the packed gradient stay zero."""
         self.node = node
         self.attrs: ScanAttrs = node.opdef.parse_attrs(node.attrs, f"node {node.name!r}")  # type: ignore[assignment]
         a = self.attrs
         self.in_types = in_types[: len(in_types) - 1] if node.op == "scan_vjp" else in_types
         dtype = self.in_types[0].dtype
         self.device = device
-        body_name, vjp_name = piece_names(a)
+        self.unread = unread
+        self.piece_names = piece_names(a, unread)
+        body_name, vjp_name = self.piece_names
         self.body = programs[body_name]
         joint = body_vjp(a.body)
-        self.grad_outputs = dict(records.joint_record(joint).gradients)
+        self.grad_outputs = {k: g for k, g in records.joint_record(joint).gradients.items() if k not in unread}
         # Only the reverse sweep (a scan_vjp node) runs the body's vjp.
         self.vjp = programs[vjp_name] if node.op == "scan_vjp" else None
         self.names = [i.name for i in a.body.inputs]
@@ -112,7 +123,7 @@ class Loop:
         self.vjp_plan = self.vjp.plans["run"] if self.vjp is not None else None
         self.vjp_direct: dict[int, str] = {}  # loop input k -> the vjp output value of its gradient
         if self.vjp_plan is not None:
-            wanted = [k for k in range(len(self.in_types)) if k in self.grad_offsets]
+            wanted = [k for k in range(len(self.in_types)) if k in self.grad_offsets and self._name(k) not in unread]
             found = self.vjp_plan.direct_outputs([self.grad_outputs[self._name(k)] for k in wanted])
             self.vjp_direct = {wanted[j]: v for j, v in found.items()}
         self._keeps: frozenset[int] = frozenset()  # the steps `keep` asked for
@@ -141,8 +152,8 @@ class Loop:
         self.pool = self._pool()
         # A closure's gradient sum ping-pongs between the vjp's output and one array of
         # ours: each reverse step reads the sum so far (``acc.<input>``) and writes the new one.
-        self.sum_pool = {k: [self._vjp_out(k), self._zeros(k)] for k in self._closures()}
-        self.zeros = {k: self._zeros(k) for k in self._closures()}
+        self.sum_pool = {k: [self._vjp_out(k), self._zeros(k)] for k in self.closures()}
+        self.zeros = {k: self._zeros(k) for k in self.closures()}
         if self._keeps:
             self.kept = self._kept_carries()
         if self.vjp is None:
@@ -181,11 +192,17 @@ class Loop:
         outputs = [o.value for o in a.body.outputs[: a.carries]]
         return {k: inputs[v] for k, v in enumerate(outputs) if v in inputs and inputs[v] != k}
 
-    def _closures(self) -> list[int]:
+    def closures(self) -> list[int]:
+        """The loop inputs (closed-over, float) whose gradient a reverse sums over its steps:
+        none for a forward ``scan``, and none whose gradient is unread."""
         a = self.attrs
         if self.vjp is None:
             return []
-        return [k for k in range(a.carries + a.xs, len(self.in_types)) if is_float(self.in_types[k].dtype)]
+        return [
+            k
+            for k in range(a.carries + a.xs, len(self.in_types))
+            if is_float(self.in_types[k].dtype) and self._name(k) not in self.unread
+        ]
 
     def _vjp_out(self, k: int) -> wp.array:
         """The vjp workspace's array of loop input ``k``'s gradient when its kernel writes it
@@ -555,7 +572,7 @@ class Loop:
             targets[k] = pair[1] if self.sums[k] is pair[0] else pair[0]
         for j in range(a.xs):
             k = a.carries + j
-            if k in self.grad_offsets:
+            if k in self.grad_offsets and self._name(k) not in self.unread:
                 row = self.in_types[k].size // a.length
                 start = self.grad_offsets[k] + i * row
                 targets[k] = _view(self.grads, start, start + row)

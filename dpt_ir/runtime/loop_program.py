@@ -38,7 +38,7 @@ from dpt_ir.ir.graph import Graph, Input, Node, Output
 from dpt_ir.ops.loop import ScanAttrs
 from dpt_ir.runtime import loop_derived
 from dpt_ir.runtime.loop import Loop
-from dpt_ir.runtime.loop_pieces import check_loop_dtypes, piece_names, vjp_piece
+from dpt_ir.runtime.loop_pieces import check_loop_dtypes, live_values, piece_names, unread_gradients, vjp_piece
 from dpt_ir.runtime.loop_tape import LoopTapePass, PassLock, tape_graph
 from dpt_ir.runtime.plan import WP_DTYPES
 from dpt_ir.runtime.report import LoopCost, LoopProgramReport, LoopRow
@@ -56,12 +56,16 @@ class Segments:
     """A graph cut at its loop nodes: forward-only programs of the ordinary nodes between
     them, and a `Loop` per loop node, run in order on flat arrays keyed by value name."""
 
-    def __init__(self, graph: Graph, prefix: str, cut: int | None = None) -> None:
+    def __init__(self, graph: Graph, prefix: str, cut: int | None = None, prune: bool = False) -> None:
         """Cut ``graph``; its segments' pieces are named ``<prefix>.seg<k>``. With ``cut``,
         the graph is also cut before node position ``cut``, and `split` is the first stage
-        after it. Nothing is compiled until `bind`."""
+        after it. ``prune`` (a first-order joint graph, whose only gradient outputs are of
+        inputs that require one): each reverse loop's vjp leaves out the gradients no output
+        reads (`unread_gradients`). Nothing is compiled until `bind`."""
         self.graph = graph
         self.prefix = prefix
+        self.unread: dict[str, frozenset[str]] = {}  # scan_vjp node -> body inputs whose gradient is unread
+        live = live_values(graph) if prune else None
         self.layout: list[tuple[str, Graph | Node]] = []
         self.stages: list[tuple[str, Any, Graph | Node]] = []
         self.split = 0
@@ -76,6 +80,9 @@ class Segments:
                 continue
             self._flush(pending, reads_after[k])
             check_loop_dtypes(node, tuple(graph.types[i] for i in node.inputs))
+            if live is not None and node.op == "scan_vjp":
+                a = node.opdef.parse_attrs(node.attrs, f"node {node.name!r}")
+                self.unread[node.name] = unread_gradients(live, node, a)  # type: ignore[arg-type]
             self.layout.append(("loop", node))
             pending = []
         self._flush(pending, reads_after[len(graph.nodes)])
@@ -111,10 +118,11 @@ class Segments:
                     f"compile: node {what.name!r}: its body holds loop node(s) {inner}; compiled loops expect a "
                     "body without loops (nested loops run in the interpreter: dp.interpret, dp.interpret_grad)"
                 )
-            body, vjp = piece_names(a)
+            unread = self.unread.get(what.name, frozenset())  # type: ignore[union-attr]
+            body, vjp = piece_names(a, unread)
             out[body] = a.body
             if what.op == "scan_vjp":  # type: ignore[union-attr]
-                out[vjp] = vjp_piece(a)
+                out[vjp] = vjp_piece(a, unread)
         return out
 
     def bind(self, programs: dict[str, Any], device: str) -> None:
@@ -126,7 +134,7 @@ class Segments:
                 continue
             node: Node = what  # type: ignore[assignment]
             in_types = tuple(self.graph.types[i] for i in node.inputs)
-            loop = Loop(node, in_types, programs, device)
+            loop = Loop(node, in_types, programs, device, self.unread.get(node.name, frozenset()))
             forward = scans.get(node.inputs[:-1]) if node.op == "scan_vjp" else None
             if forward is not None:
                 forward.keep(loop)  # the carries the reverse would rebuild first: it reads them instead
@@ -221,7 +229,7 @@ class LoopProgram:
         self.forward = Segments(graph, "run")
         self.joint: Segments | None = None
         if wrt and loss is not None:
-            self.joint = Segments(joint_graph(graph, wrt, [loss]), "vg")
+            self.joint = Segments(joint_graph(graph, wrt, [loss]), "vg", prune=True)
         cuts = [self.forward] + ([self.joint] if self.joint else [])
         pieces = {name: g for cut in cuts for name, g in cut.pieces().items()}
         base = {k: v for k, v in options.items() if k != "device"}
