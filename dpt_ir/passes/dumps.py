@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
+from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import has_plan, plan_of
 from dpt_ir.ir.records import group_of, phase_of, saved_bytes, saved_plan_of, saved_values, wrt_of
@@ -35,8 +36,15 @@ class SharedKernel(pydantic.BaseModel):
 
 
 def resolve_dump_dir(dump_dir: str | os.PathLike[str] | None) -> Path | None:
-    """``dump_dir`` if given, else the ``DPT_IR_DUMP`` environment variable, else None."""
+    """``dump_dir`` if given, else the ``DPT_IR_DUMP`` environment variable, else None. An
+    empty ``dump_dir`` is a `ContractError` (as a path it is the current folder, which would
+    fill with dump files; an empty ``DPT_IR_DUMP`` means no dumps)."""
     if dump_dir is not None:
+        if not os.fspath(dump_dir):
+            raise ContractError(
+                "compile: dump_dir is an empty string; expected a folder to write the dumps into, "
+                "or None for no dumps"
+            )
         return Path(dump_dir)
     env = os.environ.get("DPT_IR_DUMP")
     return Path(env) if env else None

@@ -393,6 +393,11 @@ def test_dump_env_var_writes_dumps(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     _check_dump_dir(tmp_path / "env", result)
 
 
+def test_an_empty_dump_dir_is_a_contract_error() -> None:
+    with pytest.raises(dp.ContractError, match="dump_dir is an empty string"):
+        run_pipeline(CASES["beer"].graph, dump_dir="")
+
+
 def test_forward_only_dumps_say_so(tmp_path: Path) -> None:
     run_pipeline(CASES["beer"].graph, dump_dir=tmp_path)
     assert "forward only" in (tmp_path / "saved.txt").read_text()
