@@ -1,7 +1,8 @@
 """Scatter rows (`Nest.csr_row`): an ``add_at`` fused with a stencil on a flattened field (a
 point source injected into a wave step) runs the rows without scatter entries in the element
 function's instance ``S = false``, whose loop over the entries is gone, so those rows
-vectorise (and join flat runs where the rest allows); a row with entries runs with the loop. The values and
+vectorise and join flat runs (the values read at their positions only inside the loop); a row
+with entries runs alone, with the loop. The values and
 gradients are NumPy's ``np.add.at`` of the same base (float32 sums in float64, rounded
 once), with the entries in the first row, the last row, repeated positions and a row's last
 element, for constant positions (the compile-time transpose) and positions read from memory
@@ -72,6 +73,7 @@ def test_rows_without_entries_skip_the_loop(programs: list[dp.Program]) -> None:
     text = programs[0].plans["run"].module.text
     assert text.count("csr_o = [&]") >= 2  # each scatter's row check (`drivers._csr_class`)
     assert "if (S)" in text  # the loop over entries, which only a row with entries runs
+    assert text.count("auto one_row") >= 2  # flat runs: the values read at positions only inside that loop
 
 
 def test_values_are_numpys_add_at(programs: list[dp.Program]) -> None:

@@ -62,20 +62,27 @@ _ROW_DEPENDENT = re.compile(r"\bj\b|\bq\d+\b")
 SEGMENT = 4096
 
 
-def eligible(nest: Nest, elem: list[str], widest: int) -> bool:
+def eligible(nest: Nest, elem: list[str], widest: int, params: list[str]) -> bool:
     """Whether ``nest``'s CPU driver may run flat row runs, given its element function's
-    statements ``elem``: a pointwise nest walking rows of its last axis of at most ``widest``
-    elements (`Target.flat_rows`), with pads (guards or row images), rows of only row, full or
-    scalar reads, and no other use of ``j`` or ``q<m>``."""
+    statements ``elem`` and parameters ``params`` (value ``params[k]`` is ``a<k>``): a
+    pointwise nest walking rows of its last axis of at most ``widest`` elements
+    (`Target.flat_rows`), with pads (guards or row images), rows of only row, full or scalar
+    reads (a scatter's values may be read at their positions inside its loop over entries,
+    which no row in a run takes: `_unsummed_lines`), and no other use of ``j`` or ``q<m>``."""
     if nest.roots or not nest.row_position or not (nest.guards or nest.images):
         return False
     if nest.inner > widest:
         return False  # the per-row work is a small share of a long row
-    if any(r.mode not in ("row", "full", "scalar") for r in nest.reads.values()):
-        return False
+    unsummed = "\n".join(_unsummed_lines(elem))
+    for site, r in nest.reads.items():
+        if r.mode in ("row", "full", "scalar"):
+            continue
+        name = f"a{params.index(site[0])}" if site[0] in params else None
+        if name is None or not nest.csr_row or re.search(rf"\b{name}\[", unsummed):
+            return False  # read outside the loop over entries: at an index computed per element
     if not all(_advances(nest, r) for r in nest.row_reads):
         return False  # a base that never advances a row per row: no run would form
-    text = _INDEX_DECL.sub("", _ROW_OFFSET.sub("", "\n".join(_unsummed_lines(elem))))
+    text = _INDEX_DECL.sub("", _ROW_OFFSET.sub("", unsummed))
     return _ROW_DEPENDENT.search(text) is None
 
 

@@ -136,7 +136,7 @@ def group_kernels(
         drv = drivers.reduction_drivers(spec)
     else:
         # The rows of a stencil's pads as flat runs, where short rows make the per-row work count.
-        flat = stage is None and flat_rows.eligible(nest, body, target.flat_rows)
+        flat = stage is None and flat_rows.eligible(nest, body, target.flat_rows, params)
         drv = drivers.pointwise_drivers(spec, flat_rows.cpu_runs if flat else None)
     fn, cxx = hashed("\n".join([*elem, drv.replace("F_", f"{TOKEN}_")]) + "\n")
     natives[fn] = (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))
