@@ -2,7 +2,8 @@
 point source injected into a wave step) runs the rows without scatter entries in the element
 function's instance ``S = false``, whose loop over the entries is gone, so those rows
 vectorise and join flat runs (the values read at their positions only inside the loop); a row
-with entries runs alone, with the loop. The values and
+with entries runs alone, with the loop. The pads' row images are numbered before the scatter's
+positions (`nest._walk_rows`), so the row ends are inlined, not the edge function. The values and
 gradients are NumPy's ``np.add.at`` of the same base (float32 sums in float64, rounded
 once), with the entries in the first row, the last row, repeated positions and a row's last
 element, for constant positions (the compile-time transpose) and positions read from memory
@@ -74,6 +75,8 @@ def test_rows_without_entries_skip_the_loop(programs: list[dp.Program]) -> None:
     assert text.count("csr_o = [&]") >= 2  # each scatter's row check (`drivers._csr_class`)
     assert "if (S)" in text  # the loop over entries, which only a row with entries runs
     assert text.count("auto one_row") >= 2  # flat runs: the values read at positions only inside that loop
+    drivers = [d for d in text.split("DP_FN void ") if "csr_o = [&]" in d and d.split("(")[0].endswith("_cpu")]
+    assert drivers and all("_ends<" in d for d in drivers)  # row ends inlined: the pads took row images
 
 
 def test_values_are_numpys_add_at(programs: list[dp.Program]) -> None:

@@ -275,7 +275,7 @@ def _cover(graph: Graph, group: KernelGroup) -> Nest | None:
     walked, images = _walk_rows(graph, members, seeds, space, found, lasts)
     axes = tuple(group.axes)
     if walked is None:  # a reshape that does not split: a finer space may make it affine
-        space, axes, walked = _refined(graph, members, seeds, space, axes, found)
+        space, axes, walked, images = _refined(graph, members, seeds, space, axes, found, lasts)
     digits = walked is None  # none does (3x2 read as 2x3): such reshapes read at their digits
     if digits:
         space, axes = tuple(group.space), tuple(group.axes)
@@ -350,7 +350,14 @@ def _walk_rows(
     walked = sites.walk(graph, members, seeds, space, guards=found, images=images, columns=columns)
     if walked is None or not images.found:
         return walked, (images if walked is not None else None)
-    if not images.others and not any(reads_past(form, len(space)) for form, _, _ in found):
+    if not images.numbered_first():  # another coordinate came first (a scatter's positions): keep theirs
+        again, guards, lasts = RowImages(space, reserve=images.count), [], {}
+        redone = sites.walk(graph, members, seeds, space, guards=guards, images=again, columns=lasts)
+        if redone is not None and again.count == images.count and again.numbered_first():
+            walked, images, found[:] = redone, again, guards
+            columns.clear()
+            columns.update(lasts)
+    if images.numbered_first() and not any(reads_past(form, len(space)) for form, _, _ in found):
         return walked, images
     found.clear()
     columns.clear()
@@ -383,21 +390,30 @@ def _wide_ok(graph: Graph, nest: Nest) -> bool:
 
 
 def _refined(
-    graph: Graph, members: set[str], seeds: list[str], space: tuple[int, ...], axes: tuple[int, ...], found: list[Guard]
-) -> tuple[tuple[int, ...], tuple[int, ...], list[Site] | None]:
+    graph: Graph,
+    members: set[str],
+    seeds: list[str],
+    space: tuple[int, ...],
+    axes: tuple[int, ...],
+    found: list[Guard],
+    columns: dict[Site, Affine | None],
+) -> tuple[tuple[int, ...], tuple[int, ...], list[Site] | None, RowImages | None]:
     """A group iterated over the factorisation of its space that refines every
     layout-preserving view's shapes (`sites.refine`): that space, the reduced ``axes`` in it
-    (each original axis is a run of refined ones: the same flat order, the same outputs) and
-    its walk; (space, axes, None) when there is none or its walk fails too."""
+    (each original axis is a run of refined ones: the same flat order, the same outputs), its
+    walk and its row images, as `_walk_rows` makes them over that space (a stencil that a
+    scatter's ``add_at`` then flattens takes row images and row ends as it would unflattened);
+    (space, axes, None, None) when there is none or its walk fails too."""
     finer = sites.refine(graph, members, space)
     if finer is None:
-        return space, axes, None
+        return space, axes, None, None
     found.clear()
+    columns.clear()
     ends = [math.prod(finer[: b + 1]) for b in range(len(finer))]
     lo = [math.prod(space[:a]) for a in range(len(space))]
     owner = [max(a for a in range(len(space)) if lo[a] < e) for e in ends]  # the original axis of each
-    walked = sites.walk(graph, members, seeds, finer, guards=found)
-    return finer, tuple(b for b, a in enumerate(owner) if a in axes), walked
+    walked, images = _walk_rows(graph, members, seeds, finer, found, columns)
+    return finer, tuple(b for b, a in enumerate(owner) if a in axes), walked, images
 
 
 def _classified(walked: list[Site], space: tuple[int, ...], k: int, images: int = 0) -> dict[Site, Read] | None:

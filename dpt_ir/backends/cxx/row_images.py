@@ -57,7 +57,21 @@ class RowImages:
 
     space: tuple[int, ...]
     found: dict[tuple[str, int, Affine], tuple[RowImage, ...]] = field(default_factory=dict)
-    others: int = 0  # new coordinates of other kinds (joins, gathers) the walk made: then none is used
+    others: int = 0  # new coordinates of other kinds (joins, gathers, a scatter's positions) the walk made
+    first_other: int | None = None  # the first such coordinate (the space's rank plus its number)
+    # Coordinates kept for the row images before any other (`sites.walk`): a walk that numbered
+    # another coordinate first is run again with as many kept as it found images.
+    reserve: int = 0
+
+    def numbered_first(self) -> bool:
+        """Whether the row images hold the first coordinates past the space, one each, and
+        every coordinate of another kind comes after them: the element function numbers its
+        row images first (``q0``, ``q1``... from the row's bases, `emit.ElementWriter.body`)
+        and the others after, so the walk's forms must number them the same way."""
+        coords = sorted(r.coord for r in self.images)
+        rank = len(self.space)
+        dense = coords == list(range(rank, rank + len(coords)))
+        return dense and (self.first_other is None or self.first_other >= rank + len(coords))
 
     def key(self, node: str, axis: int, form: Affine, ax: AxisImages) -> tuple[str, int, Affine] | None:
         """The key of ``form`` as a row image of ``axis``, or None where it cannot be one: the

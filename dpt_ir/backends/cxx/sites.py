@@ -313,12 +313,16 @@ def walk(
     reads: list[Site] = []
     seen: set[Site] = set()
     stack: list[tuple[str, Coords]] = []
-    extra: list[int] = []  # extents of the new coordinates (joins, gathers, row images)
+    # extents of the new coordinates (joins, gathers, row images); with `RowImages.reserve`,
+    # the first ones are kept for the row images (1 until one takes it)
+    extra: list[int] = [1] * (images.reserve if images is not None and not digits else 0)
 
     def variable(form: Affine, n: int, cxx: Callable[[str], str]) -> Affine:
         extra.append(n)
         if images is not None:
             images.others += 1
+            if images.first_other is None:
+                images.first_other = len(space) + len(extra) - 1
         return idx.axis(len(space) + len(extra) - 1, len(space) + len(extra))
 
     rows: RowImageCoordinate | None = None
@@ -327,8 +331,13 @@ def walk(
 
         def row_image(node: str, axis: int, form: Affine, ax: idx.AxisImages, n: int) -> tuple[Affine, ...] | None:
             before = table.count
-            q = table.coordinates(node, axis, form, ax, n, len(space) + len(extra))
-            extra.extend([n] * (table.count - before))  # new coordinates: their extents
+            kept = before < table.reserve  # the next kept coordinate, else the next free one
+            q = table.coordinates(node, axis, form, ax, n, len(space) + (before if kept else len(extra)))
+            added = table.count - before
+            if kept:
+                extra[before : before + added] = [n] * added  # a kept run too short: numbered_first fails
+            else:
+                extra.extend([n] * added)  # new coordinates: their extents
             return q
 
         rows = row_image
