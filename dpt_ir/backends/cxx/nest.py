@@ -338,10 +338,11 @@ def _walk_rows(
     columns: dict[Site, Affine | None],
 ) -> tuple[list[Site] | None, RowImages | None]:
     """The walk over ``space`` with row images (`row_images`: bounded axes constant along a
-    row read at a per-row index), or the walk with guards only (and no row images: None)
-    where the group also makes coordinates of other kinds (joins, gathers: their indices are
-    computed per element), or where a view kept its guard below a row image (a pad whose
-    table is past `row_images.TABLE_MAX` below an adjoint whose table is not): that guard
+    row read at a per-row index; where the walk made a coordinate of another kind first, a
+    scatter's positions, it runs again with the images' coordinates reserved first, as the
+    element function numbers them: `RowImages.numbered_first`), or the walk with guards only
+    (and no row images: None) where that fails, or where a view kept its guard below a row
+    image (a pad whose table is past `row_images.TABLE_MAX` below an adjoint whose table is not): that guard
     reads the image's index, which a row without the image sets to 0, so the drivers could
     not bound the row with it and every row would run the edge function (a 4096² heat
     step's reverse: 16x slower). ``columns`` receives the reads' coordinates along their
