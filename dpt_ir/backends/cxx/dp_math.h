@@ -483,14 +483,9 @@ DP_FN double dp_log2_d(double a) {
     return dp_fma_d(dp_fma_d(s2 * z, p, s2), 1.4426950408889634, (double)e);
 }
 
-// 2^t in float64 to ~2^-45 relative, exact for integer t; t is clamped to [-400, 400]
-// (NaN -> 400: callers select NaN results themselves).
-DP_FN double dp_exp2_d(double t) {
-    double tc = t < 400.0 ? t : 400.0;
-    tc = tc > -400.0 ? tc : -400.0;
-    const double n = dp_rint_d(tc);
-    const double r = (tc - n) * 0.6931471805599453;  // tc - n is exact, |r| <= ln2 / 2
-    double p = 1.0 / 39916800.0;                      // exp(r): Taylor to r^11
+// Horner steps of exp's Taylor series from ``p`` (the r^11 coefficient's part so far) down
+// to the r^2 coefficient 1/2: ``((p r + 1/10!) r + ...) r + 1/2``.
+DP_FN double dp_exp_taylor_to2_d(double p, double r) {
     p = dp_fma_d(p, r, 1.0 / 3628800.0);
     p = dp_fma_d(p, r, 1.0 / 362880.0);
     p = dp_fma_d(p, r, 1.0 / 40320.0);
@@ -499,7 +494,17 @@ DP_FN double dp_exp2_d(double t) {
     p = dp_fma_d(p, r, 1.0 / 120.0);
     p = dp_fma_d(p, r, 1.0 / 24.0);
     p = dp_fma_d(p, r, 1.0 / 6.0);
-    p = dp_fma_d(p, r, 0.5);
+    return dp_fma_d(p, r, 0.5);
+}
+
+// 2^t in float64 to ~2^-45 relative, exact for integer t; t is clamped to [-400, 400]
+// (NaN -> 400: callers select NaN results themselves).
+DP_FN double dp_exp2_d(double t) {
+    double tc = t < 400.0 ? t : 400.0;
+    tc = tc > -400.0 ? tc : -400.0;
+    const double n = dp_rint_d(tc);
+    const double r = (tc - n) * 0.6931471805599453;       // tc - n is exact, |r| <= ln2 / 2
+    double p = dp_exp_taylor_to2_d(1.0 / 39916800.0, r);  // exp(r): Taylor to r^11
     p = dp_fma_d(p, r, 1.0);
     p = dp_fma_d(p, r, 1.0);
     const long long ni = (long long)n;  // [-400, 400]: 2^n is a normal double
@@ -662,16 +667,7 @@ DP_FN double dp_pow2i_d(long long n) { return dp_as_double((n + 1023) << 52); } 
 DP_FN double dp_expm1_from13_d(double p, double r) {
     p = dp_fma_d(p, r, 1.0 / 479001600.0);
     p = dp_fma_d(p, r, 1.0 / 39916800.0);
-    p = dp_fma_d(p, r, 1.0 / 3628800.0);
-    p = dp_fma_d(p, r, 1.0 / 362880.0);
-    p = dp_fma_d(p, r, 1.0 / 40320.0);
-    p = dp_fma_d(p, r, 1.0 / 5040.0);
-    p = dp_fma_d(p, r, 1.0 / 720.0);
-    p = dp_fma_d(p, r, 1.0 / 120.0);
-    p = dp_fma_d(p, r, 1.0 / 24.0);
-    p = dp_fma_d(p, r, 1.0 / 6.0);
-    p = dp_fma_d(p, r, 0.5);
-    return dp_fma_d(p, r * r, r);
+    return dp_fma_d(dp_exp_taylor_to2_d(p, r), r * r, r);
 }
 
 // expm1(r) for |r| <= ln2/2 (+ rounding): Taylor to r^13, truncation below 2^-57 relative.
