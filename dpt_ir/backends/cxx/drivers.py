@@ -122,12 +122,12 @@ def row_bases(nest: Nest, row: str, p: str = "") -> list[str]:
     ``[glo, ghi)`` of positions in it. ``p`` prefixes the names declared (``<p>rb``,
     ``<p>glo``, ``<p>ghi``, ``<p>rs``): a second row's bases beside the first's (`flat_rows`)."""
     rows = nest.row_reads
+    classes = [f"bool {p}rs = false; (void){p}rs;"] if nest.classed else []
     if not rows and not nest.guards and not nest.images:
-        return _csr_class(nest, row, p, [f"bool {p}rs = false; (void){p}rs;"]) if nest.csr_row else []
+        return _csr_class(nest, row, p, classes)
     ix, rb = nest.index, f"{p}rb"
     size = max(len(rows) + 2 * len(nest.images), 1)
-    out = [f"{ix} {rb}[{size}];", f"{ix} {p}glo = 0, {p}ghi = 0;"]
-    out += [f"bool {p}rs = false; (void){p}rs;"] if nest.classed else []
+    out = [f"{ix} {rb}[{size}];", f"{ix} {p}glo = 0, {p}ghi = 0;", *classes]
     out.append(f"{{ {ix} q = {row};")
     for a in reversed(range(len(nest.base_outer))):
         out.append(f"const {ix} c{a} = q % {nest.base_outer[a]}; q /= {nest.base_outer[a]};")

@@ -57,8 +57,9 @@ class RowImages:
 
     space: tuple[int, ...]
     found: dict[tuple[str, int, Affine], tuple[RowImage, ...]] = field(default_factory=dict)
-    others: int = 0  # new coordinates of other kinds (joins, gathers, a scatter's positions) the walk made
-    first_other: int | None = None  # the first such coordinate (the space's rank plus its number)
+    # the first coordinate of another kind (joins, gathers, a scatter's positions) the walk made
+    # (the space's rank plus its number); None: it made none
+    first_other: int | None = None
     # Coordinates kept for the row images before any other (`sites.walk`): a walk that numbered
     # another coordinate first is run again with as many kept as it found images.
     reserve: int = 0

@@ -319,10 +319,8 @@ def walk(
 
     def variable(form: Affine, n: int, cxx: Callable[[str], str]) -> Affine:
         extra.append(n)
-        if images is not None:
-            images.others += 1
-            if images.first_other is None:
-                images.first_other = len(space) + len(extra) - 1
+        if images is not None and images.first_other is None:
+            images.first_other = len(space) + len(extra) - 1
         return idx.axis(len(space) + len(extra) - 1, len(space) + len(extra))
 
     rows: RowImageCoordinate | None = None
