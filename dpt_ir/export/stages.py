@@ -28,7 +28,7 @@ from dpt_ir.export.cuda import CudaBuild
 from dpt_ir.export.tables import Table, bytes_moved, constants, piece_table
 from dpt_ir.ir import records
 from dpt_ir.ir.graph import Graph, Node
-from dpt_ir.runtime.loop_pieces import ACC_PREFIX
+from dpt_ir.runtime.loop_pieces import ACC_PREFIX, body_input
 
 _PLAN_ROLES = ("input", "cotangent", "output", "gradient")  # a piece's tables hold these as workspace
 
@@ -117,8 +117,8 @@ def _loop_stage(plan: _Plan, prefix: str, loop: Any, node: Node) -> LoopStage:
     inputs = list(node.inputs[:-1] if node.op == "scan_vjp" else node.inputs)
     names = loop.names
 
-    def name_of(k: int) -> str:  # the body input of loop input k (the step index sits before the closures)
-        return names[k] if k < c + nx else names[k + (1 if a.index else 0)]
+    def name_of(k: int) -> str:  # the body input of loop input k
+        return body_input(a, k)
 
     closures = {name_of(k): plan.env[inputs[k]] for k in range(c + nx, len(inputs))}
     body_piece, vjp_piece = loop.piece_names
@@ -207,7 +207,7 @@ def _reverse_stage(
     after += [Copy(dst=acc[k], src=grad_of(k), size=loop.in_types[k].size) for k in sums]
     for j in range(a.xs):
         k, row = c + j, loop.in_types[c + j].size // a.length
-        if k in goff and name_of(k) not in loop.unread:  # an unread part stays zero
+        if k in goff:
             after.append(Copy(dst=grads, src=grad_of(k), size=row, dst_at=goff[k], dst_step=row))
     final = [Copy(dst=grads, src=ct_of(k), size=sizes[k], dst_at=goff[k]) for k in range(c)]
     final += [Copy(dst=grads, src=acc[k], size=loop.in_types[k].size, dst_at=goff[k]) for k in sums]

@@ -50,7 +50,7 @@ from dpt_ir.ir.types import TensorType, is_float
 from dpt_ir.ops.loop import ScanAttrs, body_vjp, checkpoint_plan, grad_layout, result_types
 from dpt_ir.ops.revolve import first_sweep
 from dpt_ir.runtime.loop_native import NativeSteps
-from dpt_ir.runtime.loop_pieces import ACC_PREFIX, piece_names
+from dpt_ir.runtime.loop_pieces import ACC_PREFIX, body_input, piece_names
 from dpt_ir.runtime.plan import WP_DTYPES
 
 
@@ -572,7 +572,7 @@ class Loop:
             targets[k] = pair[1] if self.sums[k] is pair[0] else pair[0]
         for j in range(a.xs):
             k = a.carries + j
-            if k in self.grad_offsets and self._name(k) not in self.unread:
+            if k in self.grad_offsets:
                 row = self.in_types[k].size // a.length
                 start = self.grad_offsets[k] + i * row
                 targets[k] = _view(self.grads, start, start + row)
@@ -589,9 +589,8 @@ class Loop:
         return [targets[k] for k in range(a.carries)]
 
     def _name(self, k: int) -> str:
-        """The body input standing for loop input ``k`` (the step index sits before the closures)."""
-        a = self.attrs
-        return self.names[k] if k < a.carries + a.xs else self.names[k + (1 if a.index else 0)]
+        """The body input standing for loop input ``k`` (`loop_pieces.body_input`)."""
+        return body_input(self.attrs, k)
 
 
 def _pointers(arrays: list[wp.array]) -> set[int]:

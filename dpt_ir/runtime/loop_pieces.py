@@ -75,13 +75,13 @@ def unread_gradients(live: set[str], node: Node, a: ScanAttrs) -> frozenset[str]
     its running sum a step. An ``xs`` input's gradient stays: it is one row a step, and
     leaving out the wave's (`benchmarks/bench_wave.py`) turned its vjp's first kernel from a
     reduction into a pointwise kernel that Warp's build runs slower (docs/loops.md)."""
-    names = [i.name for i in a.body.inputs]
-    first = a.carries + a.xs + (1 if a.index else 0)  # the closures' body inputs start here
-    out = set()
-    for k in range(a.carries + a.xs, len(node.inputs) - 1):  # the last input is the packed cotangent
-        if node.inputs[k] not in live:
-            out.add(names[first + k - a.carries - a.xs])
-    return frozenset(out)
+    closures = range(a.carries + a.xs, len(node.inputs) - 1)  # the last input is the packed cotangent
+    return frozenset(body_input(a, k) for k in closures if node.inputs[k] not in live)
+
+
+def body_input(a: ScanAttrs, k: int) -> str:
+    """The body input standing for loop input ``k`` (the step index sits before the closures)."""
+    return a.body.inputs[k if k < a.carries + a.xs else k + (1 if a.index else 0)].name
 
 
 def check_loop_dtypes(node: Node, in_types: tuple[TensorType, ...]) -> None:
