@@ -36,11 +36,13 @@ SHAPES = [
     ((2, 3, 4), (4,)),
     ((33, 17), (17, 65)),  # odd sizes: not multiples of any tile or row block
     ((9, 300), (300, 70)),  # k past one float32 k block (KB = 256): sums cross from float32 to float64
+    ((37, 40), (40, 64)),  # B read in place (`Blocking.b_pitch`), with edge rows
+    ((2, 9, 16), (2, 16, 32)),  # B read in place, one matrix per batch
 ]
 # The float32 products compiled (2-D, batch broadcast, odd, k past a block): float32 reaches the
 # kernels' blocked accumulation; the other shapes' indexing is dtype-independent (float64 has them
 # all), and each distinct product costs the C++ compiler about a second.
-FLOAT32_SHAPES = (0, 2, 7, 8)
+FLOAT32_SHAPES = (0, 2, 7, 8, 9, 10)
 RNG = np.random.default_rng(5)
 
 
@@ -223,7 +225,7 @@ def test_float32_products_are_the_documented_order_bit_for_bit(
         assert np.array_equal(out[f"float32_o{k}"], want), k
     # The gradients of the 2-D products: ``s Bᵀ`` (B read through a transpose flag, packed along
     # its columns) and ``Aᵀ s`` (A read in place through one), the cotangent being ``s`` exactly.
-    for k in (0, 7, 8):
+    for k in (0, 7, 8, 9):
         a, b, s = (feed[f"float32_{x}{k}"] for x in "abs")
         assert np.array_equal(grads[f"float32_a{k}"], _in_order(s, b.T)), k
         assert np.array_equal(grads[f"float32_b{k}"], _in_order(a.T, s)), k
@@ -249,9 +251,32 @@ def test_float64_products_are_the_documented_order_bit_for_bit(
     that crosses a chunk (sums carried in the task's double buffer): the reference order's bits."""
     _, feed, _, program = compiled
     out, _ = program.value_and_grad(**feed)
-    for k in (7, 8):
+    for k in (7, 8, 9):
         want = _in_order64(feed[f"float64_a{k}"], feed[f"float64_b{k}"])
         assert np.array_equal(out[f"float64_o{k}"], want), k
+
+
+def test_small_row_major_b_is_read_in_place() -> None:
+    """B is read in place, not packed, where its task block is whole micro tiles of one k chunk,
+    row-major and at most `contraction.B_IN_PLACE` bytes; otherwise it is packed (``b_pitch`` 0)."""
+    g = dp.GraphBuilder("matmul_in_place")
+    cases = {  # (A, B) -> pitch; a B read through a transpose flag is packed (`b_col` != 1)
+        ((37, 40), (40, 64)): 64,
+        ((2, 9, 16), (2, 16, 32)): 32,
+        ((64, 64), (64, 64)): 64,
+        ((33, 17), (17, 65)): 0,  # columns past a whole micro tile
+        ((9, 300), (300, 64)): 0,  # more than one k chunk
+        ((64, 256), (256, 64)): 0,  # 64 KiB of B
+    }
+    for k, (sa, sb) in enumerate(cases):
+        a, b = g.input(f"a{k}", sa, "float32"), g.input(f"b{k}", sb, "float32")
+        g.output(f"o{k}", a @ b)
+    graph = g.build()
+    products = [n.name for n in graph.nodes if n.op == "matmul"]
+    pitches = [cpu_blocking(contraction_of(graph, name), "float").b_pitch for name in products]
+    assert pitches == list(cases.values()), pitches
+    float64 = [cpu_blocking(contraction_of(graph, name), "double").b_pitch for name in products]
+    assert float64 == list(cases.values()), float64  # 64² doubles: 32 KiB of B, in place too
 
 
 THIN = [((1, 300), (300, 70)), ((2, 5), (5, 120)), ((3, 20), (20, 128)), ((300,), (300, 120))]

@@ -21,12 +21,13 @@ the same bits; no atomics.
   blocks, so they share B's column strip (it stays in L2 while A's row blocks stream). It walks
   ``k`` in chunks (float64 `KC64`; float32 one k block, `KB`): packs the chunk's columns of B in
   the accumulation type, zero-padded to whole micro tiles (contiguous, in the order the micro
-  kernel reads them), and runs a micro kernel per micro tile (float64 `MR64` x `NR64` double
-  accumulators, from 0 in the first chunk, continuing the task's double buffer after it; float32
-  `MR32` x `NR32` float accumulators from 0, added to it per block), ``p`` ascending, one
-  broadcast of A read in place (either transpose flag is a stride; a padded row rereads the last
-  valid one) and a row of contiguous B values per step (the loop over columns is the vectorised
-  one). Accumulators cross chunks through the task-local double buffer (exact), so chunking does
+  kernel reads them), or reads them in place where they need no padding and the task's block of
+  B fits `B_IN_PLACE` (`Blocking.b_pitch`: the same values in the same order), and runs a micro
+  kernel per micro tile (float64 `MR64` x `NR64` double accumulators, from 0 in the first chunk,
+  continuing the task's double buffer after it; float32 `MR32` x `NR32` float accumulators from 0,
+  added to it per block), ``p`` ascending, one broadcast of A read in place (either transpose flag
+  is a stride; a padded row rereads the last valid one) and a row of contiguous B values per step
+  (the loop over columns is the vectorised one). Accumulators cross chunks through the task-local double buffer (exact), so chunking does
   not change the order; the last chunk stores its tile's results straight from the micro kernel
   (a product of one chunk has no buffer at all). Padded rows and columns are never stored. The
   partition depends on the shapes only (`Plan`): tasks split over threads. The CPU build of a
@@ -61,6 +62,11 @@ from dpt_ir.ir.registry import Contraction
 
 MR, NR, KC = 4, 8, 128  # the CPU build of a CUDA plan (the export's replay): micro tile, float64 k chunk
 # float32: sums in float32 within a k block of KB steps, in float64 across blocks (module docstring)
+# CPU: a task whose whole block of B (k x tn values) is at most this many bytes, of whole micro
+# tiles, one k chunk and row-major, reads B in place instead of packing it: it stays in L1 across
+# the task's row tiles (32 KiB here), so a pack only costs its copy (64² float32 5.6 -> 5.3 us,
+# float64 10.2 -> 9.6, 256 x 64² float32 1.47 -> 1.38 ms; the same bits).
+B_IN_PLACE = 32 * 1024
 KB = 256  # the k block; CPU: also its chunk, so a chunk's sums stay in float32 registers
 TM64, TN64, MR64, NR64, KC64 = 128, 64, 4, 32, 256  # CPU, float64: block, micro tile (16 AVX-512 registers), chunk
 TM32, TN32 = 256, 64  # CPU, float32: a task's output block
@@ -141,7 +147,14 @@ def _store(checks: bool) -> list[str]:
 
 
 def micro_kernel(
-    c_type: str, mr: int, nr: int, direct: tuple[int, int] | None, ldc: int, checks: bool, vectors: bool
+    c_type: str,
+    mr: int,
+    nr: int,
+    direct: tuple[int, int] | None,
+    ldc: int,
+    checks: bool,
+    vectors: bool,
+    b_pitch: int = 0,
 ) -> str:
     """``mr x nr`` accumulators over ``kc`` steps (``p`` ascending, one FMA each) of one k chunk;
     returns whether a stored value is non-finite (0 when it stores nothing, or without ``checks``).
@@ -155,7 +168,8 @@ def micro_kernel(
     never -0, so adding +0 changes no bit); float64 ``s``. The order per element is the reference
     order; which chunk runs where never changes it. ``direct``: A's (row, column) strides, read in
     place at ``a`` (``rows`` valid rows; a padded row rereads the last valid one, and its sums are
-    never stored), else A's packed panel ``ap[p * mr + r]``.
+    never stored), else A's packed panel ``ap[p * mr + r]``. B's row ``p`` is at ``bp + p * nr``
+    (a packed panel), or ``bp + p * b_pitch`` where B is read in place (``vectors`` only).
 
     ``vectors`` (the CPU plans): each row's sums are AVX-512-wide vectors (`_vector_steps`), so
     the accumulators are registers whatever the optimisation level; without it (a CUDA plan's host
@@ -170,7 +184,7 @@ def micro_kernel(
             f"    for (int r = 0; r < {mr}; ++r) ra[r] = a + (r < rows ? r : rows - 1) * {direct[0]};\n"
         )
     cell = f"acc[r * {nr} + c]"
-    steps = _vector_steps(c_type, mr, nr, read) if vectors else _scalar_steps(c_type, mr, nr, read)
+    steps = _vector_steps(c_type, mr, nr, read, b_pitch or nr) if vectors else _scalar_steps(c_type, mr, nr, read)
     keep = f"{cell} = first ? (double)e[r][c] : {cell} + (double)e[r][c]" if f32 else f"{cell} = e[r][c]"
     value = f"first ? e[r][c] : (float)({cell} + (double)e[r][c])" if f32 else "e[r][c]"
     check = "            bad |= dp_nonfinite(v);\n" if checks else ""
@@ -211,9 +225,9 @@ def _scalar_steps(c_type: str, mr: int, nr: int, read: str) -> str:
         for (int c = 0; c < {nr}; ++c) e[r][c] = s[r][c];"""
 
 
-def _vector_steps(c_type: str, mr: int, nr: int, read: str) -> str:
+def _vector_steps(c_type: str, mr: int, nr: int, read: str, pitch: int) -> str:
     """The k loop over vector sums ``s[r][q]`` (``w`` lanes: 64 bytes, or ``nr`` where narrower),
-    per step ``nr / w`` loads of B's panel row and, per row, one broadcast of A and one FMA per
+    per step ``nr / w`` loads of B's row (``pitch`` values after the last), per row, one broadcast of A and one FMA per
     vector (`__builtin_elementwise_fma`: each lane the scalar loop's FMA, the same bits), then
     their copy ``e``. Written as vectors because clang's loop vectoriser at -O3 vectorised the
     scalar form across the rows, with gathers and scatters of the sums (float32 512²: 30x the
@@ -233,7 +247,7 @@ def _vector_steps(c_type: str, mr: int, nr: int, read: str) -> str:
         for (int q = 0; q < {g}; ++q) {init}
     for (int p = 0; p < kc; ++p) {{
         V b[{g}];
-        for (int q = 0; q < {g}; ++q) __builtin_memcpy(&b[q], bp + p * {nr} + q * {w}, sizeof(V));
+        for (int q = 0; q < {g}; ++q) __builtin_memcpy(&b[q], bp + p * {pitch} + q * {w}, sizeof(V));
         for (int r = 0; r < {mr}; ++r) {{
             const V av = (V)({read});
             for (int q = 0; q < {g}; ++q) s[r][q] = __builtin_elementwise_fma(av, b[q], s[r][q]);
@@ -257,6 +271,7 @@ class Blocking:
     kc: int
     packed: str
     direct_a: bool = False  # the micro kernel reads A in place (no A panel)
+    b_pitch: int = 0  # > 0: the micro kernel reads B in place, rows this many values apart (no B panel)
 
 
 def blocking(p: Plan, cuda: bool) -> Blocking:
@@ -293,7 +308,9 @@ def cpu_blocking(ct: Contraction, c_type: str) -> Blocking:
     tm, tn = (TM32, TN32) if f32 else (TM64, TN64)
     tm = min(max(tm, mr), mr * max(1, -(-ct.m // mr)))
     tn = min(max(tn, nr), nr * max(1, -(-ct.n // nr)))
-    return Blocking(tm, tn, mr, nr, KB if f32 else KC64, c_type, direct_a=True)
+    kc = KB if f32 else KC64
+    in_place = ct.b_col == 1 and ct.n % nr == 0 and ct.k <= kc and ct.k * tn * (4 if f32 else 8) <= B_IN_PLACE
+    return Blocking(tm, tn, mr, nr, kc, c_type, direct_a=True, b_pitch=ct.b_row if in_place else 0)
 
 
 def choose(ct: Contraction, c_type: str) -> thin.Thin | None:
@@ -356,6 +373,7 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
         if bk.direct_a
         else f"ap + mi * {kc_ * mr_}"
     )
+    b_arg = f"a1 + bb + p0 * {ct.b_row} + j0 + nj * {nr_}" if bk.b_pitch else f"bp + nj * {kc_ * nr_}"
     # >= 1: an empty product launches nothing, but its text still compiles
     blocks_m, blocks_n = max(1, -(-ct.m // tm)), max(1, -(-ct.n // tn))
     per_batch = blocks_m * blocks_n
@@ -374,7 +392,7 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
         # the sums crossing chunks (none with one chunk: the last chunk stores them)
         *([f"double acc[{tm * tn}];"] if chunks > 1 else []),
         *([] if bk.direct_a else [f"{pk} ap[{tm * kc_}];"]),
-        f"{pk} bp[{kc_ * tn}];",
+        *([] if bk.b_pitch else [f"{pk} bp[{kc_ * tn}];"]),
         f"{p.c_type}* const c0 = a2 + (bt * {ct.m} + i0) * {ct.n} + j0;",
         "int bad = 0;",
         f"for (int ch = 0; ch < {chunks}; ++ch) {{",
@@ -393,12 +411,12 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
                 "            }",
             ]
         ),
-        *_pack_b(ct, nr_, kc_, pk, zero),
+        *([] if bk.b_pitch else _pack_b(ct, nr_, kc_, pk, zero)),
         "    for (int mi = 0; mi < mt; ++mi) {",
         f"        const int rows = mr - mi * {mr_} < {mr_} ? mr - mi * {mr_} : {mr_};",
         "        for (int nj = 0; nj < nt; ++nj) {",
         f"            const int cols = nc - nj * {nr_} < {nr_} ? nc - nj * {nr_} : {nr_};",
-        f"            bad |= {TOKEN}_micro_{pk}({a_arg}, rows, cols, bp + nj * {kc_ * nr_}, kc,",
+        f"            bad |= {TOKEN}_micro_{pk}({a_arg}, rows, cols, {b_arg}, kc,",
         f"                {acc_arg}, ch == 0, ch == {chunks - 1},",
         f"                c0 + mi * {mr_ * ct.n} + nj * {nr_});",
         "        }",
@@ -511,7 +529,7 @@ def contraction_kernels(
         if direct_kernel is not None:
             micro = thin.tile_kernels(direct_kernel, KB, checks)
         else:
-            micro = micro_kernel(bk.packed, bk.mr, bk.nr, direct, p.ct.n, checks, device == "cpu")
+            micro = micro_kernel(bk.packed, bk.mr, bk.nr, direct, p.ct.n, checks, device == "cpu", bk.b_pitch)
         cpu = cpu_driver(p, sig, checks, device != "cpu")
         return "\n".join([micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]) + "\n"
 
