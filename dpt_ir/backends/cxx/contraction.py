@@ -27,10 +27,11 @@ the same bits; no atomics.
   continuing the task's double buffer after it; float32 `MR32` x `NR32` float accumulators from 0,
   added to it per block), ``p`` ascending, one broadcast of A read in place (either transpose flag
   is a stride; a padded row rereads the last valid one) and a row of contiguous B values per step
-  (the loop over columns is the vectorised one). Accumulators cross chunks through the task-local double buffer (exact), so chunking does
-  not change the order; the last chunk stores its tile's results straight from the micro kernel
-  (a product of one chunk has no buffer at all). Padded rows and columns are never stored. The
-  partition depends on the shapes only (`Plan`): tasks split over threads. The CPU build of a
+  (the loop over columns is the vectorised one). Accumulators cross chunks through the task-local
+  double buffer (exact), so chunking does not change the order; the last chunk stores its tile's
+  results straight from the micro kernel (a product of one chunk has no buffer at all). Padded
+  rows and columns are never stored. The partition depends on the shapes only (`Plan`): tasks
+  split over threads. The CPU build of a
   CUDA plan (the export's replay) packs A too, in `TILE` x `TILE` blocks of `MR` x `NR` tiles.
 - CUDA (`cuda_driver`): a block of `BLOCK` threads per `TILE` x `TILE` output tile, one thread
   per output element. Per ``k`` tile, each thread loads one element of the A tile and one of
