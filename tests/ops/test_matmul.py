@@ -256,6 +256,33 @@ def test_float64_products_are_the_documented_order_bit_for_bit(
         assert np.array_equal(out[f"float64_o{k}"], want), k
 
 
+@pytest.mark.parametrize(
+    "dtype, k, at, value",
+    [
+        ("float32", 9, (0, 0), np.inf),  # a whole tile, stored from the registers (`_whole_tile`)
+        ("float32", 9, (36, 0), np.nan),  # an edge tile's row, stored element by element
+        ("float32", 8, (0, 0), -np.inf),  # float32 sums crossing k blocks
+        ("float64", 9, (0, 0), np.nan),  # a whole float64 tile
+        ("float64", 7, (32, 16), np.inf),  # an odd-sized edge tile
+    ],
+)
+def test_a_non_finite_product_raises_the_products_flag(
+    compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
+    dtype: str,
+    k: int,
+    at: tuple[int, int],
+    value: float,
+) -> None:
+    _, feed, _, program = compiled
+    bad = dict(feed)
+    bad[f"{dtype}_a{k}"] = feed[f"{dtype}_a{k}"].copy()
+    bad[f"{dtype}_a{k}"][at] = value
+    with pytest.raises(dp.NumericalError) as err:
+        program.value_and_grad(**bad)
+    assert "non-finite value" in str(err.value) and "op matmul" in str(err.value), str(err.value)
+    program.value_and_grad(**feed)  # the flags were cleared: a finite call passes
+
+
 def test_small_row_major_b_is_read_in_place() -> None:
     """B is read in place, not packed, where its task block is whole micro tiles of one k chunk,
     row-major and at most `contraction.B_IN_PLACE` bytes; otherwise it is packed (``b_pitch`` 0)."""
