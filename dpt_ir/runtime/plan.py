@@ -79,7 +79,7 @@ class Workspace:
         self.copies: dict[str, wp.array] = {}  # input value -> flat view of its output array
         self.staging: dict[str, wp.array] = {}
         self.phases: dict[str, RecordedPhase] = {}
-        self.host_run: Any = None  # `runtime.host_run.host_run`, made by the first `Program.run` here
+        self.host_run: Any = None  # `runtime.host_run.host_run`, made by the first `run` or `value_and_grad` here
         self.status = wp.zeros(plan.status_size, dtype=wp.int32, device=device) if plan.status_size else None
         cpu = device == "cpu"
         self.flags = self.status.numpy() if cpu and self.status is not None else None

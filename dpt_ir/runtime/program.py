@@ -119,7 +119,8 @@ class Program:
             plan.checkin(ws)
 
     def value_and_grad(self, **inputs: Any) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Outputs and the gradients of the loss output (seeded with 1) wrt ``wrt``."""
+        """Outputs and the gradients of the loss output (seeded with 1) wrt ``wrt``; on the CPU
+        with NumPy inputs of exactly their types, through the workspace's fast path as `run`."""
         if not self.wrt:
             raise ContractError(f"program {self.graph.name!r} was compiled without wrt; pass wrt=[...] to compile")
         if "value_and_grad" not in self.plans:
@@ -129,10 +130,16 @@ class Program:
             )
         plan = self.plans["value_and_grad"]
         with plan.workspace() as ws:
+            fast = ws.host_run
+            if fast and (results := fast(self, plan, ws, inputs)) is not None:
+                return results
             bound = plan.bind(inputs, self.input_types, ws)
             direct = _direct_results(plan, bound, plan.direct_gradients)
             ws.clear_status()
             self.launch_count = plan.run("forward", bound, ws) + plan.run("backward", bound, ws)
+            if fast is None:
+                names = tuple(o.name for o in self.graph.outputs)
+                ws.host_run = host_run(plan, ws, self.input_types, "value_and_grad", names)
             self.checkpoint("value_and_grad", ws)
             outs = {o.name: _read(plan, o.name, ws, direct) for o in self.graph.outputs}
             grads = {w: _take(plan, g, ws, direct) for w, g in plan.gradients.items()}

@@ -1,7 +1,7 @@
-"""`dpt_ir.runtime.host_run`: a CPU `Program.run` whose inputs are NumPy arrays of exactly their
-types takes the workspace's fast path, with the general path's results bit for bit; every other
-call takes the general path, which checks it and reports what is wrong; a flag a kernel raises
-is still a NumericalError, and the next call is clean."""
+"""`dpt_ir.runtime.host_run`: a CPU `Program.run` or `Program.value_and_grad` whose inputs are NumPy
+arrays of exactly their types takes the workspace's fast path, with the general path's results bit
+for bit; every other call takes the general path, which checks it and reports what is wrong; a flag
+a kernel raises is still a NumericalError, and the next call is clean."""
 
 from __future__ import annotations
 
@@ -133,3 +133,33 @@ def test_outputs_without_fresh_arrays() -> None:
         np.testing.assert_array_equal(both["twice"], x_np * 2.0)
     assert "plan.output_copy('a', ws)" in shared.plans["run"]._free[0].host_run.source
     assert copying.plans["run"]._free[0].host_run is False
+
+
+def _vg_same(got: tuple[dict[str, np.ndarray], ...], want: tuple[dict[str, np.ndarray], ...]) -> None:
+    for g, w in zip(got, want, strict=True):
+        _same(g, w)
+
+
+def test_value_and_grad_takes_the_fast_path_with_the_general_paths_bits(
+    program: dp.Program, binds: list[str]
+) -> None:
+    inputs = make_inputs(7)
+    program.value_and_grad(**inputs)  # a workspace's first call: the general path records it
+    want = program.value_and_grad(**to_warp(inputs, program.device))
+    general = len(binds)
+    got = program.value_and_grad(**inputs)
+    assert len(binds) == general, "a value_and_grad of NumPy arrays of the inputs' types went through bind"
+    _vg_same(got, want)
+    again = program.value_and_grad(**inputs)
+    for first, second in zip(got, again, strict=True):  # every result array is the call's own
+        assert not any(np.shares_memory(first[k], second[k]) for k in first)
+    source = program.plans["value_and_grad"]._free[0].host_run.source
+    assert "program.checkpoint('value_and_grad', ws)" in source
+    bad = {**inputs, "x": inputs["x"].copy()}
+    bad["x"][0, 0] = -2.0
+    with pytest.raises(dp.NumericalError, match="log"):
+        program.value_and_grad(**bad)
+    _vg_same(program.value_and_grad(**inputs), want)
+    got = program.value_and_grad(**{**inputs, "obs": inputs["obs"].tolist()})  # refused: the general path
+    assert len(binds) == general + 1
+    _vg_same(got, want)
