@@ -149,8 +149,8 @@ def generate(
 def _module_options(natives: dict[str, tuple[str, str]], wide: bool, flush: bool = False) -> list[str]:
     """The module's options; with C++ kernels, their source and the math header as the CPU
     and CUDA preambles (one text for both devices), and on the CPU the thread pool's native
-    side (``dp_pool.h``, `dpt_ir.backends.warp.tasks`). ``wide`` (a matrix product in the
-    module): Warp's CPU flags plus ``-mprefer-vector-width=512``. ``flush``: the CPU preamble
+    side (``dp_pool.h``, `dpt_ir.backends.warp.tasks`); the CPU flags of `cpu_flags`, with
+    ``wide`` (a matrix product in the module) ``-mprefer-vector-width=512`` added. ``flush``: the CPU preamble
     starts by defining ``DP_FLUSH_DENORMALS`` (denormals flushed to zero in its kernels)."""
     # max_unroll 1: the stubs hold no loops; kept so that Warp never unrolls into a module.
     options = '"enable_backward": False, "max_unroll": 1'
@@ -161,15 +161,16 @@ def _module_options(natives: dict[str, tuple[str, str]], wide: bool, flush: bool
         raise ContractError("generated C++ contains a triple quote or a backslash; it cannot be embedded in the module")
     cpu = ('"#define DP_FLUSH_DENORMALS 1\\n" + ' if flush else "") + "_PREAMBLE + pool_header()"
     build = f"wp.ModuleBuildOptions(extra_cpu_preamble={cpu}, extra_cuda_preamble=_PREAMBLE)"
-    if wide:
-        # clang's -march=native prefers 256-bit vectors on AVX-512 cores (Skylake-X on), so the
-        # micro kernel's loops would use half the register width: 88 -> 147 GFLOP/s at 1024²
-        # float32, 37 -> 62 float64 (one thread, 2026-12-04). Vector width never reorders a sum
-        # (no fast-math): same bits (checked at 64² to 2048²).
-        options += ', "cpu_compiler_flags": (wp.config.cpu_compiler_flags or "-march=native")'
-        options += ' + " -mprefer-vector-width=512"'
+    # `cpu_flags`: -march=native in place of Warp's default raised inlining thresholds (the same
+    # speed, builds about 2 s shorter; `dpt_ir.backends.warp.flags`). ``wide``: clang's
+    # -march=native prefers 256-bit vectors on AVX-512 cores (Skylake-X on), so the micro
+    # kernel's loops would use half the register width: 88 -> 147 GFLOP/s at 1024² float32,
+    # 37 -> 62 float64 (one thread, 2026-12-04). Vector width never reorders a sum (no
+    # fast-math): same bits (checked at 64² to 2048²).
+    options += f', "cpu_compiler_flags": cpu_flags({wide})'
     return [
         "from dpt_ir.backends.cxx import math_header, pool_header",
+        "from dpt_ir.backends.warp.flags import cpu_flags",
         "",
         f"_CXX = r'''\n{source}'''",
         '_PREAMBLE = math_header() + "\\n" + _CXX',
