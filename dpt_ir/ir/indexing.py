@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -183,6 +184,31 @@ class AxisImages:
     def plain(self) -> bool:
         """Every output index is its interior shift (no boundary on this axis)."""
         return self.lo == 0 and self.hi == len(self.images) - 1
+
+    @functools.cached_property
+    def tables(self) -> AxisTables:
+        """The axis's images as tables (`AxisTables`), made once per axis: an embed's flat axis
+        has 10⁵-10⁶ indices, and a kernel's edge asks for them per read."""
+        images = self.images
+        width = max(map(len, images), default=0)
+        if width == 1:
+            flat = [im[0] if im else 0 for im in images]
+        else:
+            flat = [v for im in images for v in (*im, *([0] * (width - len(im))))]
+        counts = list(map(len, images))
+        return AxisTables(width, flat, counts, min(counts, default=0))
+
+
+@dataclass(frozen=True)
+class AxisTables:
+    """An axis's images per output index as tables: ``width`` slots per index (the most images
+    of any index), ``images`` their input indices (``width`` per index, unused slots 0),
+    ``counts`` how many each index has, ``least`` the fewest any index has."""
+
+    width: int
+    images: list[int]
+    counts: list[int]
+    least: int
 
 
 @dataclass(frozen=True)

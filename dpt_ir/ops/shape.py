@@ -267,13 +267,22 @@ def _embed_images(attrs: EmbedAttrs, in_shape: Shape, out_shape: Shape) -> idx.I
     integer in range (`OpDef.axis_images`); elsewhere 0."""
     axes = []
     for n, d, start, step in zip(in_shape, out_shape, attrs.starts, attrs.steps, strict=True):
-        images = []
-        for k in range(d):
-            m, r = divmod(k - start, step)
-            images.append((m,) if r == 0 and 0 <= m < n else ())
-        run = [im == (k - start,) for k, im in enumerate(images)]
-        lo = run.index(True) if any(run) else 0
-        hi = lo + sum(run) - 1 if step == 1 else lo - 1 + int(any(run))
+        if step == 1:  # the indices [start, start + n) of the output, each its one image: built
+            # as runs, not index by index (a gradient's embed of a flat axis has 10⁵-10⁶ indices)
+            first = min(max(start, 0), d)
+            last = max(min(start + n, d), first)
+            images: list[tuple[int, ...]] = [()] * first
+            images += [(m,) for m in range(first - start, last - start)]
+            images += [()] * (d - len(images))
+            lo, hi = (first, last - 1) if first < last else (0, -1)
+        else:
+            images = []
+            for k in range(d):
+                m, r = divmod(k - start, step)
+                images.append((m,) if r == 0 and 0 <= m < n else ())
+            run = [im == (k - start,) for k, im in enumerate(images)]
+            lo = run.index(True) if any(run) else 0
+            hi = lo - 1 + int(any(run))
         axes.append(idx.AxisImages(tuple(images), -start, lo, hi))
     return idx.ImageMap(tuple(axes))
 

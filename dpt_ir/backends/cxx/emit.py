@@ -351,15 +351,15 @@ class ElementWriter:
             if slots is not None:
                 per_axis.append(slots)
                 continue
-            width = max((len(im) for im in ax.images), default=0)
-            table, counts = self._table(f"{node.name}:{d}", ax, width)
+            width = ax.tables.width
+            table, counts = self._table(f"{node.name}:{d}", ax)
             at = self.render(c)
             opts = []
             for k in range(width):
                 # An input axis of length 1 is read at 0, as the interior walk reads it (`sites.children`).
                 table_q = f"{table}[{at} * {width} + {k}]"
                 q = self.variable(table_q, in_shape[d]) if in_shape[d] > 1 else idx.zero(len(self.ext()))
-                always = all(len(im) > k for im in ax.images)
+                always = ax.tables.least > k
                 opts.append((q, None if always else f"({counts}[{at}] > {k})"))
             per_axis.append(opts)
         out_t = C_TYPES[node.type.dtype]
@@ -395,15 +395,14 @@ class ElementWriter:
             out.append((idx.axis(r.coord, r.coord + 1), f"({' && '.join(flags)})" if flags else None))
         return out
 
-    def _table(self, key: str, ax: Any, width: int) -> tuple[str, str]:
+    def _table(self, key: str, ax: Any) -> tuple[str, str]:
         """Constant tables of an axis's images (``width`` per index, unused slots 0) and of
         their counts (axis ``key``: node and axis), defined once per kernel (named under the
         kernel's hashed name), or, past `gathers.TABLE_MAX` elements, launch constants
         (``$images:<key>``, ``$counts:<key>``): a table the size of a large field would
         otherwise be megabytes of C++ on every build of the module."""
-        images = [[*im, *([0] * (width - len(im)))] for im in ax.images]
         names = []
-        tables = (("images", [v for row in images for v in row]), ("counts", [len(im) for im in ax.images]))
+        tables = (("images", ax.tables.images), ("counts", ax.tables.counts))
         for kind, values in tables:
             if len(values) > gathers.TABLE_MAX:
                 param = f"${kind}:{key}"

@@ -111,9 +111,23 @@ def tap_accumulation(node: Node) -> str:
 
 
 def image_map(node: Node, in_shape: tuple[int, ...]) -> ImageMap:
-    op = node.opdef
-    attrs = op.parse_attrs(node.attrs, node.name)
-    return op.axis_images(attrs, in_shape, tuple(node.type.shape))  # type: ignore[misc]
+    """The per-axis images of view ``node`` (`OpDef.axis_images`), made once per op, attributes
+    and shapes in a process (`_IMAGE_MAPS`): the lowering asks for them at every read of the
+    view, and a gradient's embed of a flat axis holds 10⁵-10⁶ images."""
+    key = (node.op, repr(sorted(node.attrs.items())), in_shape, tuple(node.type.shape))
+    found = _IMAGE_MAPS.get(key)
+    if found is None:
+        op = node.opdef
+        attrs = op.parse_attrs(node.attrs, node.name)
+        found = op.axis_images(attrs, in_shape, tuple(node.type.shape))  # type: ignore[misc]
+        if len(_IMAGE_MAPS) >= IMAGE_MAPS_KEPT:
+            _IMAGE_MAPS.clear()
+        _IMAGE_MAPS[key] = found
+    return found
+
+
+IMAGE_MAPS_KEPT = 256  # image maps kept (a process compiling many programs starts again past it)
+_IMAGE_MAPS: dict[tuple[object, ...], ImageMap] = {}
 
 
 def selected(ax: idx.AxisImages, n: int) -> bool:
