@@ -14,14 +14,11 @@ from dpt_ir.ops.shape import EmbedAttrs, _embed_images
 
 
 def _by_definition(n: int, d: int, start: int, step: int) -> idx.AxisImages:
-    images = []
-    for k in range(d):
-        m, r = divmod(k - start, step)
-        images.append((m,) if r == 0 and 0 <= m < n else ())
-    run = [im == (k - start,) for k, im in enumerate(images)]
-    lo = run.index(True) if any(run) else 0
-    hi = lo + sum(run) - 1 if step == 1 else lo - 1 + int(any(run))
-    return idx.AxisImages(tuple(images), -start, lo, hi)
+    """From the slice the embed inverts: input element ``m`` sits at output ``start + m step``."""
+    at = {start + m * step: m for m in range(n) if 0 <= start + m * step < d}
+    images = tuple((at[k],) if k in at else () for k in range(d))
+    interior = [k for k in range(d) if images[k] == (k - start,)]
+    return idx.AxisImages(images, -start, interior[0] if interior else 0, interior[-1] if interior else -1)
 
 
 def test_images_follow_the_definition() -> None:
