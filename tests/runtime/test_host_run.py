@@ -163,3 +163,27 @@ def test_value_and_grad_takes_the_fast_path_with_the_general_paths_bits(
     got = program.value_and_grad(**{**inputs, "obs": inputs["obs"].tolist()})  # refused: the general path
     assert len(binds) == general + 1
     _vg_same(got, want)
+
+
+def test_split_launches_on_two_threads_take_the_fast_path(binds: list[str]) -> None:
+    """A two-thread plan's launches split into task ranges (`tasks.SplitLaunch`), each range
+    with its own argument structure: the fast path points every range at the call's arrays."""
+    g = dp.GraphBuilder("host_run_split")
+    x = g.input("x", shape=(512, 512), dtype="float32")
+    y = dp.exp(-x) * 0.5
+    g.output("y", y)
+    g.output("loss", dp.sum(dp.square(y)))
+    program = dp.compile(g.build(), wrt=["x"], device="cpu", threads=2)
+    rng = np.random.default_rng(9)
+    first, second = (rng.standard_normal((512, 512)).astype(np.float32) for _ in range(2))
+    program.run(x=first)
+    program.value_and_grad(x=first)
+    steps = program.plans["run"]._free[0].phases["forward"].steps
+    assert any(type(s).__name__ == "SplitLaunch" for s in steps), steps
+    general = len(binds)
+    got, got_vg = program.run(x=second), program.value_and_grad(x=second)
+    assert len(binds) == general
+    want = program.run(x=to_warp({"x": second}, "cpu")["x"])
+    want_vg = program.value_and_grad(x=to_warp({"x": second}, "cpu")["x"])
+    _same(got, want)
+    _vg_same(got_vg, want_vg)
