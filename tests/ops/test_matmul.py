@@ -283,6 +283,16 @@ def test_a_non_finite_product_raises_the_products_flag(
     program.value_and_grad(**feed)  # the flags were cleared: a finite call passes
 
 
+def test_a_transposed_float32_b_is_packed_by_register_transposes(
+    compiled: tuple[dp.Graph, dict[str, np.ndarray], list[str], dp.Program],
+) -> None:
+    """The gradients' ``s Bᵀ`` packs whole 16 x 16 blocks of B through `contraction.transpose16`
+    (the bits are checked by the bit-for-bit tests above: shapes 7 and 9 have whole and partial
+    blocks)."""
+    text = compiled[3].plans["value_and_grad"].module.text
+    assert "_tr16(a1 + bb + p0 + q" in text and "__builtin_shufflevector" in text
+
+
 def test_small_row_major_b_is_read_in_place() -> None:
     """B is read in place, not packed, where its task block is whole micro tiles of one k chunk,
     row-major and at most `contraction.B_IN_PLACE` bytes; otherwise it is packed (``b_pitch`` 0)."""

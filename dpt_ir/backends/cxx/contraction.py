@@ -356,12 +356,14 @@ def choose(ct: Contraction, c_type: str) -> thin.Thin | None:
     return best
 
 
-def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str) -> list[str]:
+def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str, vectors: bool = False) -> list[str]:
     """The loops packing the chunk's columns of B into ``bp`` (micro panels of ``nr`` columns,
     ``kc`` rows each, zero past the block's ``nc`` columns), reading along B's contiguous axis:
     along a row of B (one step ``p``, the tile's columns) when its columns are contiguous, else
     (B stored transposed) along a column (one column ``j``, 16 steps at a time, so the 16 panel
-    lines the stores walk stay in L1 across the columns)."""
+    lines the stores walk stay in L1 across the columns). ``vectors`` (a CPU plan, float32): a
+    whole 16 x 16 block of a transposed B is transposed in registers (`transpose16`), the rest
+    element by element; the same values in the same places."""
     src = f"({pk})a1[bb + (p0 + p) * {ct.b_row} + (j0 + j) * {ct.b_col}]"
     dst = f"bp[(nj * {kc} + p) * {nr} + c]"
     if ct.b_col == 1 or ct.b_row != 1:
@@ -371,6 +373,26 @@ def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str) -> list[str]:
             f"            for (int c = 0; c < {nr}; ++c) {{",
             f"                const int j = nj * {nr} + c;",
             f"                {dst} = j < nc ? {src} : {zero};",
+            "            }",
+        ]
+    if vectors and pk == "float" and nr % 16 == 0:
+        return [
+            "    for (int nj = 0; nj < nt; ++nj)",
+            "        for (int q = 0; q < kc; q += 16)",
+            f"            for (int c0 = 0; c0 < {nr}; c0 += 16) {{",
+            "                const int pe = kc - q < 16 ? kc - q : 16;",
+            f"                if (pe == 16 && nj * {nr} + c0 + 16 <= nc) {{",
+            f"                    {TOKEN}_tr16(a1 + bb + p0 + q + (j0 + nj * {nr} + c0) * {ct.b_col}, "
+            f"bp + (nj * {kc} + q) * {nr} + c0);",
+            "                    continue;",
+            "                }",
+            "                for (int c = c0; c < c0 + 16; ++c) {",
+            f"                    const int j = nj * {nr} + c;",
+            "                    if (j < nc)",
+            f"                        for (int p = q; p < q + pe; ++p) {dst} = {src};",
+            "                    else",
+            f"                        for (int p = q; p < q + pe; ++p) {dst} = {zero};",
+            "                }",
             "            }",
         ]
     return [
@@ -385,6 +407,40 @@ def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str) -> list[str]:
         f"                    for (int p = q; p < q + pe; ++p) {dst} = {zero};",
         "            }",
     ]
+
+
+def transpose16(ld: int, pitch: int) -> str:
+    """``{TOKEN}_tr16(src, dst)``: the 16 x 16 float block whose row ``i`` is ``src + i ld`` (16
+    consecutive values) written transposed, row ``s`` at ``dst + s pitch``: four butterfly stages
+    of two-source shuffles (at stage ``b``, rows ``i`` and ``i + b`` swap their off-diagonal
+    ``b``-lane blocks), then 16 vector stores. Values are moved, never combined: the same bits."""
+    stages = []
+    for b in (8, 4, 2, 1):
+        lo = ", ".join(str(k if not k & b else 16 + k - b) for k in range(16))
+        hi = ", ".join(str(k + b if not k & b else 16 + k) for k in range(16))
+        stages.append(
+            f"    for (int i = 0; i < 16; ++i)\n"
+            f"        if (!(i & {b})) {{\n"
+            f"            const V x = r[i], y = r[i + {b}];\n"
+            f"            r[i] = __builtin_shufflevector(x, y, {lo});\n"
+            f"            r[i + {b}] = __builtin_shufflevector(x, y, {hi});\n"
+            f"        }}\n"
+        )
+    return (
+        f"DP_FN void {TOKEN}_tr16(const float* __restrict__ src, float* __restrict__ dst) {{\n"
+        "    typedef float V __attribute__((ext_vector_type(16)));\n"
+        "    V r[16];\n"
+        f"    for (int i = 0; i < 16; ++i) __builtin_memcpy(&r[i], src + i * {ld}, sizeof(V));\n"
+        + "".join(stages)
+        + f"    for (int s = 0; s < 16; ++s) __builtin_memcpy(dst + s * {pitch}, &r[s], sizeof(V));\n"
+        "}"
+    )
+
+
+def _transposed_pack(p: Plan, bk: Blocking) -> bool:
+    """Whether ``p``'s CPU driver packs a transposed float32 B by 16 x 16 blocks (`_pack_b`)."""
+    ct = p.ct
+    return not bk.b_pitch and ct.b_col != 1 and ct.b_row == 1 and bk.packed == "float" and bk.nr % 16 == 0
 
 
 def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
@@ -441,7 +497,7 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
                 "            }",
             ]
         ),
-        *([] if bk.b_pitch else _pack_b(ct, nr_, kc_, pk, zero)),
+        *([] if bk.b_pitch else _pack_b(ct, nr_, kc_, pk, zero, vectors=not cuda)),
         "    for (int mi = 0; mi < mt; ++mi) {",
         f"        const int rows = mr - mi * {mr_} < {mr_} ? mr - mi * {mr_} : {mr_};",
         "        for (int nj = 0; nj < nt; ++nj) {",
@@ -560,6 +616,8 @@ def contraction_kernels(
             micro = thin.tile_kernels(direct_kernel, KB, checks)
         else:
             micro = micro_kernel(bk.packed, bk.mr, bk.nr, direct, p.ct.n, checks, device == "cpu", bk.b_pitch)
+            if device == "cpu" and _transposed_pack(p, bk):
+                micro = transpose16(p.ct.b_col, bk.nr) + "\n" + micro
         cpu = cpu_driver(p, sig, checks, device != "cpu")
         return "\n".join([micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]) + "\n"
 
