@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -111,23 +113,35 @@ def tap_accumulation(node: Node) -> str:
 
 
 def image_map(node: Node, in_shape: tuple[int, ...]) -> ImageMap:
-    """The per-axis images of view ``node`` (`OpDef.axis_images`), made once per op, attributes
-    and shapes in a process (`_IMAGE_MAPS`): the lowering asks for them at every read of the
-    view, and a gradient's embed of a flat axis holds 10⁵-10⁶ images."""
+    """The per-axis images of view ``node`` (`OpDef.axis_images`); inside `image_maps`, made
+    once per op, attributes and shapes: the lowering asks for them at every read of the view,
+    and a gradient's embed of a flat axis holds 10⁵-10⁶ images."""
+    kept: dict[tuple[object, ...], ImageMap] | None = getattr(_maps, "kept", None)
     key = (node.op, repr(sorted(node.attrs.items())), in_shape, tuple(node.type.shape))
-    found = _IMAGE_MAPS.get(key)
+    found = kept.get(key) if kept is not None else None
     if found is None:
         op = node.opdef
         attrs = op.parse_attrs(node.attrs, node.name)
         found = op.axis_images(attrs, in_shape, tuple(node.type.shape))  # type: ignore[misc]
-        if len(_IMAGE_MAPS) >= IMAGE_MAPS_KEPT:
-            _IMAGE_MAPS.clear()
-        _IMAGE_MAPS[key] = found
+        if kept is not None:
+            kept[key] = found
     return found
 
 
-IMAGE_MAPS_KEPT = 256  # image maps kept (a process compiling many programs starts again past it)
-_IMAGE_MAPS: dict[tuple[object, ...], ImageMap] = {}
+@contextmanager
+def image_maps() -> Iterator[None]:
+    """A block (one module's code generation, `codegen.generate`) whose `image_map` calls in
+    this thread share their maps; they are dropped at its end, so no map outlives the
+    compilation that made it (one can hold 10⁶ images)."""
+    outer = getattr(_maps, "kept", None)
+    _maps.kept = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _maps.kept = outer
+
+
+_maps = threading.local()  # .kept: the maps of the thread's current `image_maps` block, if any
 
 
 def selected(ax: idx.AxisImages, n: int) -> bool:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from dpt_ir.backends.base import Target
 from dpt_ir.backends.cxx import kernels as cxx_kernels
 from dpt_ir.backends.cxx import rows as cxx_rows
+from dpt_ir.backends.cxx import sites as cxx_sites
 from dpt_ir.backends.cxx.nest import missing_lowering, user_functions
 from dpt_ir.backends.launches import KernelSource, StatusSlot
 from dpt_ir.ir.errors import ContractError
@@ -99,6 +100,13 @@ def generate(
     member groups (CPU targets). The C++ units and the math header are the module's CPU and
     CUDA preamble; ``denormals="flush"`` defines ``DP_FLUSH_DENORMALS`` in the CPU one
     (`dp_fp_enter`). ContractError (nothing generated) when a group has no C++ lowering."""
+    with cxx_sites.image_maps():  # the views' image maps, shared by the groups of this module
+        return _generate(plans, title, header, checks, target, denormals)
+
+
+def _generate(
+    plans: dict[str, Graph], title: str, header: str, checks: bool, target: Target, denormals: str
+) -> ModuleSource:
     kernels: list[KernelSource] = []
     slots: list[StatusSlot] = []
     natives: dict[str, tuple[str, str]] = {}
