@@ -356,13 +356,13 @@ def choose(ct: Contraction, c_type: str) -> thin.Thin | None:
     return best
 
 
-def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str, vectors: bool = False) -> list[str]:
+def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str, by_blocks: bool = False) -> list[str]:
     """The loops packing the chunk's columns of B into ``bp`` (micro panels of ``nr`` columns,
     ``kc`` rows each, zero past the block's ``nc`` columns), reading along B's contiguous axis:
     along a row of B (one step ``p``, the tile's columns) when its columns are contiguous, else
     (B stored transposed) along a column (one column ``j``, 16 steps at a time, so the 16 panel
-    lines the stores walk stay in L1 across the columns). ``vectors`` (a CPU plan, float32): a
-    whole 16 x 16 block of a transposed B is transposed in registers (`transpose16`), the rest
+    lines the stores walk stay in L1 across the columns). ``by_blocks`` (`_transposed_pack`): a
+    whole 16 x 16 block of the transposed B is transposed in registers (`transpose16`), the rest
     element by element; the same values in the same places."""
     src = f"({pk})a1[bb + (p0 + p) * {ct.b_row} + (j0 + j) * {ct.b_col}]"
     dst = f"bp[(nj * {kc} + p) * {nr} + c]"
@@ -375,7 +375,7 @@ def _pack_b(ct: Contraction, nr: int, kc: int, pk: str, zero: str, vectors: bool
             f"                {dst} = j < nc ? {src} : {zero};",
             "            }",
         ]
-    if vectors and pk == "float" and nr % 16 == 0:
+    if by_blocks:
         return [
             "    for (int nj = 0; nj < nt; ++nj)",
             "        for (int q = 0; q < kc; q += 16)",
@@ -437,10 +437,11 @@ def transpose16(ld: int, pitch: int) -> str:
     )
 
 
-def _transposed_pack(p: Plan, bk: Blocking) -> bool:
-    """Whether ``p``'s CPU driver packs a transposed float32 B by 16 x 16 blocks (`_pack_b`)."""
+def _transposed_pack(p: Plan, bk: Blocking, cuda: bool) -> bool:
+    """Whether ``p``'s driver packs a transposed float32 B by 16 x 16 register transposes
+    (`_pack_b`, `transpose16`): CPU plans only (a CUDA plan's host replay is also read by NVRTC)."""
     ct = p.ct
-    return not bk.b_pitch and ct.b_col != 1 and ct.b_row == 1 and bk.packed == "float" and bk.nr % 16 == 0
+    return not cuda and ct.b_col != 1 and ct.b_row == 1 and bk.packed == "float" and bk.nr % 16 == 0
 
 
 def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
@@ -497,7 +498,7 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
                 "            }",
             ]
         ),
-        *([] if bk.b_pitch else _pack_b(ct, nr_, kc_, pk, zero, vectors=not cuda)),
+        *([] if bk.b_pitch else _pack_b(ct, nr_, kc_, pk, zero, _transposed_pack(p, bk, cuda))),
         "    for (int mi = 0; mi < mt; ++mi) {",
         f"        const int rows = mr - mi * {mr_} < {mr_} ? mr - mi * {mr_} : {mr_};",
         "        for (int nj = 0; nj < nt; ++nj) {",
@@ -616,7 +617,7 @@ def contraction_kernels(
             micro = thin.tile_kernels(direct_kernel, KB, checks)
         else:
             micro = micro_kernel(bk.packed, bk.mr, bk.nr, direct, p.ct.n, checks, device == "cpu", bk.b_pitch)
-            if device == "cpu" and _transposed_pack(p, bk):
+            if _transposed_pack(p, bk, device != "cpu"):
                 micro = transpose16(p.ct.b_col, bk.nr) + "\n" + micro
         cpu = cpu_driver(p, sig, checks, device != "cpu")
         return "\n".join([micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]) + "\n"

@@ -3,8 +3,9 @@
 Warp 1.19's default ``wp.config.cpu_compiler_flags`` (`WARP_DEFAULT`) raises LLVM's inlining
 thresholds (``-inline-threshold=9000``, ``-inline-cold-callsite-threshold=3000``) and caps SLP
 recursion at 4, for Warp's own Python kernels. dpt_ir's kernels are C++ whose functions are
-all ``always_inline`` or ``noinline`` (``DP_FN``, ``DP_COLD`` in ``dp_math.h``), so the raised
-thresholds find little left to inline and cost build time: the wave program's module
+nearly all ``always_inline`` or ``noinline`` (``DP_FN``, ``DP_COLD`` in ``dp_math.h``; the
+exceptions are a few lambdas, such as the flat runs' ``one_row``, and the thread pool's
+helpers), so the raised thresholds find little left to inline and cost build time: the wave program's module
 (`benchmarks/bench_wave.py`, ``add_at`` sources) builds in 3.2-3.4 s with ``-march=native``
 against 5.1-5.5 s with Warp's default, and ran as fast (16.04 against 16.01 ms, 16.25 against
 16.16, mask sources 15.71 against 15.89, interleaved in one process, the same bits; the heat
