@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import warp as wp
 
@@ -12,20 +14,21 @@ from dpt_ir.backends.warp.flags import WARP_DEFAULT, cpu_flags
 
 
 @pytest.fixture
-def flags() -> object:
+def flags() -> Iterator[None]:
+    """Restores ``wp.config.cpu_compiler_flags`` after the test."""
     before = wp.config.cpu_compiler_flags
     yield
     wp.config.cpu_compiler_flags = before
 
 
-def test_warps_default_becomes_march_native(flags: object) -> None:
+def test_warps_default_becomes_march_native(flags: None) -> None:
     for setting in (WARP_DEFAULT, None):
         wp.config.cpu_compiler_flags = setting
         assert cpu_flags() == "-march=native"
         assert cpu_flags(wide=True) == "-march=native -mprefer-vector-width=512"
 
 
-def test_a_users_flags_are_kept(flags: object) -> None:
+def test_a_users_flags_are_kept(flags: None) -> None:
     wp.config.cpu_compiler_flags = "-march=x86-64-v3 -fno-slp-vectorize"
     assert cpu_flags() == "-march=x86-64-v3 -fno-slp-vectorize"
     assert cpu_flags(wide=True) == "-march=x86-64-v3 -fno-slp-vectorize -mprefer-vector-width=512"
