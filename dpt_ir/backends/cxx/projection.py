@@ -6,29 +6,38 @@ Assumes: a fusion group of kind ``projection``: one node whose op has ``OpDef.pr
 float64, reading its materialised row-major input (fusion writes it first) and writing its
 output; flat buffers. No op is named here: the program is the op's data.
 
-Guarantees: every tap is computed from the angle table (the one launch constant,
-``$beam:<node>``, 4 float64 per angle) with `dpt_ir.ir.projection`'s float64 expressions, one
-product or one sum per statement (no FMA contraction on the CPU), so the forward and the
-transpose weigh every tap with the same bits; sums in float64, rounded once at the store. Each
-output element is summed by one task or thread in a fixed order: no atomics, the same bits
-for any thread count. No per-problem table: the generated text depends on the shapes only.
+Guarantees: every tap is computed from the angle table (in the one launch constant,
+``$beam:<node>``, `launch_table`: 4 float64 per angle, then the units) with
+`dpt_ir.ir.projection`'s float64 expressions, one product or one sum per statement (no FMA
+contraction on the CPU), so the forward and the transpose weigh every tap with the same bits;
+sums in float64, rounded once at the store. Each output element is summed by one task or
+thread in a fixed order: no atomics, the same bits for any thread count and on both drivers.
+No per-problem table: the generated text depends on the shapes only.
 
-- Forward: task ``(slice, angle, column block)``; the block's `LANES` neighbouring detector
-  columns (one on CUDA) run in lanes (the lane loop vectorises) and sum their samples over the
-  rotated rows ``r`` in ascending order. Rows with no tap in the image for any lane are skipped
-  (their terms are 0), and rows whose every tap is in the image (a range checked at its
-  corners) read the taps unmasked, a float32 row's two taps as one 64-bit load on the CPU.
+- Quarter-turn pairs (`units`): an angle whose table is another's a quarter turn on samples
+  the same points (sample ``(r', c')`` of the partner is sample ``(2 C - c', r')`` of its
+  leader, ``C = side // 2``), so a pair computes each sample once, for both angles: the
+  leader's detector columns sum its grid's columns, the partner's sum its rows. skimage's
+  default ``theta`` (180 angles, 1 degree apart) is 90 pairs.
+- Forward, CPU: task ``(slice, unit)``; per block of `LANES` neighbouring detector columns,
+  the lanes (the lane loop vectorises) sum their samples over the rotated rows ``r`` in
+  ascending order, and a pair's lanes add each sample to their share of its row's sum. Rows
+  with no tap in the image for any lane are skipped (their terms are 0), and rows whose every
+  tap is in the image (a range checked at its corners) read the taps unmasked, a float32 row's
+  two taps as one 64-bit load. CUDA: task ``(slice, angle, detector column)``, a partner's
+  column summed over its leader's grid row in the CPU's order.
 - Transpose: task ``(slice, band)`` of `band_rows` image rows, its pixels summed in a float64
-  work block; per angle in ascending order, the samples whose taps can reach the band (an
-  interval of rotated rows per column, or of columns per row, from the inverse rotation, its
-  real bounds widened by `SLACK`, clipped to the samples with a tap in the image) add each tap
-  that lands in the band to its pixel. A tap outside the band is another task's (when the
-  frame covers the image it lands, untested, in a margin or a row past the band, never
-  stored). The outer index (column or row) runs as `STREAMS` interleaved ranges (`_scan`:
-  streams at least 3 apart share no pixel, so each pixel's order is fixed by the angle, the
-  step, the outer index and the sample, the same for any band height): each step's runs are
-  computed first in loops that vectorise, then added tap by tap in `PHASES` passes over the
-  samples (`_scatter`: samples 3 apart share no pixel either) with the streams' adds
+  work block; per unit in slot order, the samples whose taps can reach the band (an interval
+  of rotated rows per column, or of columns per row, from the inverse rotation, its real
+  bounds widened by `SLACK`, clipped to the samples with a tap in the image) add each tap that
+  lands in the band to its pixel, weighing the sum of the sinogram values the sample feeds
+  (its leader's column and, in a pair, its partner's). A tap outside the band is another
+  task's (when the frame covers the image it lands, untested, in a margin or a row past the
+  band, never stored). The outer index (column or row) runs as `STREAMS` interleaved ranges
+  (`_scan`: streams at least 3 apart share no pixel, so each pixel's order is fixed by the
+  unit, the step, the outer index and the sample, the same for any band height): each step's
+  runs are computed first in loops that vectorise, then added tap by tap in `PHASES` passes
+  over the samples (`_scatter`: samples 3 apart share no pixel either) with the streams' adds
   interleaved, so no add waits on the one before it. The band's work block (with a margin of
   one row and one column per side) holds at most `MAX_WORK` doubles: a wider image is a
   ContractError naming the node.
@@ -37,6 +46,8 @@ for any thread count. No per-problem table: the generated text depends on the sh
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 from dpt_ir.backends.cxx.beams import check_index, culprit, program_launch, store_rows
 from dpt_ir.backends.cxx.common import C_TYPES
@@ -52,6 +63,60 @@ MAX_BAND = 64  # CPU transpose: image rows per task at most (taller bands recomp
 SLACK = "1e-6"  # transpose: the widening of a run's real bounds before they round to samples
 STREAMS = 4  # transpose: runs whose adds interleave (independent chains of loads and stores)
 PHASES = 3  # transpose: a run's samples this far apart share no pixel (each pass adds one residue)
+
+
+QUARTER_TOL = 1e-15  # a quarter turn: |cos_b + sin_a| and |sin_b - cos_a| at most this (a few ulp)
+
+
+def pair_rows(b: ParallelBeam) -> int:
+    """Rows of a pair's shared grid, ``[0, 2 C + 1)`` (``C = side // 2``): its leader's rows
+    ``[0, side)`` and those of its partner's columns (``2 C - c'``)."""
+    return max(b.side, 2 * (b.side // 2) + 1)
+
+
+def pairable(b: ParallelBeam) -> bool:
+    """Whether angles of ``b`` may pair: a frame with pixels, whose CPU row shares (`LANES`
+    doubles per grid row) fit in `MAX_WORK` doubles."""
+    return b.side > 0 and b.image_size > 0 and pair_rows(b) * LANES <= MAX_WORK
+
+
+def units(b: ParallelBeam) -> np.ndarray:
+    """The launch's slots, ``(n_angles, 2)`` float64: slot ``j`` holds a unit ``(a, p)`` (angle
+    ``a`` and its quarter-turn partner ``p``, or ``-1`` for a lone angle) or ``(-1, -1)``. The
+    partner ``p`` of ``a`` is the first later angle, not yet paired, whose table is ``a``'s a
+    quarter turn on (`QUARTER_TOL`): its sample ``(r', c')`` is ``a``'s sample ``(2 C - c', r')``,
+    the same point, so a pair computes each sample once. Units follow ascending ``a`` and spread
+    evenly over the slots, so the pool's contiguous ranges of tasks take equal shares. No pair
+    unless `pairable`."""
+    cos, sin, na = b.table[:, 0], b.table[:, 1], b.n_angles
+    taken = np.zeros(na, dtype=bool)
+    found: list[tuple[int, int]] = []
+    pairs_ok = pairable(b)
+    for a in range(na):
+        if taken[a]:
+            continue
+        taken[a] = True
+        match = (np.abs(cos + sin[a]) <= QUARTER_TOL) & (np.abs(sin - cos[a]) <= QUARTER_TOL) & ~taken
+        hits = np.flatnonzero(match) if pairs_ok else np.empty(0, dtype=np.int64)
+        partner = int(hits[0]) if hits.size else -1
+        if partner >= 0:
+            taken[partner] = True
+        found.append((a, partner))
+    slots = np.full((na, 2), -1.0)
+    for u, unit in enumerate(found):
+        slots[u * na // len(found)] = unit
+    return slots
+
+
+def launch_table(b: ParallelBeam) -> np.ndarray:
+    """The launch constant: the angle table ``(n_angles, 4)``, the slots of `units` and, per
+    angle, the angle whose pair computes it (its leader) or ``-1``; float64, flat."""
+    slots = units(b)
+    lead = np.full(b.n_angles, -1.0)
+    for a, p in slots:
+        if p >= 0:
+            lead[int(p)] = a
+    return np.concatenate([b.table.reshape(-1), slots.reshape(-1), lead])
 
 
 def band_rows(beam: ParallelBeam, device: str) -> int:
@@ -157,14 +222,22 @@ def _rows(b: ParallelBeam, L: int) -> list[str]:
 def _forward(
     b: ParallelBeam, sig: str, args: tuple[str, str, str], c_type: str, checks: bool, L: int, pairs: bool, fn: str
 ) -> str:
-    """Entry ``fn``: task ``t`` sums detector columns ``cb * L .. cb * L + L - 1`` of one angle
-    and slice over the rotated rows in ascending order (module docstring): the rows of
-    `_rows`'s ``[ri0, ri1)`` read their taps unmasked (``pairs``: a float32 image's two taps of
-    a row as one 64-bit load, CPU only), the other rows of ``[ra0, ra1)`` test each tap, and the
-    rest hold no tap (their terms would be 0: skipped, the same sums)."""
+    """Entry ``fn``. CPU (``L`` lanes > 1): task ``t`` is slot ``t % n_angles`` of slice ``t /
+    n_angles`` (`units`); for each block of ``L`` detector columns it sums its angle's samples
+    over the rotated rows in ascending order (module docstring): the rows of `_rows`'s ``[ri0,
+    ri1)`` read their taps unmasked (``pairs``: a float32 image's two taps of a row as one
+    64-bit load), the other rows of ``[ra0, ra1)`` test each tap, and the rest hold no tap
+    (their terms would be 0: skipped, the same sums). A pair also sums each row of its grid
+    (rows ``[0, 2 C + 1)``; row ``2 C - c'`` is its partner's detector column ``c'``): lane
+    ``l`` keeps a share, the columns ``c = l (mod L)`` in ascending order, and the shares are
+    added in lane order. CUDA (one lane): task ``(slice, angle, column)``; a partner's column
+    ``c'`` sums its leader's samples ``(2 C - c', r')`` into `LANES` shares by ``r' mod
+    LANES``, ascending, added in order: the same terms in the same order, so both drivers give
+    the same bits (the CPU's ``L`` is `LANES`)."""
     x, tb, y = args
     nb = -(-b.side // L)
     w, side, na = b.w, b.side, b.n_angles
+    nr, centre2 = pair_rows(b), 2 * (side // 2)
     reads, fast = [], [f"const int o = (iy + {b.r0}) * {w} + ix + {b.c0};"]
     for oy, ox in ((0, 0), (0, 1), (1, 0), (1, 1)):
         ok = f"vy{oy} && vx{ox}"  # an invalid tap reads pixel 0 and weighs nothing: no branch
@@ -181,11 +254,15 @@ def _forward(
         ]
     # NVRTC compiles the CPU entry too (one unit): it sees the plain reads
     fast += ["#ifdef DP_CUDA", *plain, "#else", *pair, "#endif"] if pairs else plain
-    terms = [
+    value = [
         "const double t00 = w00 * p00; const double t01 = w01 * p01; const double t10 = w10 * p10;",
         "const double t11 = w11 * p11; const double u0 = t00 + t01; const double u1 = u0 + t10;",
-        "const double v = u1 + t11; acc[l] = acc[l] + v;",
+        "const double v = u1 + t11;",
     ]
+    # a lane's share of its row's sum (CPU): the columns of its residue mod L, in ascending order
+    share = f"racc[r * {L} + l] = racc[r * {L} + l] + (cc < {side}.0 ? v : 0.0);"
+    shares = L > 1 and pairable(b)
+    terms = [*value, "acc[l] = acc[l] + v;", *([share] if shares else [])]
 
     def rows(lo: str, hi: str, sample: list[str]) -> list[str]:
         return [
@@ -204,14 +281,16 @@ def _forward(
         *rows("ri0", "ri1", [*_sample(b)[:8], *fast, *terms]),
         *rows("ri1", "ra1", [*_sample(b), *reads, *terms]),
     ]  # fmt: skip
-    body = [
-        f"const {c_type}* x = {x}; {c_type}* y = {y}; const double* tb = {tb};",
-        f"const int s = t / {na * nb}, a = (t / {nb}) % {na}, cb = t % {nb};",
-        *_angle("a"),
-        f"const {c_type}* img = x + s * {b.image_size}; (void)img;",
-        f"double acc[{L}]; for (int l = 0; l < {L}; ++l) acc[l] = 0.0;",
-        *loops,
-        "int bad = 0;",
+    if shares and nr > side:  # the pair grid's last row: its partner's column 0 only
+        loops += [
+            f"if (lb >= 0) {{ const int r = {side}; const double rr = (double)r;",
+            f"    for (int l = 0; l < {L}; ++l) {{",
+            f"        const double cc = (double)(cb * {L} + l);",
+            *("        " + s for s in [*_sample(b), *reads, *value, share]),
+            "    }",
+            "}",
+        ]
+    store = [
         f"for (int l = 0; l < {L}; ++l) {{",
         f"    const int c = cb * {L} + l;",
         f"    if (c >= {side}) continue;",
@@ -219,8 +298,63 @@ def _forward(
         f"    out = ({c_type})acc[l];",
         *(["    bad |= dp_nonfinite(out);"] if checks else []),
         "}",
-        *status_flag(checks),
     ]
+    block = [
+        f"double acc[{L}]; for (int l = 0; l < {L}; ++l) acc[l] = 0.0;",
+        *loops,
+        *store,
+    ]
+    if L > 1:
+        pair_store = [
+            f"if (lb >= 0) for (int c = 0; c < {side}; ++c) {{",
+            f"    {c_type}& out = y[s * {b.sinogram_size} + c * {na} + lb];",
+            f"    const double* q = racc + ({centre2} - c) * {L}; double v = 0.0;",
+            f"    for (int l = 0; l < {L}; ++l) v = v + q[l];",
+            f"    out = ({c_type})v;",
+            *(["    bad |= dp_nonfinite(out);"] if checks else []),
+            "}",
+        ]
+        racc = [f"double racc[{nr * L}]; for (int k = 0; k < {nr * L}; ++k) racc[k] = 0.0;"]
+        body = [
+            f"const int s = t / {na}, j = t % {na};",
+            f"const double* sl = tb + {4 * na};",
+            "const int a = (int)sl[j * 2], lb = (int)sl[j * 2 + 1]; (void)lb;",
+            "int bad = 0;",
+            "if (a >= 0) {",
+            *("    " + ln for ln in _angle("a")),
+            f"    const {c_type}* img = x + s * {b.image_size}; (void)img;",
+            *("    " + ln for ln in (racc if shares else [])),
+            f"    for (int cb = 0; cb < {nb}; ++cb) {{",
+            *("        " + ln for ln in block),
+            "    }",
+            *("    " + ln for ln in (pair_store if shares else [])),
+            "}",
+        ]
+    else:
+        # the CPU's order: LANES shares by column residue, each ascending, then added in order
+        partner = [f"double part[{LANES}]; for (int l = 0; l < {LANES}; ++l) part[l] = 0.0;"]
+        partner += [] if b.image_size == 0 else [
+            "for (int r = 0; r < " + str(side) + "; ++r) {",
+            f"    const double rr = (double)({centre2} - cb), cc = (double)r;",
+            *("    " + s for s in [*_sample(b), *reads, *value]),
+            f"    part[r % {LANES}] = part[r % {LANES}] + v;",
+            "}",
+        ]  # fmt: skip
+        partner += [f"for (int l = 0; l < {LANES}; ++l) acc[0] = acc[0] + part[l];"]
+        body = [
+            f"const int s = t / {na * nb}, a = (t / {nb}) % {na}, cb = t % {nb};",
+            f"const int ld = (int)tb[{6 * na} + a];  // a partner's leader, or -1",
+            "const int ta = ld >= 0 ? ld : a;",
+            *_angle("ta"),
+            f"const {c_type}* img = x + s * {b.image_size}; (void)img;",
+            "int bad = 0;",
+            "if (ld >= 0) {",
+            *("    " + ln for ln in ["double acc[1] = {0.0};", *partner, *store]),
+            "} else {",
+            *("    " + ln for ln in block),
+            "}",
+        ]
+    body = [f"const {c_type}* x = {x}; {c_type}* y = {y}; const double* tb = {tb};", *body, *status_flag(checks)]
     return "\n".join([f"DP_FN void {fn}({sig}) {{", *("    " + s for s in body), "}"])
 
 
@@ -231,7 +365,8 @@ def streams(b: ParallelBeam) -> int:
 
 
 def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> list[str]:
-    """The samples of one angle that can reach frame rows ``[f0, f1)``: ``y`` in ``[f0 - 1, f1)``.
+    """The samples of one unit's grid (rows ``[0, nr)``, columns ``[0, side)``) that can reach
+    frame rows ``[f0, f1)``: ``y`` in ``[f0 - 1, f1)``.
     ``y = nsa c + ca r + ky``: with ``|ca| >= |sa|`` an interval of ``r`` per column, else of ``c``
     per row (bounds widened by `SLACK`: every sample is then tested exactly), at most ``run`` long.
     The outer index (column or row) runs in `streams` ranges of ``q`` in step: at step ``i`` the
@@ -243,14 +378,16 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
     at least 3 apart never share a pixel: each pixel sums in the order of steps, then outer index
     (streams), then samples (by ``k % PHASES``, then ``k``), whatever the band."""
     side, S = b.side, streams(b)
-    q = -(-side // S)
     head = ["const double lo = (double)(f0 - 1) - ky, hi = (double)f1 - ky;"]
 
     def mode(m: str, div: str, sign: str, by_col: bool) -> list[str]:
-        # RR, CC: the sample's row and column (doubles); GI: its column's index in gcol
-        swap = {"RR": "(double)k", "CC": "oc", "GI": f"s * {q} + i"}
+        # RR, CC: the sample's row and column (doubles); GI, RI: its column's index in gcol and
+        # its row's in grow; KL: the end of the inner index (rows: nr, the unit's; columns: side)
+        q = -(-(side if by_col else pair_rows(b)) // S)
+        outer, inner = (str(side), "nr") if by_col else ("nr", str(side))
+        swap = {"RR": "(double)k", "CC": "oc", "GI": f"s * {q} + i", "RI": "k", "KL": inner}
         if not by_col:
-            swap = {"RR": "oc", "CC": "(double)k", "GI": "k"}
+            swap = {"RR": "oc", "CC": "(double)k", "GI": "k", "RI": f"s * {q} + i", "KL": inner}
         lines = []
         for ln in body:
             for token, text in swap.items():
@@ -262,10 +399,10 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
             f"    for (int s = 0; s < {S}; ++s) {{",
             f"        const double oc = (double)(s * {q} + i); const double m = {m} * oc;",
             f"        const double e0 = (lo {sign} m) / {div}, e1 = (hi {sign} m) / {div};",
-            *("    " + ln for ln in _interval("k0", "k1", side)),
-            *("        " + ln for ln in _support(b, "ca" if by_col else "sa", "sa" if by_col else "ca")),
+            *("    " + ln for ln in _interval("k0", "k1", inner)),
+            *("        " + ln for ln in _support(b, "ca" if by_col else "sa", "sa" if by_col else "ca", inner)),
             "        const int ka = k0 > j0 ? k0 : j0, kb = k1 < j1 ? k1 : j1;",
-            f"        const int kn = s * {q} + i >= {side} || kb <= ka ? 0 : (kb - ka < {run} ? kb - ka : {run});",
+            f"        const int kn = s * {q} + i >= {outer} || kb <= ka ? 0 : (kb - ka < {run} ? kb - ka : {run});",
             "        K0[s] = ka; KN[s] = kn; kmin = kn < kmin ? kn : kmin;",
             "    }",
             f"    for (int s = 0; s < {S}; ++s) {{",
@@ -284,51 +421,52 @@ def _scan(b: ParallelBeam, run: int, body: list[str], scatter: list[str]) -> lis
     return [*head, "if (dp_abs(ca) >= dp_abs(sa)) {", *by_col, "} else {", *by_row, "}"]
 
 
-def _support(b: ParallelBeam, c_outer: str, c_k: str) -> list[str]:
+def _support(b: ParallelBeam, c_outer: str, c_k: str, end: str) -> list[str]:
     """``[j0, j1)``: the ``k`` whose sample ``x = (c_outer oc + kx) + c_k k`` lies in ``[xlo - 1,
     xhi)``, as a tap in the image needs (`_interval`'s rounding, widened by `SLACK`; all of
-    ``[0, side)`` when ``|c_k|`` is below 1e-3, where a coordinate's rounding divided by the
+    ``[0, end)`` when ``|c_k|`` is below 1e-3, where a coordinate's rounding divided by the
     slope could reach the slack). The samples outside have no tap in the image: their terms
     would be 0."""
-    g, side = _ranges(b), b.side
+    g = _ranges(b)
     return [
-        f"int j0 = 0, j1 = {side};",
+        f"int j0 = 0, j1 = {end};",
         f"if (dp_abs({c_k}) > 1e-3) {{",
         f"    const double xb = {c_outer} * oc + kx;",
         f"    const double g0 = ({g['xlo'] - 1}.0 - xb) / {c_k}, g1 = ({g['xhi']}.0 - xb) / {c_k};",
         f"    const double h0 = dp_ceil((g0 < g1 ? g0 : g1) - {SLACK}), h1 = dp_ceil((g0 < g1 ? g1 : g0) + {SLACK});",
-        f"    j0 = h0 < 0.0 ? 0 : (h0 > {side}.0 ? {side} : (int)h0);",
-        f"    j1 = h1 < 0.0 ? 0 : (h1 > {side}.0 ? {side} : (int)h1);",
+        f"    j0 = h0 < 0.0 ? 0 : (h0 > (double){end} ? {end} : (int)h0);",
+        f"    j1 = h1 < 0.0 ? 0 : (h1 > (double){end} ? {end} : (int)h1);",
         "}",
     ]
 
 
-def _interval(lo: str, hi: str, side: int) -> list[str]:
+def _interval(lo: str, hi: str, end: str) -> list[str]:
     """``[lo, hi)``: the integers from ``min(e0, e1)`` to ``max(e0, e1)``, each end widened by
     `SLACK` (far above the rounding of a sample's coordinate and of the bound, ~1e-11 for frames
-    up to 1e5, divided by a slope of at least 0.7), clipped to ``[0, side)`` (bounds far outside
+    up to 1e5, divided by a slope of at least 0.7), clipped to ``[0, end)`` (bounds far outside
     clip before the int conversion)."""
     return [
         f"    const double l{lo} = dp_ceil((e0 < e1 ? e0 : e1) - {SLACK});",
         f"    const double h{hi} = dp_ceil((e0 < e1 ? e1 : e0) + {SLACK});",
-        f"    const int {lo} = l{lo} < 0.0 ? 0 : (l{lo} > {side}.0 ? {side} : (int)l{lo});",
-        f"    const int {hi} = h{hi} < 0.0 ? 0 : (h{hi} > {side}.0 ? {side} : (int)h{hi});",
+        f"    const int {lo} = l{lo} < 0.0 ? 0 : (l{lo} > (double){end} ? {end} : (int)l{lo});",
+        f"    const int {hi} = h{hi} < 0.0 ? 0 : (h{hi} > (double){end} ? {end} : (int)h{hi});",
     ]
 
 
 def _run_body(b: ParallelBeam, B: int, lanes: int) -> list[str]:
-    """One run of samples of stream ``s`` (``k`` in ``[k0, k0 + kn)``): each sample's top-left
-    tap in the work block (``Os``) and its four terms ``weight * g`` (``g`` from ``gcol``, the
-    angle's sinogram column as doubles; 0 for a tap outside the image or the band, or of weight
-    0: not a tap, as in the reference). With ``lanes`` > 1 (CPU) the run is rounded up to whole
-    groups of ``lanes`` (one vector each, no scalar remainder): a sample past the run is tested
-    exactly like the others (its taps are not the band's: 0), and one past the grid (``k >=
-    side``) is no sample: its terms are 0 at the stream's own margin cell ``s`` (none past
-    ``kn`` is added). Adding 0 changes no sum (a work sum is never -0). When the frame
-    covers the image (padded, or the same square) a sample whose top-left tap is in the work
-    block puts its four taps in it, and a tap outside the frame, the image or the band lands in
-    a margin or a row past the band: those cells are never stored, so only ``in`` and the
-    weight are tested."""
+    """One run of samples of stream ``s`` (``k`` in ``[k0, k0 + kn)``): each sample's top-left tap
+    in the work block (``Os``) and its four terms ``weight * g`` (``g``: the sample's value in
+    ``gcol``, the leader's sinogram column as doubles, when its row is one of the leader's, plus
+    its row's in ``grow``, the partner's column ``2 C - r`` or 0; 0 for a tap outside the image
+    or the band, or of weight 0: not a tap, as in the reference). With ``lanes`` > 1 (CPU) the
+    run is rounded up to whole groups of ``lanes`` (one vector each, no scalar remainder): a
+    sample past the run is tested exactly like the others (its taps are not the band's: 0), and
+    one past the grid (``k`` at ``KL``: ``nr`` rows, ``side`` columns) is no sample: its terms
+    are 0 at the stream's own margin cell ``s`` (none past ``kn`` is added). Adding 0 changes no
+    sum (a work sum is never -0). When the frame covers the image (padded, or the same square) a
+    sample whose top-left tap is in the work block puts its four taps in it, and a tap outside
+    the frame, the image or the band lands in a margin or a row past the band: those cells are
+    never stored, so only ``in`` and the weight are tested."""
     w2 = b.w + 2
     covers = b.r0 <= 0 and b.c0 <= 0 and b.side + b.r0 >= b.h and b.side + b.c0 >= b.w
     terms = []
@@ -345,9 +483,9 @@ def _run_body(b: ParallelBeam, B: int, lanes: int) -> list[str]:
     )  # fmt: skip
     return [
         *loop,
-        f"    const int k = k0 + j; const bool kin = k < {b.side}; const double rr = RR; const double cc = CC;",
+        "    const int k = k0 + j; const bool kin = k < KL; const double rr = RR; const double cc = CC;",
         *("    " + ln for ln in _sample(b)),
-        "    const double gv = gcol[GI];",
+        f"    const double gv = (RI < {b.side} ? gcol[GI] : 0.0) + grow[RI];",
         f"    const int br = iy - f0 + 1, bc = ix + {b.c0 + 1};",
         f"    const bool in = kin && br >= 0 && br <= {B} && bc >= 0 && bc <= {b.w};",
         *("    " + ln for ln in terms),
@@ -411,6 +549,7 @@ def _adjoint(
     # an interval's length, (B + 1) / max(|cos|, |sin|) + 4, in whole groups of lanes
     run = -(-(int((B + 1) * 1.4143) + 5) // lanes) * lanes
     n = streams(b) * run
+    nr, centre2 = pair_rows(b), 2 * (b.side // 2)
     scan = _scan(b, run, _run_body(b, B, lanes), _scatter(b, run)) if b.image_size and b.side else []
     body = [
         f"const {c_type}* gs = {g_}; {c_type}* y = {y}; const double* tb = {tb}; (void)tb;",
@@ -422,11 +561,20 @@ def _adjoint(
         f"for (int k = 0; k < {(B + 2) * w2}; ++k) work[k] = 0.0;",
         f"int O[{n}]; double Q00[{n}], Q01[{n}], Q10[{n}], Q11[{n}];",
         "(void)O; (void)Q00; (void)Q01; (void)Q10; (void)Q11;",
-        f"double gcol[{b.side + lanes}];  // the angle's sinogram column, zero past the grid",
+        f"double gcol[{b.side + lanes}];  // the leader's sinogram column, zero past the grid",
+        f"double grow[{nr + lanes}];  // per grid row: the partner's column 2 C - r, or 0",
         f"for (int k = {b.side}; k < {b.side + lanes}; ++k) gcol[k] = 0.0;",
-        f"for (int a = 0; a < {na if scan else 0}; ++a) {{",
+        f"for (int k = 0; k < {nr + lanes}; ++k) grow[k] = 0.0;",
+        f"const double* sl = tb + {4 * na};",
+        f"for (int j = 0; j < {na if scan else 0}; ++j) {{",
+        "    const int a = (int)sl[j * 2], lb = (int)sl[j * 2 + 1];",
+        "    if (a < 0) continue;",
+        f"    const int nr = lb >= 0 ? {nr} : {b.side}; (void)nr;",
         f"    for (int k = 0; k < {b.side}; ++k) gcol[k] = (double)sino[k * {na} + a];",
+        f"    if (lb >= 0) for (int k = 0; k < {nr}; ++k) {{ const int c = {centre2} - k;",
+        f"        grow[k] = c >= 0 && c < {b.side} ? (double)sino[c * {na} + lb] : 0.0; }}",
         *("    " + s for s in [*_angle("a"), *scan]),
+        f"    if (lb >= 0) for (int k = 0; k < {nr}; ++k) grow[k] = 0.0;",
         "}",
         *store_rows(c_type, b.image_size, w, f"work[(k / {w} + 1) * {w2} + k % {w} + 1]", checks),
     ]
@@ -436,7 +584,7 @@ def _adjoint(
 def _tasks(b: ParallelBeam, device: str) -> int:
     if b.adjoint:
         return b.slices * -(-b.h // band_rows(b, device))
-    return b.slices * b.n_angles * -(-b.side // (LANES if device == "cpu" else 1))
+    return b.slices * b.n_angles * (1 if device == "cpu" else b.side)
 
 
 def projection_kernels(
@@ -455,4 +603,4 @@ def projection_kernels(
             return _adjoint(b, sig, args, c_type, checks, band_rows(b, device if cpu else "cuda"), lanes, fn)
         return _forward(b, sig, args, c_type, checks, lanes, cpu and c_type == "float", fn)
 
-    return program_launch(graph, group, name, slots, checks, f"$beam:{root}", b.table, _tasks(b, device), entry)
+    return program_launch(graph, group, name, slots, checks, f"$beam:{root}", launch_table(b), _tasks(b, device), entry)
