@@ -148,6 +148,27 @@ def test_compiled_equals_the_interpreter_bit_for_bit(programs: tuple[dp.Graph, d
     np.testing.assert_array_equal(one.value_and_grad(x=IMAGE)[1]["x"], two.value_and_grad(x=IMAGE)[1]["x"])
 
 
+def test_every_lane_layout_equals_the_interpreter_bit_for_bit() -> None:
+    """A (37, 64) image: along axis 0 the 64 lines of a row are lane-contiguous (one task of 32
+    neighbouring lines each), along axis 1 the lines are rows, the last task's lanes partly
+    past the end; ``nearest`` adds the edges its transpose folds. The cotangent of each filter
+    is a fixed weight, so the gradient is the transposed recurrence's bits too."""
+    x0, w0 = rng.normal(size=(37, 64)), rng.normal(size=(37, 64))
+    g = dp.GraphBuilder("lane_layouts")
+    x, w = g.input("x", x0.shape, "float64"), g.input("w", w0.shape, "float64", requires_grad=False)
+    ys = {mode: dp.spline_filter(x, mode=mode) for mode in ("mirror", "nearest")}
+    for mode, y in ys.items():
+        g.output(mode, y)
+    g.output("loss", dp.sum(w * ys["mirror"]) + dp.sum(w * ys["nearest"]))
+    gr = g.build()
+    want, grad = dp.interpret(gr, x=x0, w=w0), dp.interpret_grad(gr, ["x"], x=x0, w=w0)
+    for threads in (1, 2):
+        out, got = dp.compile(gr, wrt=["x"], loss="loss", device="cpu", threads=threads).value_and_grad(x=x0, w=w0)
+        for mode in ys:
+            np.testing.assert_array_equal(out[mode], want[mode], err_msg=f"{mode}, {threads} threads")
+        np.testing.assert_array_equal(got["x"], grad["x"], err_msg=f"gradient, {threads} threads")
+
+
 def test_each_filter_is_its_own_recurrence_kernel(programs: tuple[dp.Graph, dp.Program, dp.Program]) -> None:
     _, one, _ = programs
     graph_ = one.plans["value_and_grad"].graph
