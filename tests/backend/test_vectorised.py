@@ -48,6 +48,7 @@ from .harness import off_cxx
 OBJDUMP = shutil.which("llvm-objdump") or shutil.which("objdump")
 WIDTHS = ("zmm", "ymm")  # the widest first
 MIN_PACKED = 200  # the vectorised chain16 kernel holds thousands (zmm: 906); its scalar build a handful (72)
+LARGE_CHAIN = 70  # (sin, mul, add) per link: 210 element nodes and their constants, past drivers.LARGE_BODY
 MIN_STENCIL = 100  # the blur's two 13-tap interior loops (measured counts: docs/backend.md; zmm 356, scalar 0)
 # softmax_xent 64x64, the forward alone (its logsumexp's two lane passes, the dot's): zmm 136 packed, 100 with
 # DP_LANE_LOOP empty (ymm not measured: this machine builds zmm). The two sums update two sets of lanes
@@ -160,6 +161,25 @@ def test_blur_interior_loops_are_vectorised(blur_text: str) -> None:
     width, count, scalar = packed_pair(blur_text, scalar_build(blur_text, "DP_BOUNDED_LOOP"), "blur")
     assert count >= MIN_STENCIL, f"{count} packed {width} instructions; the blur's interior loops went scalar"
     assert scalar < MIN_STENCIL, f"{scalar} packed {width} instructions in a build with vectorisation disabled"
+
+
+@pytest.fixture(scope="module")
+def large_text() -> str:
+    g = dp.GraphBuilder("large_body")
+    x = g.input("x", (64, 64), "float32")
+    y = x
+    for _ in range(LARGE_CHAIN):
+        y = dp.sin(y) * 1.01 + 0.5
+    g.output("y", y)
+    return generated(g.build(), CompileOptions())
+
+
+def test_a_large_body_takes_two_vectors_in_flight_and_stays_vectorised(blur_text: str, large_text: str) -> None:
+    assert "DP_LARGE_LOOP for" in large_text and "DP_VEC_LOOP for" not in large_text, "drivers.LARGE_BODY"
+    assert "DP_LARGE_LOOP" not in blur_text, "a small body keeps DP_VEC_LOOP"
+    width, count, scalar = packed_pair(large_text, scalar_build(large_text, "DP_LARGE_LOOP"), "large")
+    assert count >= MIN_PACKED, f"{count} packed {width} instructions; the large body's loop went scalar"
+    assert scalar < MIN_PACKED, f"{scalar} packed {width} instructions in a build with vectorisation disabled"
 
 
 def test_reduction_lane_loops_are_vectorised(softmax_text: str) -> None:

@@ -67,6 +67,13 @@ DP_FN int dp_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi :
 #ifndef DP_VEC_LOOP
 #define DP_VEC_LOOP _Pragma("clang loop vectorize(assume_safety) interleave_count(4)")
 #endif
+// Before the element loop of a body of `drivers.LARGE_BODY` nodes or more: the same, two
+// vectors in flight. Four copies of such a body spill (the 281-node order-3 registration
+// kernel: 288 vector moves per 64 points); 256² registration step, one thread, that kernel
+// 0.387 -> 0.363 ms, while the 86-node order-1 one took 0.094 ms with four and 0.104 with two.
+#ifndef DP_LARGE_LOOP
+#define DP_LARGE_LOOP _Pragma("clang loop vectorize(assume_safety) interleave_count(2)")
+#endif
 // Before the element loop of a small group with bounded per-axis views (pads, so stencils; the
 // size rule and its measurements: `drivers.BOUNDED_MOST`): two vectors in flight, not four. A
 // tap-heavy body holds a value and its float64 image per tap and per vector; four interleaved

@@ -181,6 +181,11 @@ def _max(a: str, b: str) -> str:
 # 17.3 ms; the imaging case's forward (a 13-tap blur) at 512² the same either way (1.12-1.16 ms),
 # at 1024² 4.08-4.10 -> 4.33 ms with two in flight, hence the bound.
 BOUNDED_MOST = 1 << 19
+# The fewest nodes of a group whose element loops take `DP_LARGE_LOOP` (two vectors in flight)
+# instead of `DP_VEC_LOOP` (four): four copies of a large body spill (dp_math.h). Measured
+# (2026-12-08, one thread, min of 50): the 256² registration step's fused kernel, 281 nodes
+# (order 3), 0.387 -> 0.363 ms with two; 86 nodes (order 1), 0.094 ms with four, 0.104 with two.
+LARGE_BODY = 200
 
 
 def _csr_class(nest: Nest, row: str, p: str, out: list[str]) -> list[str]:
@@ -224,7 +229,7 @@ def _unsummed(*calls: str) -> tuple[str, ...]:
 
 
 def _loops(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> list[str]:
-    vec = "DP_BOUNDED_LOOP" if (nest.guards or nest.images) and nest.size <= BOUNDED_MOST else "DP_VEC_LOOP"
+    vec = "DP_BOUNDED_LOOP" if (nest.guards or nest.images) and nest.size <= BOUNDED_MOST else _vec_loop(nest)
     if not nest.guards:
         return [f"{vec} for ({nest.index} j = {s0}; j < {s1}; ++j) {interior}"]
     return [
@@ -233,6 +238,12 @@ def _loops(nest: Nest, s0: str, s1: str, off: str, interior: str, edge: str) -> 
         f"{vec} for (int j = ilo; j < ihi; ++j) {interior}",
         f"DP_SCALAR_LOOP for (int j = ihi; j < {s1}; ++j) {edge} }}",
     ]
+
+
+def _vec_loop(nest: Nest) -> str:
+    """The pragma of an element loop: `DP_LARGE_LOOP` (two vectors in flight) for a body of at
+    least `LARGE_BODY` nodes, `DP_VEC_LOOP` (four) otherwise."""
+    return "DP_LARGE_LOOP" if len(nest.group.nodes) >= LARGE_BODY else "DP_VEC_LOOP"
 
 
 def _rb(nest: Nest) -> str:
