@@ -163,3 +163,20 @@ def test_a_table_in_an_epilogue_after_partials() -> None:
     assert any(k.name.endswith("_final") for k in kernels)
     x_np = feed()["x"]
     np.testing.assert_allclose(program.run(x=x_np)["s"], dp.interpret(program.graph, x=x_np)["s"], rtol=1e-6)
+
+
+def test_a_flat_take_of_memory_reads_at_the_position() -> None:
+    """``take`` with ``axis=None`` of a 2-D input in memory (7 x 13, no power of two) reads at
+    the clipped position itself: no division into the input's digits only to multiply them back
+    (`sites.children`); the values are the interpreter's."""
+    g = dp.GraphBuilder("flat_take_of_memory")
+    x = g.input("x", (7, 13), "float32")
+    i = g.input("i", (5,), "int32", requires_grad=False)
+    g.output("y", dp.take(x, i, mode="clip"))
+    program = register(dp.compile(g.build()), "cxx_gathers_flat_memory")
+    text = program.plans["run"].module.text
+    assert not off_cxx(program.plans["run"].kernels, text)
+    assert "/ 13" not in text and "% 13" not in text, "the position split into digits"
+    x_np = feed()["x"][:7, :13].copy()
+    i_np = np.array([0, 90, -4, 45, 12], np.int32)
+    np.testing.assert_array_equal(program.run(x=x_np, i=i_np)["y"], dp.interpret(program.graph, x=x_np, i=i_np)["y"])

@@ -179,7 +179,8 @@ class ElementWriter:
         else:
             rows = None if self.edge or self.at_output else self._row_image
             found = sites.children(
-                self.graph, node, coords, ext, [], self._fresh, len(self.space()), self.nest.digits, rows
+                self.graph, node, coords, ext, [], self._fresh, len(self.space()), self.nest.digits, rows,
+                self.nest.group.nodes,
             )
             if found is None:  # cover walked the same coordinates
                 raise ContractError(f"C++ kernel {self.kernel}: {name!r} cannot be read at {coords}")
