@@ -148,14 +148,18 @@ def test_compiled_equals_the_interpreter_bit_for_bit(programs: tuple[dp.Graph, d
     np.testing.assert_array_equal(one.value_and_grad(x=IMAGE)[1]["x"], two.value_and_grad(x=IMAGE)[1]["x"])
 
 
-def test_every_lane_layout_equals_the_interpreter_bit_for_bit() -> None:
-    """A (37, 64) image: along axis 0 the 64 lines of a row are lane-contiguous (one task of 32
-    neighbouring lines each), along axis 1 the lines are rows, the last task's lanes partly
-    past the end; ``nearest`` adds the edges its transpose folds. The cotangent of each filter
-    is a fixed weight, so the gradient is the transposed recurrence's bits too."""
-    x0, w0 = rng.normal(size=(37, 64)), rng.normal(size=(37, 64))
-    g = dp.GraphBuilder("lane_layouts")
-    x, w = g.input("x", x0.shape, "float64"), g.input("w", w0.shape, "float64", requires_grad=False)
+@pytest.mark.parametrize("shape, dtype", [((37, 64), "float64"), ((45, 64), "float32"), ((45, 61), "float32")])
+def test_every_lane_layout_equals_the_interpreter_bit_for_bit(shape: tuple[int, int], dtype: str) -> None:
+    """Along axis 0 the lines of a row are lane-contiguous where the width is a multiple of 32
+    (one task of 32 neighbouring lines each), otherwise lanes of their own; along axis 1 the
+    lines are rows, float32 ones moved in 8 x 8 register tiles (45 rows: a task of four whole
+    groups of 8, then one of a group and 5 lanes; width 61: entries past the last whole tile);
+    the last task's lanes partly past the end; ``nearest`` adds the edges its transpose folds.
+    The cotangent of each filter is a fixed weight, so the gradient is the transposed
+    recurrence's bits too."""
+    x0, w0 = (rng.normal(size=shape).astype(dtype) for _ in range(2))
+    g = dp.GraphBuilder(f"lane_layouts_{dtype}_{shape[1]}")
+    x, w = g.input("x", x0.shape, dtype), g.input("w", w0.shape, dtype, requires_grad=False)
     ys = {mode: dp.spline_filter(x, mode=mode) for mode in ("mirror", "nearest")}
     for mode, y in ys.items():
         g.output(mode, y)

@@ -894,4 +894,73 @@ DP_FN void dp_lse_fold(double& m, double& s, double om, double os) {
     m = top;
 }
 
+#ifndef DP_CUDA
+// Line transposes (CPU only) for the recurrences whose lines are rows (`recurrence.py`): a
+// task's work line holds 32 lines lane-interleaved (w[j * L + l]), so filling it from rows, or
+// storing it back, moves an 8 x 8 block at a time through registers: eight 8-float loads of
+// eight rows, an in-register transpose (three rounds of shuffles), eight 8-double stores of
+// eight entries. Element by element (a gather or scatter of 32 rows per entry) the moves cost
+// as much as the recursion. Pure data movement: a float32 value converts to double exactly and
+// back with the scalar cast's rounding.
+// DP_NO_VECTOR_SHUFFLES: the fallback below (tests/backend/test_row_tiles.py builds both).
+#if !defined(DP_NO_VECTOR_SHUFFLES) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12))
+typedef float dp_f8 __attribute__((vector_size(32)));
+typedef double dp_d8 __attribute__((vector_size(64)));
+typedef int dp_i8 __attribute__((vector_size(32)));
+DP_FN void dp_transpose8(dp_f8* v) {  // v[r][k] -> v[k][r]
+    dp_f8 t[8], u[8];
+    for (int r = 0; r < 8; r += 2) {
+        t[r] = __builtin_shufflevector(v[r], v[r + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        t[r + 1] = __builtin_shufflevector(v[r], v[r + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    for (int r = 0; r < 8; r += 4) {
+        u[r] = __builtin_shufflevector(t[r], t[r + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[r + 1] = __builtin_shufflevector(t[r], t[r + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+        u[r + 2] = __builtin_shufflevector(t[r + 1], t[r + 3], 0, 1, 8, 9, 4, 5, 12, 13);
+        u[r + 3] = __builtin_shufflevector(t[r + 1], t[r + 3], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+    for (int k = 0; k < 4; ++k) {
+        v[k] = __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+        v[k + 4] = __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+}
+// w[k * L + r] = x[b[r] + j + k] for r, k < 8 (rows b[0..7] of x, entries j .. j + 7).
+DP_FN void dp_rows_to_lanes8(const float* x, const int* b, int j, double* w, int L) {
+    dp_f8 v[8];
+    for (int r = 0; r < 8; ++r) __builtin_memcpy(&v[r], x + b[r] + j, sizeof(dp_f8));
+    dp_transpose8(v);
+    for (int k = 0; k < 8; ++k) {
+        const dp_d8 d = __builtin_convertvector(v[k], dp_d8);
+        __builtin_memcpy(w + k * L, &d, sizeof(dp_d8));
+    }
+}
+// y[b[r] + i + k] = (float)w[k * L + r] for r, k < 8; bad[r] |= whether one of lane r's is not finite.
+DP_FN void dp_lanes_to_rows8(const double* w, int L, float* y, const int* b, int i, int* bad) {
+    dp_f8 v[8];
+    dp_i8 any = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int k = 0; k < 8; ++k) {
+        dp_d8 d;
+        __builtin_memcpy(&d, w + k * L, sizeof(dp_d8));
+        v[k] = __builtin_convertvector(d, dp_f8);
+        dp_i8 bits;
+        __builtin_memcpy(&bits, &v[k], sizeof(dp_i8));
+        any |= (bits & 0x7f800000) == 0x7f800000;
+    }
+    for (int r = 0; r < 8; ++r) bad[r] |= any[r] != 0;
+    dp_transpose8(v);
+    for (int r = 0; r < 8; ++r) __builtin_memcpy(y + b[r] + i, &v[r], sizeof(dp_f8));
+}
+#else  // a compiler without vector shuffles (a bundle's host replay): the same moves one by one
+DP_FN void dp_rows_to_lanes8(const float* x, const int* b, int j, double* w, int L) {
+    for (int k = 0; k < 8; ++k) for (int r = 0; r < 8; ++r) w[k * L + r] = (double)x[b[r] + j + k];
+}
+DP_FN void dp_lanes_to_rows8(const double* w, int L, float* y, const int* b, int i, int* bad) {
+    for (int k = 0; k < 8; ++k) for (int r = 0; r < 8; ++r) {
+        y[b[r] + i + k] = (float)w[k * L + r];
+        bad[r] |= dp_nonfinite(y[b[r] + i + k]);
+    }
+}
+#endif
+#endif
+
 #endif  // DP_MATH_H

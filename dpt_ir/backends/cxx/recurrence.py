@@ -21,6 +21,11 @@ float64 launch constant (``$rec:<node>``).
   AVX-512 chains, and a lane-contiguous load or store moves 128 bytes per row of the input;
   with 8 lanes (one chain) the 256² order-3 prefilter took 0.094 + 0.090 ms, with 32 lanes
   0.032 + 0.065 ms, the work line (280 × 32 doubles) then in L2.
+- Lines that are float32 rows (the last axis) move between the input, the work line and the
+  output in 8 x 8 register tiles (`_row_tiles`: dp_math.h's ``dp_rows_to_lanes8`` and
+  ``dp_lanes_to_rows8``, CPU only, so the CPU entry is compiled for the CPU only); element by
+  element, a gather or scatter of 32 rows per entry cost as much as the recursion (the 256²
+  prefilter's axis 1: 0.058 -> 0.028 ms).
 - Fewer passes over the work line, with the same statements: the leading ``scale`` steps and
   the ``init`` after them run as the line is loaded (`_load`), and a last ``anticausal`` step
   stores each entry as it finishes it (`_anticausal_stored`). The prefilter then took 0.023 +
@@ -48,6 +53,7 @@ from dpt_ir.ir.records import origin_of
 from dpt_ir.ir.recurrence import RecStep, Recurrence
 
 LANES = 32  # CPU: lines per task (module docstring)
+TILE = 8  # the side of a row tile (`_row_tiles`)
 MAX_WORK = 32768  # doubles of work line per task: 256 KiB of stack or CUDA local memory
 
 
@@ -135,14 +141,21 @@ def _contiguous(rec: Recurrence, L: int) -> bool:
     return L > 1 and rec.inner % L == 0
 
 
-def _load(rec: Recurrence, L: int, scales: list[float], init: tuple[RecStep, int] | None) -> list[str]:
+def _row_tiles(rec: Recurrence, L: int, c_type: str) -> bool:
+    """Whether the lines are float32 rows moved through 8 x 8 register transposes
+    (``dp_rows_to_lanes8`` / ``dp_lanes_to_rows8`` in dp_math.h: CPU only)."""
+    return rec.inner == 1 and L % TILE == 0 and c_type == "float"
+
+
+def _load(rec: Recurrence, L: int, scales: list[float], init: tuple[RecStep, int] | None, tiles: bool) -> list[str]:
     """``w`` from the input lines: lane ``l`` from ``xb[l]``, every lane (one past the last line
     reads line 0; its values are never stored), the leading ``scale`` steps' products applied to
     each value as it is loaded, and the ``init`` step that follows them (with its weights'
     offset) summed as the entries pass, in its ascending order; the entries before, inside and
     after the line, and inside and outside the init's range, in loops of their own, so that no
-    loop tests where ``j`` is. Each product and sum is the step's own: the same bits as the steps
-    run one after another."""
+    loop tests where ``j`` is. With ``tiles`` (`_row_tiles`), the line's own entries move in
+    8 x 8 blocks first and the products and the sum follow over the work line. Each product and
+    sum is the step's own: the same bits as the steps run one after another."""
     a = min(max(rec.pad, 0), rec.m)
     b = min(max(rec.pad + rec.n_in, a), rec.m)
     lo_fill = "x[xb[l]]" if rec.fill is None else _lit(rec.fill)
@@ -151,16 +164,31 @@ def _load(rec: Recurrence, L: int, scales: list[float], init: tuple[RecStep, int
     lo, hi = (init[0].lo, init[0].hi) if init is not None else (0, 0)
     cuts = sorted({0, a, b, rec.m, *(min(max(v, 0), rec.m) for v in (lo, hi))})
     lines = [f"double acc[{L}]; for (int l = 0; l < {L}; ++l) acc[l] = 0.0;"] if init is not None else []
-    for first, last in zip(cuts, cuts[1:], strict=False):
-        if last <= first:
-            continue
-        value = f"(double)({lo_fill if first < a else inside if first < b else hi_fill})"
+
+    def over(first: int, last: int, raw: str) -> str:  # the loop giving w[j] from raw, then its steps
+        value = f"(double)({raw})"
         for z in scales:
             value = f"{_lit(z)} * ({value})"
         body = [f"const double v = {value};", f"w[j * {L} + l] = v;"]
         if init is not None and lo <= first and last <= hi:
             body.append(f"const double p = wt[{init[1]} + j] * v; acc[l] = acc[l] + p;")
-        lines.append(f"for (int j = {first}; j < {last}; ++j) for (int l = 0; l < {L}; ++l) {{ {' '.join(body)} }}")
+        return f"for (int j = {first}; j < {last}; ++j) for (int l = 0; l < {L}; ++l) {{ {' '.join(body)} }}"
+
+    for first, last in zip(cuts, cuts[1:], strict=False):
+        if last <= first:
+            continue
+        if not (tiles and a <= first and last <= b and last - first >= TILE):
+            lines.append(over(first, last, lo_fill if first < a else inside if first < b else hi_fill))
+            continue
+        cut = first + (last - first) // TILE * TILE
+        lines.append(
+            f"for (int j = {first}; j < {cut}; j += {TILE}) for (int g = 0; g < {L}; g += {TILE}) "
+            f"dp_rows_to_lanes8(x, xb + g, j - {rec.pad}, w + j * {L} + g, {L});"
+        )
+        if last > cut:
+            lines.append(over(cut, last, inside))
+        if scales or (init is not None and lo <= first and last <= hi):
+            lines.append(over(first, cut, f"w[j * {L} + l]"))
     if init is not None:
         lines.append(f"for (int l = 0; l < {L}; ++l) w[{init[0].at * L} + l] = acc[l];")
     return lines
@@ -178,17 +206,25 @@ def _plain(rec: Recurrence) -> tuple[int, int]:
     return (1, rec.n_out - 1) if rec.fold and rec.crop else (0, rec.n_out)
 
 
-def _store(rec: Recurrence, L: int, c_type: str, checks: bool, plain: bool) -> list[str]:
+def _store(rec: Recurrence, L: int, c_type: str, checks: bool, plain: bool, tiles: bool) -> list[str]:
     """The output lines of the live lanes (``l < nl``) from ``w``: the `_plain` entries (unless
-    ``plain`` is False: `_anticausal_stored` stored them), and under ``fold`` the two ends
-    apart, each the ascending sum of the entries it folds. A lane's non-finite flags gather in
-    ``bads[l]``, ORed once at the end (one OR across the lanes per entry cost more than the
-    entry's store)."""
+    ``plain`` is False: `_anticausal_stored` stored them; with ``tiles``, `_row_tiles`, in 8 x 8
+    blocks of whole groups of 8 live lanes), and under ``fold`` the two ends apart, each the
+    ascending sum of the entries it folds. A lane's non-finite flags gather in ``bads[l]``, ORed
+    once at the end (one OR across the lanes per entry cost more than the entry's store)."""
     n, c = rec.n_out, rec.crop
     lo, hi = _plain(rec)
     lines = []
+    body = _stored(rec, L, c_type, checks, "i", f"w[(i + {c}) * {L} + l]")
+    if plain and tiles and hi - lo >= TILE:
+        cut, groups = lo + (hi - lo) // TILE * TILE, f"nl / {TILE} * {TILE}"
+        lines += [
+            f"for (int i = {lo}; i < {cut}; i += {TILE}) for (int g = 0; g < {groups}; g += {TILE}) "
+            f"dp_lanes_to_rows8(w + (i + {c}) * {L} + g, {L}, y, yb + g, i, bads + g);",
+            f"for (int i = {lo}; i < {cut}; ++i) for (int l = {groups}; l < nl; ++l) {{ {body} }}",
+        ]
+        lo = cut
     if plain and hi > lo:
-        body = _stored(rec, L, c_type, checks, "i", f"w[(i + {c}) * {L} + l]")
         lines.append(f"for (int i = {lo}; i < {hi}; ++i) for (int l = 0; l < nl; ++l) {{ {body} }}")
     if rec.fold and c:
         for i, first, last in [(0, 0, rec.m)] if n == 1 else [(0, 0, c + 1), (n - 1, n - 1 + c, rec.m)]:
@@ -233,6 +269,7 @@ def _entry(rec: Recurrence, sig: str, args: tuple[str, str, str], c_type: str, c
     them live (module docstring)."""
     x, wt, y = args
     scales, init, rest = _fused_steps(rec)
+    tiles = _row_tiles(rec, L, c_type)
     live = str(L) if _contiguous(rec, L) else f"{rec.lines} - t * {L} < {L} ? {rec.lines} - t * {L} : {L}"
     body = [
         f"const {c_type}* x = {x}; {c_type}* y = {y}; const double* wt = {wt}; (void)wt;",
@@ -245,13 +282,13 @@ def _entry(rec: Recurrence, sig: str, args: tuple[str, str, str], c_type: str, c
         f"    yb[l] = q / {rec.inner} * {rec.n_out * rec.inner} + q % {rec.inner};",
         "    bads[l] = 0;",
         "}",
-        *_load(rec, L, scales, init),
+        *_load(rec, L, scales, init, tiles),
     ]
-    fused = bool(rest) and rest[-1][0].kind == "anticausal"
+    fused = bool(rest) and rest[-1][0].kind == "anticausal" and not tiles  # tiles store 8 entries at once
     for k, (s, off) in enumerate(rest):
         last = fused and k == len(rest) - 1
         body += _anticausal_stored(rec, L, s, c_type, checks) if last else _step(s, rec.m, L, off)
-    body += _store(rec, L, c_type, checks, plain=not fused)
+    body += _store(rec, L, c_type, checks, not fused, tiles)
     body.append(f"for (int l = 0; l < {L}; ++l) bad |= bads[l];")
     body += status_flag(checks)
     return "\n".join([f"DP_FN void {fn}({sig}) {{", *("    " + s for s in body), "}"])
@@ -276,8 +313,8 @@ def recurrence_kernels(
     L = _lanes(rec) if device == "cpu" else 1  # a CUDA plan's CPU entry (host replay) takes its partition
 
     def drivers(sig: str) -> str:
-        cpu = _entry(rec, sig, args, c_type, checks, L, f"{TOKEN}_cpu")
-        return cpu + "\n" + _entry(rec, sig, args, c_type, checks, 1, f"{TOKEN}_cuda") + "\n"
+        cpu = _entry(rec, sig, args, c_type, checks, L, f"{TOKEN}_cpu")  # CPU only: it may use row tiles
+        return f"#ifndef DP_CUDA\n{cpu}\n#endif\n" + _entry(rec, sig, args, c_type, checks, 1, f"{TOKEN}_cuda") + "\n"
 
     dim = -(-rec.lines // L) if device == "cpu" else rec.lines
     return single_launch(unit, root, name, slots, checks, dim, group.id, drivers)
