@@ -77,9 +77,12 @@ DP_FN int dp_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi :
 // Before the element loop of a small group with bounded per-axis views (pads, so stencils; the
 // size rule and its measurements: `drivers.BOUNDED_MOST`): two vectors in flight, not four. A
 // tap-heavy body holds a value and its float64 image per tap and per vector; four interleaved
-// spill. Each element is computed as before (same bits).
+// spill. Each element is computed as before (same bits). assume_safety as DP_VEC_LOOP's: the
+// wave's (benchmarks/bench_wave.py, 128², 300 steps, one thread) value_and_grad, min of 7 over
+// three alternated runs, store-all 9.64-10.66 -> 9.33-9.64 ms, checkpoint=16 12.29-12.91 ->
+// 11.22-11.64 ms; the imaging case at 1024² unchanged (3.6-3.9 against 3.5-4.1 ms).
 #ifndef DP_BOUNDED_LOOP
-#define DP_BOUNDED_LOOP _Pragma("clang loop interleave_count(2)")
+#define DP_BOUNDED_LOOP _Pragma("clang loop vectorize(assume_safety) interleave_count(2)")
 #endif
 // Before the precise rerun of a block with a huge trig argument (CPU only): kept scalar,
 // which costs compile time instead of run time on a path taken only for |x| >= 2^19.
