@@ -148,12 +148,15 @@ def test_compiled_equals_the_interpreter_bit_for_bit(programs: tuple[dp.Graph, d
     np.testing.assert_array_equal(one.value_and_grad(x=IMAGE)[1]["x"], two.value_and_grad(x=IMAGE)[1]["x"])
 
 
-@pytest.mark.parametrize("shape, dtype", [((37, 64), "float64"), ((45, 64), "float32"), ((45, 61), "float32")])
+@pytest.mark.parametrize(
+    "shape, dtype", [((37, 64), "float64"), ((45, 64), "float32"), ((45, 13), "float32"), ((45, 13), "float64")]
+)
 def test_every_lane_layout_equals_the_interpreter_bit_for_bit(shape: tuple[int, int], dtype: str) -> None:
     """Along axis 0 the lines of a row are lane-contiguous where the width is a multiple of 32
     (one task of 32 neighbouring lines each), otherwise lanes of their own; along axis 1 the
-    lines are rows, float32 ones moved in 8 x 8 register tiles (45 rows: a task of four whole
-    groups of 8, then one of a group and 5 lanes; width 61: entries past the last whole tile);
+    lines are rows, moved in 8 x 8 register tiles (45 rows: a task of four whole
+    groups of 8, then one of a group and 5 lanes; width 13: entries past the last whole tile, whose
+    weights in the causal sum are large enough that their order shows);
     the last task's lanes partly past the end; ``nearest`` adds the edges its transpose folds.
     The cotangent of each filter is a fixed weight, so the gradient is the transposed
     recurrence's bits too."""

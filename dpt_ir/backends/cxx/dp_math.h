@@ -910,8 +910,10 @@ DP_FN void dp_lse_fold(double& m, double& s, double om, double os) {
 typedef float dp_f8 __attribute__((vector_size(32)));
 typedef double dp_d8 __attribute__((vector_size(64)));
 typedef int dp_i8 __attribute__((vector_size(32)));
-DP_FN void dp_transpose8(dp_f8* v) {  // v[r][k] -> v[k][r]
-    dp_f8 t[8], u[8];
+typedef long long dp_l8 __attribute__((vector_size(64)));
+template <typename V>
+DP_FN void dp_transpose8(V* v) {  // v[r][k] -> v[k][r], 8 x 8 of float or double
+    V t[8], u[8];
     for (int r = 0; r < 8; r += 2) {
         t[r] = __builtin_shufflevector(v[r], v[r + 1], 0, 8, 1, 9, 4, 12, 5, 13);
         t[r + 1] = __builtin_shufflevector(v[r], v[r + 1], 2, 10, 3, 11, 6, 14, 7, 15);
@@ -937,7 +939,14 @@ DP_FN void dp_rows_to_lanes8(const float* x, const int* b, int j, double* w, int
         __builtin_memcpy(w + k * L, &d, sizeof(dp_d8));
     }
 }
-// y[b[r] + i + k] = (float)w[k * L + r] for r, k < 8; bad[r] |= whether one of lane r's is not finite.
+DP_FN void dp_rows_to_lanes8(const double* x, const int* b, int j, double* w, int L) {
+    dp_d8 v[8];
+    for (int r = 0; r < 8; ++r) __builtin_memcpy(&v[r], x + b[r] + j, sizeof(dp_d8));
+    dp_transpose8(v);
+    for (int k = 0; k < 8; ++k) __builtin_memcpy(w + k * L, &v[k], sizeof(dp_d8));
+}
+// y[b[r] + i + k] = w[k * L + r] (rounded to y's type) for r, k < 8; bad[r] |= whether one of
+// lane r's is not finite.
 DP_FN void dp_lanes_to_rows8(const double* w, int L, float* y, const int* b, int i, int* bad) {
     dp_f8 v[8];
     dp_i8 any = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -953,17 +962,32 @@ DP_FN void dp_lanes_to_rows8(const double* w, int L, float* y, const int* b, int
     dp_transpose8(v);
     for (int r = 0; r < 8; ++r) __builtin_memcpy(y + b[r] + i, &v[r], sizeof(dp_f8));
 }
+DP_FN void dp_lanes_to_rows8(const double* w, int L, double* y, const int* b, int i, int* bad) {
+    dp_d8 v[8];
+    dp_l8 any = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int k = 0; k < 8; ++k) {
+        __builtin_memcpy(&v[k], w + k * L, sizeof(dp_d8));
+        dp_l8 bits;
+        __builtin_memcpy(&bits, &v[k], sizeof(dp_l8));
+        any |= (bits & 0x7ff0000000000000LL) == 0x7ff0000000000000LL;
+    }
+    for (int r = 0; r < 8; ++r) bad[r] |= any[r] != 0;
+    dp_transpose8(v);
+    for (int r = 0; r < 8; ++r) __builtin_memcpy(y + b[r] + i, &v[r], sizeof(dp_d8));
+}
 #else  // a compiler without vector shuffles (a bundle's host replay): the same moves one by one
-DP_FN void dp_rows_to_lanes8(const float* x, const int* b, int j, double* w, int L) {
+template <typename T>
+DP_FN void dp_rows_to_lanes8(const T* x, const int* b, int j, double* w, int L) {
     for (int k = 0; k < 8; ++k) for (int r = 0; r < 8; ++r) w[k * L + r] = (double)x[b[r] + j + k];
 }
-DP_FN void dp_lanes_to_rows8(const double* w, int L, float* y, const int* b, int i, int* bad) {
+template <typename T>
+DP_FN void dp_lanes_to_rows8(const double* w, int L, T* y, const int* b, int i, int* bad) {
     for (int k = 0; k < 8; ++k) for (int r = 0; r < 8; ++r) {
-        y[b[r] + i + k] = (float)w[k * L + r];
+        y[b[r] + i + k] = (T)w[k * L + r];
         bad[r] |= dp_nonfinite(y[b[r] + i + k]);
     }
 }
-#endif
-#endif
+#endif  // DP_NO_VECTOR_SHUFFLES
+#endif  // DP_CUDA
 
 #endif  // DP_MATH_H

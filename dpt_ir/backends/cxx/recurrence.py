@@ -21,7 +21,7 @@ float64 launch constant (``$rec:<node>``).
   AVX-512 chains, and a lane-contiguous load or store moves 128 bytes per row of the input;
   with 8 lanes (one chain) the 256² order-3 prefilter took 0.094 + 0.090 ms, with 32 lanes
   0.032 + 0.065 ms, the work line (280 × 32 doubles) then in L2.
-- Lines that are float32 rows (the last axis) move between the input, the work line and the
+- Lines that are rows (the last axis) move between the input, the work line and the
   output in 8 x 8 register tiles (`_row_tiles`: dp_math.h's ``dp_rows_to_lanes8`` and
   ``dp_lanes_to_rows8``, CPU only, so the CPU entry is compiled for the CPU only); element by
   element, a gather or scatter of 32 rows per entry cost as much as the recursion (the 256²
@@ -142,9 +142,9 @@ def _contiguous(rec: Recurrence, L: int) -> bool:
 
 
 def _row_tiles(rec: Recurrence, L: int, c_type: str) -> bool:
-    """Whether the lines are float32 rows moved through 8 x 8 register transposes
-    (``dp_rows_to_lanes8`` / ``dp_lanes_to_rows8`` in dp_math.h: CPU only)."""
-    return rec.inner == 1 and L % TILE == 0 and c_type == "float"
+    """Whether the lines are rows moved through 8 x 8 register transposes (``dp_rows_to_lanes8``
+    / ``dp_lanes_to_rows8`` in dp_math.h, float32 and float64: CPU only)."""
+    return rec.inner == 1 and L % TILE == 0 and c_type in ("float", "double")
 
 
 def _load(rec: Recurrence, L: int, scales: list[float], init: tuple[RecStep, int] | None, tiles: bool) -> list[str]:
@@ -185,10 +185,10 @@ def _load(rec: Recurrence, L: int, scales: list[float], init: tuple[RecStep, int
             f"for (int j = {first}; j < {cut}; j += {TILE}) for (int g = 0; g < {L}; g += {TILE}) "
             f"dp_rows_to_lanes8(x, xb + g, j - {rec.pad}, w + j * {L} + g, {L});"
         )
+        if scales or (init is not None and lo <= first and last <= hi):  # before the tail: j ascends
+            lines.append(over(first, cut, f"w[j * {L} + l]"))
         if last > cut:
             lines.append(over(cut, last, inside))
-        if scales or (init is not None and lo <= first and last <= hi):
-            lines.append(over(first, cut, f"w[j * {L} + l]"))
     if init is not None:
         lines.append(f"for (int l = 0; l < {L}; ++l) w[{init[0].at * L} + l] = acc[l];")
     return lines
