@@ -152,9 +152,10 @@ class ElementWriter:
             return lines
         return ["{ " + PRECISE_TRIG, *("    " + s for s in lines), "}"]  # once per output
 
-    def value(self, name: str, coords: Coords | None = None) -> str:
+    def value(self, name: str, coords: Coords | None = None, operands: list[tuple[str, Coords]] | None = None) -> str:
         """The C++ variable of ``name`` at ``coords`` (default: where it broadcasts to the
-        current element); each (value, flat offset) is computed once."""
+        current element); each (value, flat offset) is computed once. ``operands``: an
+        elementwise member's, already evaluated (`_operands_first`)."""
         space, shape, ext = self.space(), tuple(self.graph.types[name].shape), self.ext()
         coords = sites.identity(shape, space) if coords is None else coords
         if coords is None:  # cover's walk proved every seed broadcasts to its space
@@ -167,6 +168,8 @@ class ElementWriter:
             return self.vars[key]
         node = self.graph.node_map[name]
         op = node.opdef
+        if op.kind == "elementwise" and operands is None:
+            self._operands_first(name, coords)
         mapped = self.ends and self.nest.mapped_ends  # the row ends through the guarded axes' tables
         if op.axis_images is not None and (self.edge or self.at_output or mapped):  # epilogues: no interior split
             var = self._images(node, coords)
@@ -178,7 +181,7 @@ class ElementWriter:
             var = scatter.row_sum(self, node, coords)
         else:
             rows = None if self.edge or self.at_output else self._row_image
-            found = sites.children(
+            found = operands or sites.children(
                 self.graph, node, coords, ext, [], self._fresh, len(self.space()), self.nest.digits, rows,
                 self.nest.group.nodes,
             )
@@ -197,6 +200,46 @@ class ElementWriter:
                 var = args[0]
         self.vars[key] = var
         return var
+
+    def _operands(self, name: str, coords: Coords) -> list[tuple[str, Coords]] | None:
+        """The (operand, coordinates) elementwise member ``name`` reads at ``coords``, as
+        `value` finds them (`sites.children`; an elementwise node makes no new coordinates)."""
+        return sites.children(self.graph, self.graph.node_map[name], coords, self.ext(), [], None)
+
+    def _pending(self, name: str, coords: Coords) -> bool:
+        """Whether ``name`` at ``coords`` is an elementwise member not evaluated yet."""
+        node = self.graph.node_map.get(name)
+        if node is None or name not in self.nest.group.nodes or node.opdef.kind != "elementwise":
+            return False
+        return (name, offset(coords, tuple(self.graph.types[name].shape), self.ext())) not in self.vars
+
+    def _operands_first(self, name: str, coords: Coords) -> None:
+        """Evaluate the operands of elementwise member ``name`` at ``coords``, and theirs, with
+        an explicit stack instead of `value`'s recursion (a chain of elementwise members is as
+        deep as its kernel is long): post-order, operands left to right, so every value is
+        defined where the recursion would define it and the text is the same. Other members
+        met on the way are `value`'s (their own operands go through here again)."""
+        first = self._operands(name, coords)
+        if first is None:
+            return  # `value` reports it
+        stack: list[tuple[str, Coords, list[tuple[str, Coords]], int]] = [(name, coords, first, 0)]
+        while stack:
+            n, c, operands, k = stack[-1]
+            if k == len(operands):
+                stack.pop()
+                if stack:  # the first node is `value`'s own, evaluated when this returns
+                    self.value(n, c, operands)
+                continue
+            stack[-1] = (n, c, operands, k + 1)
+            child, at = operands[k]
+            if not self._pending(child, at):
+                self.value(child, at)  # cached, read from memory, or not elementwise
+                continue
+            found = self._operands(child, at)
+            if found is None:
+                self.value(child, at)
+            else:
+                stack.append((child, at, found, 0))
 
     def _element(self, node: Any, args: tuple[str, ...], coords: Coords) -> str:
         op, name = node.opdef, node.name
