@@ -28,8 +28,8 @@ compile is cold: passes, code generation and the Warp build, at the shipped buil
   the interpreter's (``dp.interpret_grad``).
 
 Run: ``python benchmarks/compile_scaling.py [--kind chain wide heat] [--nodes 500 1000 2000 5000]
-[--passes-only] [--max-kernel-nodes N]``. ``--passes-only`` skips `dp.compile` (no Warp
-build); ``--max-kernel-nodes`` sets fusion's size bound (`fusion_steps.MAX_KERNEL_NODES`)
+[--passes-only] [--max-kernel-work N]``. ``--passes-only`` skips `dp.compile` (no Warp
+build); ``--max-kernel-work`` sets fusion's size bound (`fusion_steps.MAX_KERNEL_WORK`)
 in the children, to measure other values of it.
 """
 
@@ -101,7 +101,7 @@ def build(kind: str, nodes: int) -> Any:
     return chain(max(1, nodes // NODES_PER_STEP)) if kind == "chain" else wide(max(2, nodes // NODES_PER_TERM))
 
 
-def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None) -> dict[str, Any]:
+def child(kind: str, nodes: int, passes_only: bool, max_kernel_work: int | None) -> dict[str, Any]:
     """Measure one cold compile in this (fresh) process."""
     import numpy as np
 
@@ -111,12 +111,12 @@ def child(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None
     from dpt_ir.passes import fusion_steps
     from dpt_ir.passes.manager import run_pipeline
 
-    if max_kernel_nodes is not None:
-        fusion_steps.MAX_KERNEL_NODES = max_kernel_nodes
+    if max_kernel_work is not None:
+        fusion_steps.MAX_KERNEL_WORK = max_kernel_work
 
     graph = build(kind, nodes)
     base = options_of(target_for("cpu"))
-    res: dict[str, Any] = {"kind": kind, "nodes": len(graph.nodes), "max_kernel_nodes": fusion_steps.MAX_KERNEL_NODES}
+    res: dict[str, Any] = {"kind": kind, "nodes": len(graph.nodes), "max_kernel_work": fusion_steps.MAX_KERNEL_WORK}
     t, cpu = time.perf_counter(), time.process_time()
     per_pass: dict[str, float] = {}
     for options in pipelines(graph, ("x",), "loss", base).values():
@@ -159,7 +159,7 @@ def stencil_kernels(program: Any) -> int:
     return len(out)
 
 
-def measure(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | None = None) -> dict[str, Any]:
+def measure(kind: str, nodes: int, passes_only: bool, max_kernel_work: int | None = None) -> dict[str, Any]:
     """Run `child` in a new process with empty caches; its JSON line."""
     with tempfile.TemporaryDirectory(prefix="dpt_ir_scaling_") as tmp:
         env = {
@@ -169,7 +169,7 @@ def measure(kind: str, nodes: int, passes_only: bool, max_kernel_nodes: int | No
             "PYTHONPATH": str(ROOT),
         }
         args = [sys.executable, __file__, "--child", kind, str(nodes)] + (["--passes-only"] if passes_only else [])
-        args += [] if max_kernel_nodes is None else ["--max-kernel-nodes", str(max_kernel_nodes)]
+        args += [] if max_kernel_work is None else ["--max-kernel-work", str(max_kernel_work)]
         out = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
         if out.returncode != 0:
             return {"kind": kind, "nodes": nodes, "error": out.stderr.strip().splitlines()[-1:]}
@@ -206,15 +206,15 @@ def main() -> None:
     parser.add_argument("--nodes", nargs="+", type=int, default=[500, 1000, 2000, 5000])
     parser.add_argument("--passes-only", action="store_true", help="time the passes only (no Warp build)")
     parser.add_argument("--json", type=Path, help="also write the rows to this JSON file")
-    parser.add_argument("--max-kernel-nodes", type=int, help="fusion's size bound in the children (default: shipped)")
+    parser.add_argument("--max-kernel-work", type=int, help="fusion's size bound in the children (default: shipped)")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child[0], int(args.child[1]), args.passes_only, args.max_kernel_nodes)))
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.passes_only, args.max_kernel_work)))
         return
     rows = []
     for kind in args.kind:
         for n in args.nodes:
-            rows.append(measure(kind, n, args.passes_only, args.max_kernel_nodes))
+            rows.append(measure(kind, n, args.passes_only, args.max_kernel_work))
             print(json.dumps(rows[-1]), flush=True)
     print(table(rows))
     if args.json:

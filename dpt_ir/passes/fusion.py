@@ -18,7 +18,7 @@ row sets (`fusion_rows`, `kernel_ir.RowSet`: groups one CPU task runs row by row
 row is in cache), whose members are consecutive in the groups. Nested inlining emits at most
 `MAX_CODE_COPIES` copies of any producer's code (ops declare their copies with
 ``code_copies``), and a kernel inlines a bounded number of nodes
-(`fusion_steps.MAX_KERNEL_NODES` per value, every strand a cut cone carries on cut with it);
+(`fusion_steps.MAX_KERNEL_WORK` of `OpDef.work` per value, every strand a cut cone carries on cut with it);
 a repeated step (`fusion_steps.step_cuts`) is one kernel, the same for every step, merged
 with no other. Every node belongs to at least one group; a cheap elementwise or shape node
 read by several groups is recomputed in each (at most ``max_inline_consumers``) rather than

@@ -18,7 +18,9 @@ repeated step gives one kernel only if every step is cut at the same place:
   distinct stencil kernels); values computed exactly as a carried value is (the last step's
   result, which no further step reads) are written too, and the groups of these values
   are never merged with others (``pinned``), so the last step's kernel is the others'.
-- `bound_kernel_nodes`: the size bound; when a cone reaches `MAX_KERNEL_NODES` nodes, the
+- `bound_kernel_nodes`: the size bound; when a cone's work (`OpDef.work` of its nodes: an
+  arithmetic op 1, a transcendental 8, whose inlined code is as much longer) reaches
+  `MAX_KERNEL_WORK`, the
   other states it carries (`live_outs`: the forward state a backward reads, a gradient
   accumulator) are cut with it, so that every strand of a ladder (forward, cotangent,
   accumulator) restarts at the same step and the next cut falls at the same place.
@@ -32,8 +34,13 @@ from collections.abc import Callable, Sequence
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ir.traits import is_free, is_pointwise, multi_read, reads
 
-# Most nodes one kernel inlines before a value is written (`bound_kernel_nodes`).
-MAX_KERNEL_NODES = 256
+# Most work (`OpDef.work`) one kernel inlines before a value is written (`bound_kernel_nodes`).
+# It was 256 nodes: the 4,999-node sin chain (benchmarks/compile_scaling.py) compiled in 52.7 s
+# of CPU at 256 nodes and 126.6 s at 512, its largest kernels 254 nodes of work 688. Counted in
+# work, a kernel of cheap arithmetic may be three times as long: the 128³ order-3 registration
+# step (64 taps per point, work 1 each) was cut into 24 kernels that recompute the taps, 455 ms
+# a step; at 676 nodes its largest kernel is whole, 13 kernels, 204 ms (2026-12-08).
+MAX_KERNEL_WORK = 768
 # A multi-read operator occurring this often is a time step: three steps and their adjoints.
 STEP_REPEATS = 6
 # A value read on after a kernel cut is cut with it when nodes of its op and type precede and
@@ -135,14 +142,17 @@ def _alike(graph: Graph, reasons: dict[str, str], cuts: list[str]) -> set[str]:
 
 
 def bound_kernel_nodes(graph: Graph, reasons: dict[str, str]) -> None:
-    """Materialise a pointwise value once the code inlined into it reaches
-    `MAX_KERNEL_NODES` nodes, so a long chain is split into kernels of bounded size (the
-    C++ compiler's time grows faster than a function's length: an 833-step chain fused into
-    one 5,800-line kernel), and with it the states its cone carries on (`live_outs`). Cones
-    are exact (bitsets of the nodes they inline) and visited in order, so every group built
-    afterwards inlines at most ``arity * MAX_KERNEL_NODES`` nodes."""
+    """Materialise a pointwise value once the work of the code inlined into it reaches
+    `MAX_KERNEL_WORK`, so a long chain is split into kernels of bounded size (the C++
+    compiler's time grows faster than a function's length: an 833-step chain fused into one
+    5,800-line kernel), and with it the states its cone carries on (`live_outs`). Cones are
+    exact (bitsets of the nodes they inline, and of the nodes of each work value) and visited
+    in order, so every group built afterwards inlines at most ``arity * MAX_KERNEL_WORK`` work."""
     bit = {n.name: 1 << k for k, n in enumerate(graph.nodes)}
     names = [n.name for n in graph.nodes]
+    by_work: dict[int, int] = {}  # work value -> the bitset of the nodes of that work
+    for n in graph.nodes:
+        by_work[n.opdef.work] = by_work.get(n.opdef.work, 0) | bit[n.name]
     cone: dict[str, int] = {}
     for node in graph.nodes:
         if not is_pointwise(node):
@@ -152,16 +162,18 @@ def bound_kernel_nodes(graph: Graph, reasons: dict[str, str]) -> None:
             if i not in reasons and i in cone:
                 mask |= cone[i]
         cone[node.name] = mask
-        size = mask.bit_count()
-        if size >= MAX_KERNEL_NODES and node.name not in reasons and not is_free(node):
+        work = sum(w * (mask & m).bit_count() for w, m in by_work.items())
+        if work >= MAX_KERNEL_WORK and node.name not in reasons and not is_free(node):
+            size = mask.bit_count()
             reasons[node.name] = (
-                f"its inline code reached {size} nodes (the limit is {MAX_KERNEL_NODES}): written once, "
-                "so that kernels stay small enough to compile quickly"
+                f"its inline code reached {size} nodes of work {work} (the limit is {MAX_KERNEL_WORK}): "
+                "written once, so that kernels stay small enough to compile quickly"
             )
             for name in live_outs(graph, names, mask, reasons):
                 reasons[name] = (
-                    f"a state computed in {node.name}'s inline code ({size} nodes, the limit is {MAX_KERNEL_NODES}) "
-                    "and read after it: written with it, so that every strand of the model is cut at the same step"
+                    f"a state computed in {node.name}'s inline code ({size} nodes of work {work}, the limit is "
+                    f"{MAX_KERNEL_WORK}) and read after it: written with it, so that every strand of the model is "
+                    "cut at the same step"
                 )
 
 

@@ -76,10 +76,10 @@ def test_a_filter_used_a_few_times_is_not_a_step() -> None:
 
 
 def test_a_chains_pieces_repeat_with_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a small size bound (48 nodes), the value_and_grad module of a 120-step chain holds
+    """With a small size bound (48 of work), the value_and_grad module of a 120-step chain holds
     as many distinct kernels as a 60-step chain's: every strand of the ladder is cut at the
     same step, so the pieces repeat and the module does not grow with the steps."""
-    monkeypatch.setattr(fusion_steps, "MAX_KERNEL_NODES", 48)
+    monkeypatch.setattr(fusion_steps, "MAX_KERNEL_WORK", 48)
     distinct = []
     for steps in (60, 120):
         graph = chain(steps, (16,))
@@ -92,7 +92,7 @@ def test_a_chains_pieces_repeat_with_its_steps(monkeypatch: pytest.MonkeyPatch) 
 def test_the_terms_of_a_wide_sum_are_not_strands(monkeypatch: pytest.MonkeyPatch) -> None:
     """A wide sum's forward terms, read again by its backward, are recomputed from the
     input there, not written when the size bound cuts: they do not recur (`_recurs`)."""
-    monkeypatch.setattr(fusion_steps, "MAX_KERNEL_NODES", 48)
+    monkeypatch.setattr(fusion_steps, "MAX_KERNEL_WORK", 48)
     graph = wide(40, (16,))
     (options,) = [o for name, o in pipelines(graph, ("x",), "loss", BASE).items() if name == "value_and_grad"]
     plan = run_pipeline(graph, options).graph
