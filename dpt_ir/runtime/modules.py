@@ -31,6 +31,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -239,10 +240,17 @@ def warp_cache_dir() -> Path:
     return Path(wp.config.kernel_cache_dir)
 
 
+# The folder a Warp build writes before renaming it into place: ``<module folder>_p<pid>_t<thread>``.
+BUILDING = re.compile(r"_p\d+_t\d+$")
+
+
 def warp_files(module_name: str) -> dict[str, str]:
-    """Every file Warp keeps for ``module_name`` in its kernel cache -> its SHA-256."""
+    """Every file Warp keeps for ``module_name`` in its kernel cache -> its SHA-256; not the
+    folders of builds still running (another process building the same module: two ranks of
+    a distributed job), whose files vanish when the build renames its folder."""
     root = warp_cache_dir()
-    files = sorted(p for d in root.glob(f"wp_{module_name}_*") if d.is_dir() for p in d.iterdir() if p.is_file())
+    folders = [d for d in root.glob(f"wp_{module_name}_*") if d.is_dir() and not BUILDING.search(d.name)]
+    files = sorted(p for d in folders for p in d.iterdir() if p.is_file())
     return {p.relative_to(root).as_posix(): sha256(p.read_bytes()) for p in files}
 
 

@@ -234,3 +234,15 @@ def _tiny_graph() -> dp.Graph:
     x = g.input("x", shape=(3, 4), dtype="float32")
     g.output("loss", dp.sum(x * x))
     return g.build()
+
+
+def test_warp_files_leave_out_a_build_in_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process building the same module (two ranks of a distributed job) writes into
+    ``<module folder>_p<pid>_t<thread>`` and renames it into place: its files are not the
+    module's, and may vanish while they are read."""
+    done, building = tmp_path / "wp_mod_abc1234", tmp_path / "wp_mod_abc1234_p4242_t17"
+    for folder in (done, building):
+        folder.mkdir()
+        (folder / "mod.cpp").write_text("// text", encoding="utf-8")
+    monkeypatch.setattr(cache, "warp_cache_dir", lambda: tmp_path)
+    assert list(cache.warp_files("mod")) == ["wp_mod_abc1234/mod.cpp"]
