@@ -163,13 +163,13 @@ class ElementWriter:
         key = (name, offset(coords, shape, ext))
         if key in self.vars:
             return self.vars[key]
-        if name not in self.nest.group.nodes or gathers.is_table(self.graph, name):
+        if sites.reads_memory(self.graph, self.nest.group.nodes, name):
             self.vars[key] = self.load(*key)
             return self.vars[key]
         node = self.graph.node_map[name]
         op = node.opdef
         if op.kind == "elementwise" and operands is None:
-            self._operands_first(name, coords)
+            operands = self._operands_first(name, coords)
         mapped = self.ends and self.nest.mapped_ends  # the row ends through the guarded axes' tables
         if op.axis_images is not None and (self.edge or self.at_output or mapped):  # epilogues: no interior split
             var = self._images(node, coords)
@@ -213,15 +213,16 @@ class ElementWriter:
             return False
         return (name, offset(coords, tuple(self.graph.types[name].shape), self.ext())) not in self.vars
 
-    def _operands_first(self, name: str, coords: Coords) -> None:
+    def _operands_first(self, name: str, coords: Coords) -> list[tuple[str, Coords]] | None:
         """Evaluate the operands of elementwise member ``name`` at ``coords``, and theirs, with
         an explicit stack instead of `value`'s recursion (a chain of elementwise members is as
         deep as its kernel is long): post-order, operands left to right, so every value is
         defined where the recursion would define it and the text is the same. Other members
-        met on the way are `value`'s (their own operands go through here again)."""
+        met on the way are `value`'s (their own operands go through here again). Returns
+        ``name``'s operands (None where it cannot be read there: `value` reports it)."""
         first = self._operands(name, coords)
         if first is None:
-            return  # `value` reports it
+            return None
         stack: list[tuple[str, Coords, list[tuple[str, Coords]], int]] = [(name, coords, first, 0)]
         while stack:
             n, c, operands, k = stack[-1]
@@ -240,6 +241,7 @@ class ElementWriter:
                 self.value(child, at)
             else:
                 stack.append((child, at, found, 0))
+        return first
 
     def _element(self, node: Any, args: tuple[str, ...], coords: Coords) -> str:
         op, name = node.opdef, node.name

@@ -97,6 +97,11 @@ def _lit(v: float) -> str:
     return f"({v!r})"
 
 
+def _anticausal_entry(s: RecStep, L: int) -> str:
+    """The statements of ``anticausal`` step ``s`` at entry ``i`` of lane ``l``."""
+    return f"const double d = w[(i + 1) * {L} + l] - w[i * {L} + l]; w[i * {L} + l] = {_lit(s.z)} * d;"
+
+
 def _step(s: RecStep, m: int, L: int, off: int) -> list[str]:
     """C++ statements of step ``s`` on ``w`` (``L`` lanes), its weights at ``wt[off + j]``."""
     lanes = f"for (int l = 0; l < {L}; ++l)"
@@ -124,8 +129,7 @@ def _step(s: RecStep, m: int, L: int, off: int) -> list[str]:
         body = f"const double p = {z} * w[i * {L} + l]; w[(i - 1) * {L} + l] = w[(i - 1) * {L} + l] + p;"
         return [f"for (int i = {m - 1}; i > 0; --i) {lanes} {{ {body} }}"]
     if s.kind == "anticausal":
-        body = f"const double d = w[(i + 1) * {L} + l] - w[i * {L} + l]; w[i * {L} + l] = {z} * d;"
-        return [f"for (int i = {m - 2}; i >= 0; --i) {lanes} {{ {body} }}"]
+        return [f"for (int i = {m - 2}; i >= 0; --i) {lanes} {{ {_anticausal_entry(s, L)} }}"]
     if s.kind == "anticausal_t":
         body = (
             f"const double p = {z} * w[i * {L} + l]; w[(i + 1) * {L} + l] = w[(i + 1) * {L} + l] + p; "
@@ -236,11 +240,10 @@ def _store(rec: Recurrence, L: int, c_type: str, checks: bool, plain: bool, tile
 def _anticausal_stored(rec: Recurrence, L: int, s: RecStep, c_type: str, checks: bool) -> list[str]:
     """The last step, an ``anticausal`` one, with the `_plain` output entries stored as the
     recursion finishes them (entry ``m - 1``, which it leaves as it is, first): the store no
-    longer reads the work line again. The recursion's statements are `_step`'s."""
+    longer reads the work line again. The recursion's statements are `_anticausal_entry`'s, as `_step`'s."""
     m, c = rec.m, rec.crop
     lo, hi = (min(max(v + c, 0), m) for v in _plain(rec))  # work entries [lo, hi) are stored
-    step = f"for (int l = 0; l < {L}; ++l) {{ const double d = w[(i + 1) * {L} + l] - w[i * {L} + l]; "
-    step += f"w[i * {L} + l] = {_lit(s.z)} * d; }}"
+    step = f"for (int l = 0; l < {L}; ++l) {{ {_anticausal_entry(s, L)} }}"
     store = f"for (int l = 0; l < nl; ++l) {{ {_stored(rec, L, c_type, checks, f'i - {c}', f'w[i * {L} + l]')} }}"
     lines = [f"{{ const int i = {m - 1}; {store} }}"] if lo <= m - 1 < hi else []
     for first, last, keep in ((hi, m - 1, False), (lo, min(hi, m - 1), True), (0, min(lo, m - 1), False)):

@@ -247,6 +247,12 @@ def _flat_children(node: Node, coords: Coords, out_shape: Shape, shapes: list[Sh
     return out
 
 
+def reads_memory(graph: Graph, members: Collection[str], name: str) -> bool:
+    """Whether a group of ``members`` reads value ``name`` from memory (not a member, or a
+    member table, read from its array) instead of evaluating it."""
+    return name not in members or gathers.is_table(graph, name)
+
+
 def children(
     graph: Graph,
     node: Node,
@@ -291,7 +297,7 @@ def children(
         # walkable), but for a read of memory at flat coordinates, whose offset is the flat one: the
         # digits' div/mod only to multiply them back (a 256² order-3 registration kernel: 16 taps,
         # each a division by a non-power of two and a remainder, 0.363 -> 0.349 ms).
-        memory = members is not None and (node.inputs[0] not in members or gathers.is_table(graph, node.inputs[0]))
+        memory = members is not None and reads_memory(graph, members, node.inputs[0])
         if c is None or (idx.is_flat(c, shapes[0]) and not memory):
             c = gathers.digits(op, shapes[0], out_shape, coords, space, fresh_from, variable, digits) or c
         return None if c is None else [(node.inputs[0], c)]
@@ -389,7 +395,7 @@ def walk(
             if site[1].padded(len(ext)) != flat_index(space).padded(len(ext)):
                 return None
             continue
-        if name not in members or gathers.is_table(graph, name):  # a table: read from its array
+        if reads_memory(graph, members, name):  # a table: read from its array
             reads.append(site)
             if columns is not None:
                 columns[site] = coords[-1] if shape and not idx.is_flat(coords, shape) else None
