@@ -244,13 +244,17 @@ def warp_cache_dir() -> Path:
 BUILDING = re.compile(r"_p\d+_t\d+$")
 
 
+def _module_folders(module_name: str) -> list[Path]:
+    """The folders Warp keeps for ``module_name`` in its kernel cache; not those of builds still
+    running (another process building the same module: two ranks of a distributed job), whose
+    files vanish when the build renames its folder, and which are that build's to keep."""
+    return [d for d in warp_cache_dir().glob(f"wp_{module_name}_*") if d.is_dir() and not BUILDING.search(d.name)]
+
+
 def warp_files(module_name: str) -> dict[str, str]:
-    """Every file Warp keeps for ``module_name`` in its kernel cache -> its SHA-256; not the
-    folders of builds still running (another process building the same module: two ranks of
-    a distributed job), whose files vanish when the build renames its folder."""
+    """Every file Warp keeps for ``module_name`` in its kernel cache (`_module_folders`) -> its SHA-256."""
     root = warp_cache_dir()
-    folders = [d for d in root.glob(f"wp_{module_name}_*") if d.is_dir() and not BUILDING.search(d.name)]
-    files = sorted(p for d in folders for p in d.iterdir() if p.is_file())
+    files = sorted(p for d in _module_folders(module_name) for p in d.iterdir() if p.is_file())
     return {p.relative_to(root).as_posix(): sha256(p.read_bytes()) for p in files}
 
 
@@ -267,7 +271,7 @@ def _warp_problem(expected: dict[str, str]) -> str | None:
 
 def purge_warp(module_name: str) -> None:
     """Delete Warp's cached files of ``module_name`` (Warp rebuilds them on load)."""
-    for d in warp_cache_dir().glob(f"wp_{module_name}_*"):
+    for d in _module_folders(module_name):
         shutil.rmtree(d, ignore_errors=True)
 
 

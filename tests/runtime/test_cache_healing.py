@@ -239,10 +239,12 @@ def _tiny_graph() -> dp.Graph:
 def test_warp_files_leave_out_a_build_in_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process building the same module (two ranks of a distributed job) writes into
     ``<module folder>_p<pid>_t<thread>`` and renames it into place: its files are not the
-    module's, and may vanish while they are read."""
+    module's, may vanish while they are read, and a purge leaves them to that build."""
     done, building = tmp_path / "wp_mod_abc1234", tmp_path / "wp_mod_abc1234_p4242_t17"
     for folder in (done, building):
         folder.mkdir()
         (folder / "mod.cpp").write_text("// text", encoding="utf-8")
     monkeypatch.setattr(cache, "warp_cache_dir", lambda: tmp_path)
     assert list(cache.warp_files("mod")) == ["wp_mod_abc1234/mod.cpp"]
+    cache.purge_warp("mod")  # the running build's folder is that build's
+    assert not done.exists() and building.exists()
