@@ -311,12 +311,22 @@ def pointwise_drivers(spec: DriverSpec, runs: Callable[[DriverSpec, list[str]], 
     rerun need them). ``runs``: the CPU's loop over the task's rows instead of one row at a
     time, given the statements of one row ``row`` (`flat_rows.cpu_runs`)."""
     nest, lay = spec.nest, spec.layout
-    n, inner, block = nest.size, nest.inner, spec.target.block
-    nf, ix = spec.nf, nest.index
+    ix = nest.index
     head = [
-        f"const {ix} b = {nest.widen('t')} * {lay.chunk}, e = {c_min(f'b + {lay.chunk}', n)};",
-        f"bool fl[{nf}] = {{false}};",
+        f"const {ix} b = {nest.widen('t')} * {lay.chunk}, e = {c_min(f'b + {lay.chunk}', nest.size)};",
+        f"bool fl[{spec.nf}] = {{false}};",
     ]
+    row = _cpu_row(spec)
+    cpu = [*head, *(runs(spec, row) if runs is not None else _cpu_rows(nest, row))]
+    cpu += status_stores(spec)
+    cuda = [*head, *_cuda_elements(spec)]
+    cuda += status_stores(spec)
+    return driver_pair(spec.sig, cpu, cuda)
+
+
+def _cpu_row(spec: DriverSpec) -> list[str]:
+    """The CPU statements of row ``row``'s elements in ``[b, e)``, flags ORed into ``fl``."""
+    nest, inner, block, ix = spec.nest, spec.nest.inner, spec.target.block, spec.nest.index
     row = [*row_bases(nest, "row"), f"const {ix} j0 = (b > row * {inner}) ? (b - row * {inner}) : 0;"]
     row.append(f"const {ix} j1 = {c_min(f'e - row * {inner}', inner)};")
     if spec.uses_big or spec.nflags:
@@ -326,15 +336,33 @@ def pointwise_drivers(spec: DriverSpec, runs: Callable[[DriverSpec, list[str]], 
         row.append("bool big = false; (void)big;")
         interior = _call(spec, "false", "true", f"row * {inner} + j", "j", "fl", [])
         row += _split(nest, "j0", "j1", "0", interior, interior.replace("F_elem<", f"F_{_ends(nest)}<"))
-    if runs is not None:
-        cpu = [*head, *runs(spec, row)]
-    else:
-        cpu = [*head, f"for ({ix} row = b / {inner}; row * {inner} < e; ++row) {{", *row, "}"]
-    cpu += status_stores(spec)
-    cuda = [*head, f"for ({ix} i = b; i < e; ++i) {{", f"const {ix} row = i / {inner}, j = i - row * {inner};"]
-    cuda += [*row_bases(nest, "row"), *cuda_element(spec, "true", "i", "j", []), "}"]
-    cuda += status_stores(spec)
-    return driver_pair(spec.sig, cpu, cuda)
+    return row
+
+
+def _cpu_rows(nest: Nest, row: list[str]) -> list[str]:
+    """The CPU loop over the rows that elements ``[b, e)`` touch, ``row`` the statements of one."""
+    ix, inner = nest.index, nest.inner
+    return [f"for ({ix} row = b / {inner}; row * {inner} < e; ++row) {{", *row, "}"]
+
+
+def _cuda_elements(spec: DriverSpec) -> list[str]:
+    """The CUDA loop over elements ``[b, e)``, one at a time, flags ORed into ``fl``."""
+    nest, ix, inner = spec.nest, spec.nest.index, spec.nest.inner
+    cuda = [f"for ({ix} i = b; i < e; ++i) {{", f"const {ix} row = i / {inner}, j = i - row * {inner};"]
+    return [*cuda, *row_bases(nest, "row"), *cuda_element(spec, "true", "i", "j", []), "}"]
+
+
+def range_function(spec: DriverSpec, name: str) -> str:
+    """``F_<name>(<spec.sig>, b, e, fl)``: the elements ``[b, e)`` of a pointwise nest, stores
+    written and flags ORed into ``fl`` (the caller stores them), by the CPU driver's row loop
+    (clang) or the CUDA driver's element loop (NVRTC, and the host build of CUDA drivers): a
+    matrix product's epilogue, run on each finished tile (`product_epilogue`)."""
+    ix = spec.nest.index
+    head = f"DP_FN void F_{name}({spec.sig}, {ix} b, {ix} e, bool* fl) {{"
+    cpu = _cpu_rows(spec.nest, _cpu_row(spec))
+    cuda = _cuda_elements(spec)
+    cpu_fn, cuda_fn = ([head, *("    " + s for s in lines), "}"] for lines in (cpu, cuda))
+    return "\n".join(["#ifndef DP_CUDA", *cpu_fn, "#else", *cuda_fn, "#endif"])
 
 
 def driver_pair(sig: str, cpu: list[str], cuda: list[str]) -> str:

@@ -515,3 +515,21 @@ class ElementWriter:
         if interior:
             self.extra = []
         return self.lines
+
+
+def element_functions(nest: Nest, sig: str, ys: str, bodies: dict[str, list[str] | None]) -> list[str]:
+    """The definitions of a nest's element functions (``elem``, and ``edge`` / ``ends`` where
+    given): templates over ``P`` (trig's precise path) and ``W`` (stores written), taking the
+    unit's parameters ``sig``, the element ``i``, the inner counter ``j``, the row bases ``rb``,
+    the huge-trig flag, the status flags and the roots' out-parameters ``ys``."""
+    ix = nest.index
+    head = f"({sig}, {ix} i, {ix} j, const {ix}* rb, bool& big, bool* fl{ys}) {{"
+    out: list[str] = []
+    for fn, lines in bodies.items():
+        if lines is not None:
+            macro = "DP_COLD" if fn == "edge" else "DP_FN"
+            # S: whether the row images' later slots and CSR entries are summed (`drivers.row_class`).
+            summed = ", bool S = true" if nest.classed and fn != "edge" else ""
+            out += [f"template <bool P, bool W{summed}>", f"{macro} void {TOKEN}_{fn}{head}"]
+            out += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]
+    return out

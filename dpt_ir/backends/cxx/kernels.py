@@ -26,7 +26,7 @@ from dpt_ir.backends.cxx import (
     sort_stages,
 )
 from dpt_ir.backends.cxx.common import C_TYPES, DTYPE_OF_C, INDEX_LIMIT, TOKEN
-from dpt_ir.backends.cxx.emit import ElementWriter
+from dpt_ir.backends.cxx.emit import ElementWriter, element_functions
 from dpt_ir.backends.cxx.nest import Nest, cover
 from dpt_ir.backends.cxx.units import Unit, hashed, launch
 from dpt_ir.ir.fanbeam import FanBeam
@@ -106,15 +106,8 @@ def group_kernels(
     # Status flags and the huge-trig flag are bool: clang ORs a vectorised loop's compares
     # into them without widening each to 32-bit lanes (int flags cost a vpmovm2d and a shift
     # per vector and check: the five benchmark graphs' steps took 1.01-1.07x as long).
-    ix = nest.index
-    head = f"({unit.sig()}, {ix} i, {ix} j, const {ix}* rb, bool& big, bool* fl{ys}) {{"
     elem = [*w.table_definitions(), *row_images.tables(nest.images, TOKEN)]
-    for fn, macro, lines in (("elem", "DP_FN", body), ("edge", "DP_COLD", edge), ("ends", "DP_FN", ends)):
-        if lines is not None:
-            # S: whether the row images' later slots and CSR entries are summed (`drivers.row_class`).
-            summed = ", bool S = true" if nest.classed and fn != "edge" else ""
-            elem += [f"template <bool P, bool W{summed}>", f"{macro} void {TOKEN}_{fn}{head}"]
-            elem += ["    (void)i; (void)j; (void)rb; (void)big; (void)fl;", *("    " + s for s in lines), "}"]
+    elem += element_functions(nest, unit.sig(), ys, {"elem": body, "edge": edge, "ends": ends})
     sig = f"{unit.sig()}, int* st, int sb, int t"
     spec = drivers.DriverSpec(
         nest=nest,

@@ -125,12 +125,27 @@ def single_launch(
     ``root`` and reports non-finite results in one status slot: ``drivers(sig)`` gives the unit's
     C++ (named with `TOKEN`, entry points ``_cpu`` and ``_cuda``); the launch and its native
     definition (stub name -> C++ and stub text), as `kernels.group_kernels` gives them."""
+    slot_base = root_slot(unit.graph, root, name, slots, checks)
+    return unit_launch(unit, name, checks, dim, group, drivers, slot_base)
+
+
+def root_slot(graph: Graph, root: str, name: str, slots: list[Any], checks: bool) -> int:
+    """Where launch ``name``'s status slots start; with ``checks``, its first is ``root``'s
+    non-finite result."""
     from dpt_ir.backends.launches import StatusSlot
 
     slot_base = len(slots)
     if checks:
-        op = unit.graph.node_map[root].opdef.name
-        slots.append(StatusSlot(name, root, op, "nonfinite", "", origin_of(unit.graph, root)))
+        op = graph.node_map[root].opdef.name
+        slots.append(StatusSlot(name, root, op, "nonfinite", "", origin_of(graph, root)))
+    return slot_base
+
+
+def unit_launch(
+    unit: Unit, name: str, checks: bool, dim: int, group: str, drivers: Callable[[str], str], slot_base: int
+) -> tuple[list[Any], dict[str, tuple[str, str]]]:
+    """The one launch of ``unit`` (C++ from ``drivers(sig)``, status slots from ``slot_base``)
+    and its native definition, as `single_launch` gives them."""
     fn, cxx = hashed(drivers(f"{unit.sig()}, int* st, int sb, int t"))
     natives = {fn: (cxx, unit.stub(fn, f"{fn}_cpu", f"{fn}_cuda", checks))}
     return [launch(name, unit, fn, checks, dim, group, {}, slot_base)], natives
