@@ -57,6 +57,17 @@ class Target(FrozenModel):
       buffer. A CUDA plan launches the set's members one by one, so there the expansion
       turns the fused reduction into two (one launch more) and still evaluates the exp
       twice: CUDA keeps the fused op and its own derivative.
+    - ``product_epilogues``: the largest matrix product (elements of its output) whose pointwise
+      consumer runs inside the product's kernel (`fusion_products`,
+      `CompileOptions.product_epilogues`; None: any size). CUDA: any size. A thread runs the
+      epilogue on the element it has just stored, so fusing saves a launch and the result's
+      round trip through global memory. The CPU: 64² (4096 elements). There the epilogue runs on
+      each task's block, one call per block row (64 elements on the packed kernel), while the
+      block is in L2. Its work is compute (a `tanh`), and the product is cache-resident either
+      way, so fusing saves no traffic. What it saves is one launch, which is worth more than the
+      calls only for small products. `benchmarks/bench_gemm.py --epilogue`, `tanh(x @ W + b)`,
+      one thread, 2026-12-08, fused over unfused: float32 1.02x at 32² and 64², then 0.94x at 96²
+      and 128² and 0.91x at 192²; float64 1.07x and 1.04x, then 0.95x at 96² (docs/backend.md).
     - ``block``: elements per block of the C++ CPU driver (stack buffers, column blocks);
       ``cpu_task``: elements per task of its fixed partition; ``cuda_block``: threads per
       block of a CUDA launch.
@@ -81,6 +92,7 @@ class Target(FrozenModel):
     cuda_block: int = Field(default=256, ge=32, le=1024)
     flat_rows: int = Field(default=256, ge=0)
     expand: bool = True
+    product_epilogues: int | None = Field(default=None, ge=0)
 
     @classmethod
     def for_device(
@@ -96,6 +108,7 @@ class Target(FrozenModel):
             halo_budget=defaults[0] if halo_budget is None else halo_budget,
             recompute_budget=defaults[1] if recompute_budget is None else recompute_budget,
             expand=_EXPANDS[kind],
+            product_epilogues=_PRODUCT_EPILOGUES[kind],
         )
 
     def fingerprint(self) -> str:
@@ -118,6 +131,8 @@ class Target(FrozenModel):
 _DEFAULT_BUDGETS: dict[str, tuple[int, int | None]] = {"cpu": (48, 16), "cuda": (160, None)}
 # Whether a kind's plans expand (see Target.expand): the CPU's row kernels share the pieces.
 _EXPANDS: dict[str, bool] = {"cpu": True, "cuda": False}
+# The largest product whose pointwise consumer a kind runs in its kernel (see Target.product_epilogues).
+_PRODUCT_EPILOGUES: dict[str, int | None] = {"cpu": 64 * 64, "cuda": None}
 
 
 def _kind(device: str) -> TargetKind:

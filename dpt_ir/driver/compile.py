@@ -111,6 +111,7 @@ def options_of(
     recompute: bool = True,
     reciprocal: bool = True,
     denormals: str = "keep",
+    epilogues: bool | None = None,
 ) -> dict[str, Any]:
     """The compile options every pipeline of a program shares (and the cache keys): the
     switches, and the budgets and device facts of ``target`` that the passes plan with."""
@@ -120,6 +121,7 @@ def options_of(
         "fuse": fuse,
         "recompute": recompute,
         "reciprocal": reciprocal,
+        "product_epilogues": target.product_epilogues if epilogues is None else None if epilogues else 0,
         "halo_budget": target.halo_budget,
         "recompute_budget": target.recompute_budget,
         "row_budget": target.row_budget,
@@ -168,6 +170,7 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     threads: int | None = None,
     reciprocal: bool = True,
     denormals: str = "keep",
+    epilogues: bool | None = None,
 ) -> Program:
     """Compile ``graph`` for ``device``; differentiate wrt the inputs named in ``wrt``.
 
@@ -176,7 +179,10 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
     ``recompute`` switch fusion and backward recomputation off (for comparison);
     ``reciprocal=False`` keeps every division a division (the `reciprocal` pass turns a
     division by a per-row scale into a multiplication by its reciprocal, which may differ
-    by about one ulp; docs/passes.md);
+    by about one ulp; docs/passes.md); ``epilogues`` runs the pointwise consumers of a matrix
+    product on its finished tiles, inside its kernel (True), or in kernels of their own (False);
+    the same bits either way (default None: by device and size, `Target.product_epilogues`:
+    CUDA always, the CPU up to 64² outputs);
     ``halo_budget`` sets how much work a stencil may spend recomputing its producers
     (default: by device); ``recompute_budget`` how much work the backward may spend
     recomputing one forward value before saving it instead (default: by device; CUDA has
@@ -215,7 +221,8 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
         None if recompute_budget is None else int(recompute_budget),
     )
     switches = {"checks": checks, "fuse": fuse, "recompute": recompute, "reciprocal": reciprocal}
-    base = options_of(target, **{k: bool(v) for k, v in switches.items()}, denormals=denormals)
+    epilogue = None if epilogues is None else bool(epilogues)
+    base = options_of(target, **{k: bool(v) for k, v in switches.items()}, denormals=denormals, epilogues=epilogue)
     if any(n.opdef.kind == "loop" for n in graph.nodes):  # a trait: loop ops compile their bodies once
         from dpt_ir.runtime.loop_program import LoopProgram
 

@@ -182,6 +182,9 @@ def fusion_table(graph: Graph, shared: list[SharedKernel] | None = None) -> str:
         text.append(f"  writes:  {', '.join(g.outputs)}")
         if g.scatter is not None:
             text.append(f"  scatter: {g.scatter.node}: {g.scatter.form}: {g.scatter.reason}")
+        if g.kind == "contraction" and g.epilogue:
+            product = next(r for r in g.roots if r not in g.epilogue)
+            text.append(f"  epilogue: {', '.join(g.epilogue)}: run on each finished tile of {product}")
     sets = plan.rows
     if sets:
         text.append("")

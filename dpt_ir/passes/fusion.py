@@ -39,6 +39,7 @@ from dpt_ir.ir.records import group_tag, phase_of, saved_values
 from dpt_ir.passes import fusion_rows
 from dpt_ir.passes.fusion_expand import expanding_reads
 from dpt_ir.passes.fusion_groups import Group, group_dag, merge_chains, merge_epilogues, merge_siblings
+from dpt_ir.passes.fusion_products import merge_product_epilogues
 from dpt_ir.passes.fusion_steps import bound_kernel_nodes, past_views, step_cuts
 from dpt_ir.passes.options import CompileOptions, PassOptions
 
@@ -54,12 +55,15 @@ class FusionOptions(PassOptions):
     """``fuse``: group nodes (off: one kernel per node); ``max_inline_consumers``: groups a cheap
     value may be recomputed in before it is materialised; ``halo_budget``: the work per element
     a multi-read node may spend recomputing what it reads; ``row_budget``: the bytes of one row
-    a row set may read or write (0 is a budget too: no set fits)."""
+    a row set may read or write (0 is a budget too: no set fits); ``product_epilogues``: the
+    largest matrix product (output elements) whose pointwise consumer runs inside the product's
+    kernel (`fusion_products`; 0: none, None: any; the same bits either way)."""
 
     fuse: bool = True
     max_inline_consumers: int = Field(default=4, ge=0)
     halo_budget: int = Field(default=HALO_BUDGET, ge=0)
     row_budget: int = Field(default=fusion_rows.ROW_BUDGET, ge=0)
+    product_epilogues: int | None = Field(default=None, ge=0)
 
 
 def run(graph: Graph, options: FusionOptions | CompileOptions | None = None) -> Graph:
@@ -71,6 +75,8 @@ def run(graph: Graph, options: FusionOptions | CompileOptions | None = None) -> 
         groups = merge_chains(graph, groups)
         groups = merge_siblings(graph, groups)
         groups = merge_epilogues(graph, groups)
+        if opts.product_epilogues != 0:
+            groups = merge_product_epilogues(graph, groups, opts.product_epilogues)
     graph = _annotate(graph, groups, reasons, halo)
     if not fuse:
         return graph
@@ -329,6 +335,11 @@ def scatter_form(graph: Graph, root: str) -> ScatterForm:
     )
 
 
+def _is_product(graph: Graph, group: Group, root: str) -> bool:
+    """Is ``root`` the product of contraction group ``group`` (not one of its epilogue roots)?"""
+    return group.kind == "contraction" and graph.node_map[root].opdef.kind == "contraction"
+
+
 def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: list[Halo]) -> Graph:
     dag = group_dag(graph, groups)
     by_id = {g.id: g for g in groups}
@@ -358,7 +369,9 @@ def _annotate(graph: Graph, groups: list[Group], reasons: dict[str, str], halo: 
         roots = sorted(set(g.roots), key=node_order.__getitem__)
         # A root read only inside its own kernel (a reduction feeding its epilogue) stays in registers;
         # one that another kernel reads is written, even if its direct consumers are recomputed here too.
-        writes = [r for r in roots if r in graph_outputs or read_by.get(r, set()) - {gid}]
+        # A product is written even when only its epilogue reads it: the epilogue reads each
+        # finished tile back (`fusion_products`).
+        writes = [r for r in roots if r in graph_outputs or read_by.get(r, set()) - {gid} or _is_product(graph, g, r)]
         records.append(
             KernelGroup(
                 id=renumber[gid],

@@ -193,6 +193,14 @@ def _epilogue_fits(graph: Graph, red: Group, ep: Group) -> bool:
     elsewhere = set(red.roots) - results - set(red.epilogue)  # written at the reduction's input space
     if any(i in elsewhere for n in ep.nodes for i in graph.node_map[n].inputs):
         return False
+    return read_at_own_index(graph, results, ep)
+
+
+def read_at_own_index(graph: Graph, results: set[str], ep: Group) -> bool:
+    """Does ``ep`` read ``results`` (values known only at its own flat position: finished
+    reductions, a product's tile), and read them, and everything it computes from them, only
+    there: through layout-preserving views, or elementwise at its own index (no broadcast, no
+    other view)?"""
     at_o, frontier, read = set(results), list(results), False
     while frontier:
         value = frontier.pop()
@@ -236,7 +244,7 @@ def merge_epilogues(graph: Graph, groups: list[Group]) -> list[Group]:
         ep = by_id.pop(fused[1])
         live[position[ep.id]] = None
         live[k] = by_id[red.id] = fused[0]
-        _contract(dag, red.id, ep.id)
+        contract(dag, red.id, ep.id)
     return [g for g in live if g is not None]
 
 
@@ -260,7 +268,7 @@ def _first_epilogue(
     return None
 
 
-def _contract(dag: nx.DiGraph, keep: str, gone: str) -> None:
+def contract(dag: nx.DiGraph, keep: str, gone: str) -> None:
     """Merge DAG vertex ``gone`` into ``keep``: the DAG `group_dag` builds for the union."""
     for p in dag.predecessors(gone):
         if p != keep:

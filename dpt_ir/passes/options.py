@@ -35,6 +35,10 @@ class CompileOptions(BaseModel):
       op keeps its fused node and autodiff uses its formula that reads the op's output;
       `dp.compile` sets its target's, `Target.expand`: on for the CPU, off for CUDA).
     - ``fuse``: let `fusion` group nodes (off: one kernel per node).
+    - ``product_epilogues``: the largest matrix product (elements of its output) whose
+      pointwise consumer `fusion` runs on the product's finished tiles, inside its kernel
+      (`fusion_products`; 0: none, None: any; `dp.compile` sets its target's,
+      `Target.product_epilogues`).
     - ``checks``: kernels report non-finite and out-of-domain values.
     - ``denormals``: ``keep`` (IEEE) or ``flush`` (the CPU kernels flush denormals to zero;
       read by the backend only: no pass plans with it).
@@ -66,6 +70,7 @@ class CompileOptions(BaseModel):
     factor: bool = True
     expand: bool = True
     fuse: bool = True
+    product_epilogues: int | None = Field(default=None, ge=0)
     checks: bool = True
     denormals: Literal["keep", "flush"] = "keep"
     max_inline_consumers: int = 4

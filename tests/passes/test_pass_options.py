@@ -17,7 +17,7 @@ from .graphs import CASES
 
 VALID = (
     r"valid options are \['checks', 'denormals', 'expand', 'factor', 'fuse', 'halo_budget', 'loss', "
-    r"'max_inline_consumers', "
+    r"'max_inline_consumers', 'product_epilogues', "
     r"'reciprocal', 'recompute'"
 )
 

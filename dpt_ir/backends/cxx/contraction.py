@@ -52,9 +52,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dpt_ir.backends.cxx import thin
+from dpt_ir.backends.base import Target
+from dpt_ir.backends.cxx import product_epilogue, thin
 from dpt_ir.backends.cxx.common import C_TYPES, INDEX_LIMIT, TOKEN
-from dpt_ir.backends.cxx.units import Unit, single_launch, status_flag
+from dpt_ir.backends.cxx.product_epilogue import Epilogue
+from dpt_ir.backends.cxx.units import Unit, root_slot, status_flag, unit_launch
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph
 from dpt_ir.ir.kernel_ir import KernelGroup
@@ -444,14 +446,32 @@ def _transposed_pack(p: Plan, bk: Blocking, cuda: bool) -> bool:
     return not cuda and ct.b_col != 1 and ct.b_row == 1 and bk.packed == "float" and bk.nr % 16 == 0
 
 
-def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
+def _epilogue_rows(epi: Epilogue | None, rows: tuple[str, str], first: str, last: str, at: str) -> list[str]:
+    """The epilogue's run over a finished block: for each of its output rows ``r`` in ``rows``
+    (C++ bounds ``lo, hi``), the flat elements ``[o + first, o + last)`` with ``o`` = ``at`` (C++
+    of ``r``); nothing without an epilogue."""
+    if epi is None:
+        return []
+    lo, hi = rows
+    return [f"for (int r = {lo}; r < {hi}; ++r) {{ const int o = {at}; {epi.call(f'o + {first}', f'o + {last}')} }}"]
+
+
+def _epilogue_flags(epi: Epilogue | None, checks: bool) -> tuple[list[str], list[str]]:
+    """The declaration of the epilogue's flags and their stores after the product's status slot."""
+    if epi is None:
+        return [], []
+    return [epi.declare()], epi.stores(1 if checks else 0, checks)
+
+
+def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool, epi: Epilogue | None = None) -> str:
     """Task ``t``: one output block of one batch (`blocking`; see the module docstring). Built
     for a CUDA launch (``cuda``: the export's CPU replay of a CUDA plan), task ``t`` is a CUDA
     thread: the first thread of each block computes the block's `TILE` x `TILE` tile, the others
-    nothing."""
+    nothing. ``epi``: after the block's last chunk, its epilogue runs on the block's rows (they
+    are still in L2: a block is at most 64 KiB)."""
     direct = None if cuda else choose(p.ct, p.c_type)
     if direct is not None:
-        return _thin_driver(p, direct, sig, checks)
+        return _thin_driver(p, direct, sig, checks, epi)
     ct, bk = p.ct, blocking(p, cuda)
     tm, tn, mr_, nr_, kc_, pk = bk.tm, bk.tn, bk.mr, bk.nr, bk.kc, bk.packed
     zero = "0.0" if pk == "double" else "0.0f"
@@ -468,6 +488,7 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
     chunks = max(1, -(-ct.k // kc_))
     acc_arg = f"acc + (mi * {tn // nr_} + nj) * {mr_ * nr_}" if chunks > 1 else "nullptr"
     task = [f"if (t % {BLOCK} != 0) return;", f"const int task = t / {BLOCK};"] if cuda else ["const int task = t;"]
+    flags, stores = _epilogue_flags(epi, checks)
     body = [
         *task,
         f"const int bt = task / {per_batch}, rem = task % {per_batch};",
@@ -509,19 +530,30 @@ def cpu_driver(p: Plan, sig: str, checks: bool, cuda: bool) -> str:
         "        }",
         "    }",
         "}",
+        *flags,
+        *_epilogue_rows(epi, ("0", "mr"), "0", "nc", f"(bt * {ct.m} + i0 + r) * {ct.n} + j0"),
         *status_flag(checks),
+        *stores,
     ]
     return "\n".join([f"DP_FN void {TOKEN}_cpu({sig}) {{", *("    " + s for s in body), "}"])
 
 
-def _thin_driver(p: Plan, t: thin.Thin, sig: str, checks: bool) -> str:
-    """Task ``t``: one block of lanes x columns of one batch on the direct kernel (`thin`)."""
+def _thin_driver(p: Plan, t: thin.Thin, sig: str, checks: bool, epi: Epilogue | None) -> str:
+    """Task ``t``: one block of lanes x columns of one batch on the direct kernel (`thin`); then
+    ``epi`` on the block's output rows (lanes along the rows: each lane's columns ``[c0, ce)``;
+    along the columns: each column's lanes ``[l0, le)``, a row of the output each)."""
     per_batch = t.tasks_per_batch()
+    flags, stores = _epilogue_flags(epi, checks)
+    ct = p.ct
+    rows, first, last = (("l0", "le"), "c0", "ce") if t.lanes_i else (("c0", "ce"), "l0", "le")
     body = [
         f"const int bt = t / {per_batch}, rem = t % {per_batch};",
-        *_bases(p.ct, "bt"),
-        *thin.driver_body(t, p.ct),
+        *_bases(ct, "bt"),
+        *thin.driver_body(t, ct),
+        *flags,
+        *_epilogue_rows(epi, rows, first, last, f"(bt * {ct.m} + r) * {ct.n}"),
         *status_flag(checks),
+        *stores,
     ]
     return "\n".join([f"DP_FN void {TOKEN}_cpu({sig}) {{", *("    " + s for s in body), "}"])
 
@@ -543,11 +575,13 @@ def _tile_load(ct: Contraction, c_type: str) -> str:
 }}"""
 
 
-def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
-    """Thread ``t``: output element ``(ty, tx)`` of tile ``t / BLOCK`` (see the module docstring)."""
+def cuda_driver(p: Plan, sig: str, checks: bool, epi: Epilogue | None = None) -> str:
+    """Thread ``t``: output element ``(ty, tx)`` of tile ``t / BLOCK`` (see the module docstring),
+    then ``epi`` at that element."""
     ct, t_ = p.ct, p.c_type
     f32 = t_ == "float"  # float32 sums in k blocks of `KB`, as the CPU driver's
     grid_m, grid_n = max(1, -(-ct.m // TILE)), max(1, -(-ct.n // TILE))  # >= 1, as in `cpu_driver`
+    flags, stores = _epilogue_flags(epi, checks)
     device = "defined(__CUDACC__) || defined(__CUDACC_RTC__)"
     body = [
         f"const int blk = t / {BLOCK}, lane = t % {BLOCK};",
@@ -588,25 +622,34 @@ def cuda_driver(p: Plan, sig: str, checks: bool) -> str:
         "#endif",
         "}",
         "int bad = 0;",
+        *flags,
         f"if (i0 + ty < {ct.m} && j0 + tx < {ct.n}) {{",
         f"    const {t_} v = ({t_})s;",
         f"    const int co = (bt * {ct.m} + i0 + ty) * {ct.n} + j0 + tx;",
         *("    " + s for s in _store(checks)),
+        *(["    " + epi.call("co", "co + 1")] if epi is not None else []),
         "}",
         *status_flag(checks),
+        *stores,
     ]
     return "\n".join([f"DP_FN void {TOKEN}_cuda({sig}) {{", *("    " + s for s in body), "}"])
 
 
 def contraction_kernels(
-    graph: Graph, group: KernelGroup, name: str, slots: list[Any], checks: bool, device: str
+    graph: Graph, group: KernelGroup, name: str, slots: list[Any], checks: bool, target: Target
 ) -> tuple[list[Any], dict[str, tuple[str, str]]]:
-    """The one launch of contraction group ``group`` on ``device`` and its native definition
-    (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them."""
-    (root,) = group.roots
+    """The one launch of contraction group ``group`` on ``target`` and its native definition
+    (stub name -> C++ and stub text), as `dpt_ir.backends.cxx.kernels.group_kernels` gives them;
+    with an ``epilogue``, its pointwise members run on each stored output region
+    (`product_epilogue`)."""
+    device = target.kind
+    (root,) = (r for r in group.roots if r not in group.epilogue)
     p = plan(graph, root, device)
     a, b = graph.node_map[root].inputs
-    unit = Unit(graph, [a, b, root], {root}, {})  # a0, a1, a2: the drivers name the operands by position
+    slot_base = root_slot(graph, root, name, slots, checks)
+    epi = product_epilogue.lower(graph, group, root, slots, name, checks, target) if group.epilogue else None
+    # a0, a1, a2: the drivers name the operands by position
+    unit = epi.unit if epi is not None else Unit(graph, [a, b, root], {root}, {})
     bk = blocking(p, device != "cpu")
     direct = (p.ct.a_row, p.ct.a_col) if bk.direct_a else None
 
@@ -619,7 +662,8 @@ def contraction_kernels(
             micro = micro_kernel(bk.packed, bk.mr, bk.nr, direct, p.ct.n, checks, device == "cpu", bk.b_pitch)
             if _transposed_pack(p, bk, device != "cpu"):
                 micro = transpose16(p.ct.b_col, bk.nr) + "\n" + micro
-        cpu = cpu_driver(p, sig, checks, device != "cpu")
-        return "\n".join([micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks)]) + "\n"
+        cpu = cpu_driver(p, sig, checks, device != "cpu", epi)
+        parts = [micro, cpu, _tile_load(p.ct, p.c_type), cuda_driver(p, sig, checks, epi)]
+        return "\n".join([epi.text, *parts] if epi is not None else parts) + "\n"
 
-    return single_launch(unit, root, name, slots, checks, p.dim, group.id, drivers)
+    return unit_launch(unit, name, checks, p.dim, group.id, drivers, slot_base)

@@ -60,7 +60,7 @@ def group_kernels(
     None when the group is not covered. ``stage``: the group is a stage of a row kernel
     (`rows`), with this layout (task = row, on both devices)."""
     if group.kind == "contraction":  # a matrix product: its own drivers (`contraction`)
-        return contraction.contraction_kernels(graph, group, name, slots, checks, target.kind)
+        return contraction.contraction_kernels(graph, group, name, slots, checks, target)
     if group.kind == "recurrence":  # a line filter: its own drivers (`recurrence`)
         return recurrence.recurrence_kernels(graph, group, name, slots, checks, target.kind)
     if group.kind == "projection":  # a matrix-free projection: its program's own drivers
