@@ -1,7 +1,7 @@
 """Dense products against OpenBLAS (through NumPy) and PyTorch eager: GFLOP/s, ratios measured in
 one run, and the fraction of the core's peak (issue 31).
 
-    python benchmarks/bench_gemm.py [--quick] [--thin] [--sizes N ...] [--threads 1|all|both] [--reps 5]
+    python benchmarks/bench_gemm.py [--quick] [--thin] [--epilogue] [--sizes N ...] [--threads 1|all|both] [--reps 5]
                                     [--out R.json]
 
 Cases, float32 and float64: square products ``A @ B`` at 64², 256², 512², 1024², 2048² (or
@@ -10,6 +10,10 @@ squares of ``--sizes``): matrix x vector ``A @ x`` (1024 x 1024, 4096 x 1024), v
 ``x @ B`` (1024 x 1024, 1024 x 4096) and a batched matrix x vector (64 x 256 x 256 @ 64 x 256
 x 1); and an MLP layer ``sum(s * tanh(x @ W + b))`` whose ``value_and_grad``
 (wrt x, W, b) runs the forward product and both backward ones (``dX = dY Wᵀ``, ``dW = Xᵀ dY``).
+``--epilogue``: only the forward layer ``tanh(x @ W + b)`` at ``--sizes`` (default 64² to 1024²),
+its bias and ``tanh`` fused into the product's kernel (``dp.compile(..., epilogues=True)``, the
+row "dpt_ir") against the same program with a pointwise kernel of its own ("unfused",
+``epilogues=False``) and PyTorch eager; the two programs' bits are checked equal first.
 Each contender runs with one thread (timed in the calling thread's CPU time, where every contender
 computes), then with every core (wall time; ``--threads``); the rounds interleave
 the contenders after a warm-up (`benchmarks.rounds.measure`) and report medians. A sample is as
@@ -172,6 +176,15 @@ def _mlp_program(dtype: str, threads: int) -> dp.Program:
     return dp.compile(g.build(), wrt=["x", "w", "b"], device="cpu", threads=threads)
 
 
+def _layer_program(n: int, dtype: str, threads: int, epilogues: bool) -> dp.Program:
+    """``tanh(x @ W + b)`` at n², forward only, its pointwise part fused into the product's kernel
+    (``epilogues``) or a kernel of its own."""
+    g = dp.GraphBuilder(f"layer_{dtype}")
+    x, w, b = g.input("x", (n, n), dtype), g.input("w", (n, n), dtype), g.input("b", (n,), dtype)
+    g.output("y", dp.tanh(x @ w + b))
+    return dp.compile(g.build(), device="cpu", threads=threads, epilogues=epilogues)
+
+
 def _torch_mlp(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: np.ndarray) -> Callable[[], Any]:
     tx, tw, tb = (torch.tensor(v, requires_grad=True) for v in (x, w, b))
     ts = torch.tensor(s)
@@ -198,6 +211,18 @@ def _contenders(case: str, n: int, dtype: str, threads: int, rng: np.random.Gene
             "dpt_ir": lambda: program.value_and_grad(**ins),
             "torch": _torch_mlp(x, w, b, s),
         }, 3 * 2.0 * rows * fin * fout
+    if case == "layer":
+        x, w = rng.standard_normal((n, n)).astype(dtype), (rng.standard_normal((n, n)) / np.sqrt(n)).astype(dtype)
+        b = rng.standard_normal(n).astype(dtype)
+        fused, unfused = (_layer_program(n, dtype, threads, e) for e in (True, False))
+        ins = {"x": x, "w": w, "b": b}
+        assert np.array_equal(fused.run(**ins)["y"], unfused.run(**ins)["y"])  # the same bits
+        tx, tw, tb = (torch.tensor(v) for v in (x, w, b))
+        return {
+            "dpt_ir": lambda: fused.run(**ins),
+            "unfused": lambda: unfused.run(**ins),
+            "torch": lambda: torch.tanh(tx @ tw + tb),
+        }, 2.0 * n**3
     if case in THIN_SHAPES:
         sa, sb = THIN_SHAPES[case]
         a, b = rng.standard_normal(sa).astype(dtype), rng.standard_normal(sb).astype(dtype)
@@ -261,7 +286,7 @@ def run(cases: list[tuple[str, int]], dtypes: list[str], threads: list[int], rep
                     fns, flops = _contenders(case, n, dtype, t, rng)
                     calls = _calls_per_sample(fns)
                     times = measure({k: _repeated(fn, calls) for k, fn in fns.items()}, reps)
-                    label = f"{case} {n}" if case == "square" else case
+                    label = f"{case} {n}" if case in ("square", "layer") else case
                     row = {"case": label, "dtype": dtype, "threads": t, "flops": flops}
                     for name, m in times.items():
                         # one thread: the calling thread's CPU time (every contender computes on
@@ -282,6 +307,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="64², 256², 512², batched and MLP only")
     parser.add_argument("--thin", action="store_true", help="the thin products only (and the squares of --sizes)")
     parser.add_argument("--sizes", type=int, nargs="+", help="the square sizes (default: all, or --quick's)")
+    parser.add_argument(
+        "--epilogue", action="store_true", help="tanh(x @ W + b) forward, fused epilogue against unfused (--sizes)"
+    )
     parser.add_argument("--threads", choices=["1", "all", "both"], default="both")
     parser.add_argument("--dtype", choices=["float32", "float64", "both"], default="both")
     parser.add_argument("--reps", type=int, default=5)
@@ -294,6 +322,8 @@ def main() -> None:
     cases = [("square", n) for n in sizes] + [("batched", 0)] + [(c, 0) for c in THIN_SHAPES] + [("mlp", 0)]
     if args.thin:
         cases = [("square", n) for n in args.sizes or ()] + [(c, 0) for c in THIN_SHAPES]
+    if args.epilogue:
+        cases = [("layer", n) for n in args.sizes or (64, 256, 512, 1024)]
     rows = run(cases, dtypes, threads, args.reps)
     if args.out is not None:
         args.out.write_text(json.dumps(rows, indent=1))
