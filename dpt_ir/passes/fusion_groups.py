@@ -14,6 +14,7 @@ epilogues of reductions (`merge_epilogues`). Path questions go to `Reachability`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -253,18 +254,27 @@ def _first_epilogue(
 ) -> tuple[Group, str] | None:
     """``red`` fused with its first successor (in list order) that fits as its epilogue
     with no detour through another group, and that successor's id; None if none fits."""
-    for eid in sorted(dag.successors(red.id), key=position.__getitem__):
-        ep = by_id[eid]
-        if not _epilogue_fits(graph, red, ep):
+    eid = first_successor(dag, red.id, by_id, position, lambda ep: _epilogue_fits(graph, red, ep))
+    if eid is None:
+        return None
+    fused = _union(red, by_id[eid])
+    fused.epilogue = red.epilogue + by_id[eid].roots
+    return fused, eid
+
+
+def first_successor(
+    dag: nx.DiGraph, gid: str, by_id: dict[str, Group], position: dict[str, int], fits: Callable[[Group], bool]
+) -> str | None:
+    """The first successor of ``gid`` in the group DAG (in list order) that ``fits`` and that no
+    other path reaches from ``gid`` (fusing across a detour would make a cycle); None if none."""
+    for eid in sorted(dag.successors(gid), key=position.__getitem__):
+        if not fits(by_id[eid]):
             continue
-        dag.remove_edge(red.id, eid)
-        detour = nx.has_path(dag, red.id, eid)
-        dag.add_edge(red.id, eid)
-        if detour:
-            continue
-        fused = _union(red, ep)
-        fused.epilogue = red.epilogue + ep.roots
-        return fused, eid
+        dag.remove_edge(gid, eid)
+        detour = nx.has_path(dag, gid, eid)
+        dag.add_edge(gid, eid)
+        if not detour:
+            return eid
     return None
 
 

@@ -21,11 +21,11 @@ the bits are those of the unfused program.
 
 from __future__ import annotations
 
-import networkx as nx
+import functools
 
 from dpt_ir.ir import traits
 from dpt_ir.ir.graph import Graph
-from dpt_ir.passes.fusion_groups import Group, contract, group_dag, read_at_own_index
+from dpt_ir.passes.fusion_groups import Group, contract, first_successor, group_dag, read_at_own_index
 
 
 def _fits(graph: Graph, product: Group, ep: Group, largest: int | None) -> bool:
@@ -47,6 +47,11 @@ def _fits(graph: Graph, product: Group, ep: Group, largest: int | None) -> bool:
     return read_at_own_index(graph, {root}, ep)
 
 
+def _free_fit(graph: Graph, product: Group, gone: set[str], largest: int | None, ep: Group) -> bool:
+    """`_fits`, for a group no other product took."""
+    return ep.id not in gone and _fits(graph, product, ep, largest)
+
+
 def merge_product_epilogues(graph: Graph, groups: list[Group], largest: int | None = None) -> list[Group]:
     """Fuse each contraction group of at most ``largest`` output elements (None: any) with its
     first successor (in list order) that fits as its epilogue (`_fits`) with no detour through
@@ -58,23 +63,18 @@ def merge_product_epilogues(graph: Graph, groups: list[Group], largest: int | No
     gone: set[str] = set()
     fused: dict[str, Group] = {}
     for product in groups:
-        if product.kind != "contraction" or product.id in gone:
+        if product.kind != "contraction":
             continue
-        for eid in sorted(dag.successors(product.id), key=position.__getitem__):
-            ep = by_id[eid]
-            if eid in gone or not _fits(graph, product, ep, largest):
-                continue
-            dag.remove_edge(product.id, eid)
-            detour = nx.has_path(dag, product.id, eid)
-            dag.add_edge(product.id, eid)
-            if detour:
-                continue
-            fused[product.id] = Group(
-                product.id, product.phase, "contraction", product.space, (), product.roots + ep.roots,
-                product.nodes | ep.nodes, list(ep.roots),
-            )  # fmt: skip
-            gone.add(eid)
-            contract(dag, product.id, eid)
-            break
+        fits = functools.partial(_free_fit, graph, product, gone, largest)
+        eid = first_successor(dag, product.id, by_id, position, fits)
+        if eid is None:
+            continue
+        ep = by_id[eid]
+        fused[product.id] = Group(
+            product.id, product.phase, "contraction", product.space, (), product.roots + ep.roots,
+            product.nodes | ep.nodes, list(ep.roots),
+        )  # fmt: skip
+        gone.add(eid)
+        contract(dag, product.id, eid)
     return [fused.get(g.id, g) for g in groups if g.id not in gone]
 
