@@ -411,6 +411,13 @@ class OpDef:
     # Source ops whose elements are a constant table (index_array): the table from the
     # attributes; kernels read it from a constant array.
     table: Callable[[Any], np.ndarray] | None = None
+    # Ops whose attributes name a leading batch axis's extent or read along it (views, pads,
+    # stencils, reductions, sources): from (attrs, input shapes, output shape), the attributes
+    # of the op applied to one element of that axis (its extent 1 in every shape), or None where
+    # an output element at batch index b reads inputs at other batch indices. Elementwise ops
+    # with inputs need none (their attributes never name a shape); every other op without it
+    # is taken to mix the batch (`dpt_ir.passes.loop_batches`).
+    batch_attrs: Callable[[Any, tuple[tuple[int, ...], ...], tuple[int, ...]], dict[str, Any] | None] | None = None
     cxx: str | Callable[[CxxSite], str] | None = None
     cxx_domain: str | None = None
     cxx_reduce: Callable[[str, str], CxxReduce | None] | None = None

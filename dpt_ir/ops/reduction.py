@@ -25,6 +25,7 @@ from dpt_ir.ir.registry import (
 )
 from dpt_ir.ir.rules import Attrs, check_axes, reduced_shape
 from dpt_ir.ir.types import TensorType
+from dpt_ir.ops import batch_rules
 
 
 class ReduceAttrs(Attrs):
@@ -266,6 +267,7 @@ def _reduction(
             expansion=expansion,
             empty_value=identity,
             linear=linear,
+            batch_attrs=batch_rules.first_kept,
         )
     )
 

@@ -14,6 +14,7 @@ from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.registry import ALL_INPUTS, Derivative, GradContext, Linear, OpDef, register_op
 from dpt_ir.ir.rules import Attrs, check_axes
 from dpt_ir.ir.types import TensorType, broadcast_shapes
+from dpt_ir.ops import batch_rules
 
 Shape = tuple[int, ...]
 Coords = idx.Coords
@@ -209,6 +210,7 @@ def _shape_op(
     affine: Any = None,
     images: Any = None,
     join: Any = None,
+    batch: Any = None,
 ) -> None:
     register_op(
         OpDef(
@@ -223,6 +225,7 @@ def _shape_op(
             view_affine=affine,
             axis_images=images,
             join_axis=join,
+            batch_attrs=batch,
             preserves_layout=preserves_layout,
             doc=doc,
         )
@@ -299,6 +302,7 @@ _shape_op(
     lambda c: F.sum_to(c.gy, c.input_type(0).shape),
     "NumPy broadcast to a shape",
     affine=_broadcast_affine,
+    batch=batch_rules.leading_shape,
 )
 _shape_op(
     "reshape",
@@ -309,6 +313,7 @@ _shape_op(
     "row-major reshape",
     preserves_layout=True,
     affine=_reshape_affine,
+    batch=batch_rules.leading_shape,
 )
 _shape_op(
     "expand_dims",
@@ -319,6 +324,7 @@ _shape_op(
     "insert size-1 axes",
     preserves_layout=True,
     affine=_expand_affine,
+    batch=batch_rules.first_kept,
 )
 _shape_op(
     "squeeze",
@@ -329,6 +335,7 @@ _shape_op(
     "remove size-1 axes",
     preserves_layout=True,
     affine=_squeeze_affine,
+    batch=batch_rules.first_kept,
 )
 _shape_op(
     "transpose",
@@ -338,6 +345,7 @@ _shape_op(
     lambda c: F.transpose(c.gy, _inverse(c.attrs.axes)),
     "permute axes",
     affine=_transpose_affine,
+    batch=batch_rules.first_in_place,
 )
 _shape_op(
     "slice",
@@ -347,6 +355,7 @@ _shape_op(
     _slice_grad,
     "basic strided slice, one start:stop:step per axis",
     affine=_slice_affine,
+    batch=batch_rules.whole_first_axis,
 )
 _shape_op(
     "embed_slice",
@@ -366,4 +375,5 @@ _shape_op(
     "join along an existing axis",
     arity=None,
     join=lambda attrs: attrs.axis,
+    batch=batch_rules.other_axis,
 )

@@ -23,6 +23,7 @@ from dpt_ir.ir.mirror import MirrorSum, mirror_sum
 from dpt_ir.ir.registry import Derivative, GradContext, Linear, OpDef, register_op, without_cval
 from dpt_ir.ir.rules import Attrs
 from dpt_ir.ir.types import FLOAT_DTYPES, TensorType
+from dpt_ir.ops import batch_rules
 
 Mode = Literal["reflect", "constant", "nearest", "mirror", "wrap"]
 NUMPY_MODES = {"reflect": "symmetric", "mirror": "reflect", "nearest": "edge", "wrap": "wrap", "constant": "constant"}
@@ -204,6 +205,7 @@ register_op(
         derivative=Derivative({0: _pad_grad}),
         linear=Linear(((0,),), without_cval),
         axis_images=_pad_images,
+        batch_attrs=batch_rules.unpadded_first_axis,
         doc="extend by before/after elements per axis with a scipy.ndimage boundary mode",
     )
 )
@@ -219,6 +221,7 @@ register_op(
         linear=Linear(((0,),)),
         axis_images=_pad_adjoint_images,
         code_copies=preimage_count,
+        batch_attrs=batch_rules.unpadded_first_axis,
         doc="the adjoint of pad: each input element sums the padded positions that copied it",
     )
 )
@@ -324,6 +327,7 @@ register_op(
         weights=weights_array,
         tap_accumulation=lambda a: a.accumulate,
         reads_per_element=taps,
+        batch_attrs=batch_rules.flat_first_tap(weights_array),
         doc="sum_t w[t] * x[i + t] over the positions where the weights fit (no boundary)",
     )
 )
