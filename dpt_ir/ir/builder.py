@@ -276,6 +276,15 @@ class GraphBuilder:
             raise ContractError(f"{where}: duplicate name {name!r}")
         self._names.add(name)
 
+    @property
+    def node_count(self) -> int:
+        """The nodes recorded so far."""
+        return len(self._nodes)
+
+    def nodes_since(self, start: int) -> tuple[Node, ...]:
+        """The nodes recorded after the first ``start`` (a pass that places them itself)."""
+        return tuple(self._nodes[start:])
+
     # -- reopening a graph (autodiff and passes extend existing graphs) --
     @classmethod
     def from_graph(cls, graph: Graph) -> tuple[GraphBuilder, dict[str, Tensor]]:
