@@ -68,6 +68,11 @@ class Target(FrozenModel):
       calls only for small products. `benchmarks/bench_gemm.py --epilogue`, `tanh(x @ W + b)`,
       one thread, 2026-12-08, fused over unfused: float32 1.02x at 32² and 64², then 0.94x at 96²
       and 128² and 0.91x at 192²; float64 1.07x and 1.04x, then 0.95x at 96² (docs/backend.md).
+    - ``loop_batches``: whether a loop whose carries hold a leading batch axis runs as one loop
+      per batch element (`dpt_ir.passes.loop_batches`). The CPU does: a batched step's kernels
+      each sweep the whole batch, so its fields leave the core's caches. The wave benchmark,
+      8 shots, one thread, 2026-12-08: a shot took 1.3x as long as alone; as 8 loops it took
+      1.09x (docs/loops.md). CUDA does not: a GPU wants the whole batch in one launch.
     - ``block``: elements per block of the C++ CPU driver (stack buffers, column blocks);
       ``cpu_task``: elements per task of its fixed partition; ``cuda_block``: threads per
       block of a CUDA launch.
@@ -93,6 +98,7 @@ class Target(FrozenModel):
     flat_rows: int = Field(default=256, ge=0)
     expand: bool = True
     product_epilogues: int | None = Field(default=None, ge=0)
+    loop_batches: bool = False
 
     @classmethod
     def for_device(
@@ -109,6 +115,7 @@ class Target(FrozenModel):
             recompute_budget=defaults[1] if recompute_budget is None else recompute_budget,
             expand=_EXPANDS[kind],
             product_epilogues=_PRODUCT_EPILOGUES[kind],
+            loop_batches=kind == "cpu",
         )
 
     def fingerprint(self) -> str:

@@ -228,7 +228,12 @@ def compile(  # noqa: A001  (the public name is fixed by the design)
 
         loop_dump = resolve_dump_dir(dump_dir)
         pieces = functools.partial(compile_pieces, threads=n_threads)  # every piece's plans split on them
-        return LoopProgram(graph, wrt_names, loss, {"device": dev, **base}, pieces, loop_dump)  # type: ignore[return-value]
+        if target.loop_batches:  # one loop per batch element where a loop's carries hold a batch
+            from dpt_ir.passes import loop_batches
+
+            graph = loop_batches.run(graph)
+        options = {"device": dev, **base}
+        return LoopProgram(graph, wrt_names, loss, options, pieces, loop_dump, n_threads)  # type: ignore[return-value]
     key = cache_key(graph.model_dump_json(), json.dumps([wrt_names, loss, base], sort_keys=True), target)
     out_dir = resolve_dump_dir(dump_dir)
     with _COMPILE_LOCK:

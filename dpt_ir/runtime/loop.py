@@ -358,7 +358,14 @@ class Loop:
         else:
             wp.copy(dst, src, dest_offset=dest_offset, count=count)
 
-    def _native(self, direction: str, arrays: list[wp.array], steps: Any) -> bool:
+    def recorded(self, direction: str) -> bool:
+        """Whether ``direction`` ("forward", "reverse") runs as a native table recorded already:
+        a call then touches only this loop's own buffers and tables (`loop_program` may run
+        several such loops at once)."""
+        table = self._tables.get(direction)
+        return table is not None and table.ok
+
+    def _native(self, direction: str, arrays: list[wp.array], steps: Any, pool: bool = True) -> bool:
         """Run ``steps(arrays)`` (the step logic of ``direction``) as one native call of its op
         table, recorded at the first call (`loop_native`); False where the loop cannot (its
         plans are CUDA's: their steps are not native entry points), and then nothing ran."""
@@ -376,7 +383,7 @@ class Loop:
             self._tables[direction] = table
         if not table.ok:
             return False
-        table.run(arrays)
+        table.run(arrays, pool)
         return True
 
     def _check(self, program: Any, ws: Any) -> None:
@@ -390,12 +397,13 @@ class Loop:
                 ws.clear_status()
 
     # -- the node --
-    def forward(self, arrays: list[wp.array]) -> wp.array:
-        """The packed results of ``scan`` on its input arrays (flat)."""
+    def forward(self, arrays: list[wp.array], pool: bool = True) -> wp.array:
+        """The packed results of ``scan`` on its input arrays (flat). ``pool=False``: the native
+        table runs on the calling thread alone (other loops run beside it), the same bits."""
         self.ready()
         start = time.perf_counter()
         self._begin(self.fwd_ws)
-        if not self._native("forward", arrays, self._forward_steps):
+        if not self._native("forward", arrays, self._forward_steps, pool):
             self._forward_steps(arrays)
         self._check(self.body, self.fwd_ws)
         self.seconds = time.perf_counter() - start
@@ -462,12 +470,13 @@ class Loop:
                     self._copy(self.packed, y, dest_offset=self.result_offsets[k] + i * row, count=row)
             carry = into
 
-    def reverse(self, arrays: list[wp.array]) -> wp.array:
-        """The packed gradients of ``scan_vjp`` (inputs: the scan's, then its cotangent)."""
+    def reverse(self, arrays: list[wp.array], pool: bool = True) -> wp.array:
+        """The packed gradients of ``scan_vjp`` (inputs: the scan's, then its cotangent);
+        ``pool`` as `forward`'s."""
         self.ready()
         start = time.perf_counter()
         self._begin(self.fwd_ws, self.vjp_ws)
-        if not self._native("reverse", arrays, self._reverse_steps):
+        if not self._native("reverse", arrays, self._reverse_steps, pool):
             self._reverse_steps(arrays)
         self._check(self.body, self.fwd_ws)
         if self.vjp is not None:

@@ -129,11 +129,12 @@ class NativeSteps:
         """Whether ``inputs`` alias one another as the recorded call's did."""
         return _aliasing(inputs) == self.pattern
 
-    def run(self, inputs: list[Any]) -> None:
-        """Replay the table with this call's input addresses, on the thread pool when it is free."""
+    def run(self, inputs: list[Any], pool: bool = True) -> None:
+        """Replay the table with this call's input addresses, on the thread pool when it is free
+        (and ``pool``), else every split launch's parts in order on the calling thread."""
         for k, a in enumerate(inputs):
             self.bases[k] = address(a)
-        workers = tasks.pool(self.threads - 1, self.host) if self.threads > 1 else None
+        workers = tasks.pool(self.threads - 1, self.host) if self.threads > 1 and pool else None
         if workers is not None and workers.lock.acquire(blocking=False):
             try:
                 self.entry(ctypes.addressof(self.table), self.count, ctypes.addressof(self.bases), workers.state)

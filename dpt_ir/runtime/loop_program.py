@@ -20,6 +20,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import threading
 import time
@@ -56,14 +57,20 @@ class Segments:
     """A graph cut at its loop nodes: forward-only programs of the ordinary nodes between
     them, and a `Loop` per loop node, run in order on flat arrays keyed by value name."""
 
-    def __init__(self, graph: Graph, prefix: str, cut: int | None = None, prune: bool = False) -> None:
+    def __init__(
+        self, graph: Graph, prefix: str, cut: int | None = None, prune: bool = False, threads: int = 1
+    ) -> None:
         """Cut ``graph``; its segments' pieces are named ``<prefix>.seg<k>``. With ``cut``,
         the graph is also cut before node position ``cut``, and `split` is the first stage
         after it. ``prune`` (a first-order joint graph, whose only gradient outputs are of
         inputs that require one): each reverse loop's vjp leaves out the gradients no output
-        reads (`unread_gradients`). Nothing is compiled until `bind`."""
+        reads (`unread_gradients`). ``threads``: how many independent loops next to each other
+        (`dpt_ir.passes.loop_batches`' loops, one per batch element) may run at once. Nothing is
+        compiled until `bind`. Without ``cut``, the nodes run in `loops_together` order."""
+        graph = graph if cut is not None else loops_together(graph)
         self.graph = graph
         self.prefix = prefix
+        self.threads = threads
         self.unread: dict[str, frozenset[str]] = {}  # scan_vjp node -> body inputs whose gradient is unread
         live = live_values(graph) if prune else None
         self.layout: list[tuple[str, Graph | Node]] = []
@@ -148,7 +155,10 @@ class Segments:
         """Evaluate stages ``start:stop`` (every stage by default), adding each value later
         stages read to ``env``; the segment workspaces used are appended to ``held`` (the
         caller checks them in)."""
-        for kind, runner, what in self.stages[start:stop]:
+        stages = self.stages[start:stop]
+        k = 0
+        while k < len(stages):
+            kind, runner, what = stages[k]
             if kind == "segment":
                 plan = runner.plans["run"]
                 ws = plan.checkout()
@@ -158,9 +168,68 @@ class Segments:
                 runner.checkpoint("forward", ws)
                 for o in what.outputs:
                     env[o.value] = plan.output_array(o.name, ws).flatten()
+                k += 1
+                continue
+            group = self._independent(stages, k)
+            if len(group) > 1:
+                run_side_by_side(group, env, self.threads)
             else:
-                arrays = [env[i] for i in what.inputs]
-                env[what.name] = runner.forward(arrays) if what.op == "scan" else runner.reverse(arrays)
+                env[what.name] = _result(runner, what, env)
+            k += len(group)
+
+    def _independent(self, stages: list[tuple[str, Any, Any]], k: int) -> list[tuple[Any, Node]]:
+        """The loop stages from ``k`` on that read none of one another's results (at most one
+        without threads, or before every loop of the run has its native table recorded: the
+        first call records them one at a time)."""
+        group: list[tuple[Any, Node]] = []
+        made: set[str] = set()
+        for kind, runner, node in stages[k:]:
+            if kind != "loop" or made & set(node.inputs) or (group and not self._concurrent(group, runner, node)):
+                break
+            group.append((runner, node))
+            made.add(node.name)
+        return group
+
+    def _concurrent(self, group: list[tuple[Any, Node]], runner: Any, node: Node) -> bool:
+        direction = "forward" if node.op == "scan" else "reverse"
+        return self.threads > 1 and all(r.recorded(direction) for r, _ in [*group, (runner, node)])
+
+
+def run_side_by_side(group: list[tuple[Any, Node]], env: dict[str, wp.array], threads: int) -> None:
+    """Run independent loops on ``threads`` threads at once (each replays its own native table,
+    in its own buffers, with the GIL released, its split launches' parts in order on its own
+    thread: the same bits), their results put in ``env`` in stage order; an error is the
+    earliest stage's, as when they run one after another."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(threads, len(group))) as pool:
+        # Each loop on its own thread only: the threads are taken by the loops themselves.
+        futures = [pool.submit(_result, runner, node, env, False) for runner, node in group]
+    for (_, node), future in zip(group, futures, strict=True):
+        env[node.name] = future.result()
+
+
+def _result(runner: Any, node: Node, env: dict[str, wp.array], pool: bool = True) -> wp.array:
+    """The packed result of loop ``node`` (a scan's outputs, a scan_vjp's gradients)."""
+    arrays = [env[i] for i in node.inputs]
+    return runner.forward(arrays, pool) if node.op == "scan" else runner.reverse(arrays, pool)
+
+
+def loops_together(graph: Graph) -> Graph:
+    """``graph`` with its nodes reordered so that loops that do not read one another's results
+    stand next to each other (one stage after the other, which `Segments.run` may run at once):
+    nodes sorted, stably, by how many loops lie on the longest path to them, each loop before
+    the ordinary nodes of its depth. A topological order: a reader is never sorted before what it
+    reads (a loop adds one to the depth, and an ordinary node sorts after the loops of its depth)."""
+    depth: dict[str, int] = {}
+    keys: dict[str, int] = {}
+    for node in graph.nodes:
+        loop = node.opdef.kind == "loop"
+        d = max((depth.get(i, 0) for i in node.inputs), default=0) + int(loop)
+        depth[node.name] = d
+        keys[node.name] = 2 * d - 1 if loop else 2 * d
+    ordered = sorted(graph.nodes, key=lambda n: keys[n.name])  # stable: ties keep the graph's order
+    if [n.name for n in ordered] == [n.name for n in graph.nodes]:
+        return graph
+    return graph.replace(nodes=tuple(ordered))
 
 
 def saved_text(loops: tuple[LoopRow, ...], costs: tuple[LoopCost, ...] = ()) -> str:
@@ -219,17 +288,20 @@ class LoopProgram:
         options: dict[str, Any],
         compile_pieces: PieceCompiler,
         dump_dir: Path | None = None,
+        threads: int = 1,
     ) -> None:
         """``compile_pieces``: the driver's compile of a set of piece graphs into forward-only
         programs of one module (`dpt_ir.driver.compile.compile_pieces`), called now for the
-        run and value_and_grad pieces and at the first tape pass for the tape's."""
+        run and value_and_grad pieces and at the first tape pass for the tape's. ``threads``:
+        the program's CPU threads (independent loops may run side by side on them)."""
         start = time.perf_counter()
         self.graph, self.wrt, self.loss = graph, wrt, loss
         self.device = options["device"]
-        self.forward = Segments(graph, "run")
+        self.threads = threads
+        self.forward = Segments(graph, "run", threads=threads)
         self.joint: Segments | None = None
         if wrt and loss is not None:
-            self.joint = Segments(joint_graph(graph, wrt, [loss]), "vg", prune=True)
+            self.joint = Segments(joint_graph(graph, wrt, [loss]), "vg", prune=True, threads=threads)
         cuts = [self.forward] + ([self.joint] if self.joint else [])
         pieces = {name: g for cut in cuts for name, g in cut.pieces().items()}
         base = {k: v for k, v in options.items() if k != "device"}
@@ -392,7 +464,7 @@ class LoopProgram:
         with self._lock:
             segments = self._derived.get((kind, of))
             if segments is None:
-                segments = Segments(derive(), kind)
+                segments = Segments(derive(), kind, threads=self.threads)
                 plan = kind if of is None else f"{kind}-{of}"
                 folder = None if self._dump_dir is None else self._dump_dir / plan
                 programs = self._compile_pieces(f"{self.graph.name}.{plan}", segments.pieces(), self.device, self._base,
@@ -430,7 +502,7 @@ class LoopProgram:
         with self._lock:
             if self._tape is None:
                 joint, cut = tape_graph(self.graph, self.wrt)
-                segments = Segments(joint, "tape", cut)
+                segments = Segments(joint, "tape", cut, threads=self.threads)
                 title = f"{self.graph.name}.tape"
                 programs = self._compile_pieces(title, segments.pieces(), self.device, self._base, None)
                 segments.bind(programs, self.device)
