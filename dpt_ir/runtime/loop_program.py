@@ -191,8 +191,10 @@ class Segments:
         return group
 
     def _concurrent(self, group: list[tuple[Any, Node]], runner: Any, node: Node) -> bool:
-        direction = "forward" if node.op == "scan" else "reverse"
-        return self.threads > 1 and all(r.recorded(direction) for r, _ in [*group, (runner, node)])
+        def ready(r: Any, n: Node) -> bool:
+            return bool(r.recorded("forward" if n.op == "scan" else "reverse"))
+
+        return self.threads > 1 and all(ready(r, n) for r, n in [*group, (runner, node)])
 
 
 def run_side_by_side(group: list[tuple[Any, Node]], env: dict[str, wp.array], threads: int) -> None:
