@@ -28,7 +28,8 @@ from dpt_ir.export.cuda import CudaBuild
 from dpt_ir.export.tables import Table, bytes_moved, constants, piece_table
 from dpt_ir.ir import records
 from dpt_ir.ir.graph import Graph, Node
-from dpt_ir.runtime.loop_pieces import ACC_PREFIX, body_input
+from dpt_ir.ops.loop import body_input
+from dpt_ir.runtime.loop_pieces import ACC_PREFIX
 
 _PLAN_ROLES = ("input", "cotangent", "output", "gradient")  # a piece's tables hold these as workspace
 

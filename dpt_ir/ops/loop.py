@@ -138,6 +138,11 @@ def _check_body(inputs: tuple[TensorType, ...], a: ScanAttrs, where: str) -> str
     return dtype
 
 
+def body_input(a: ScanAttrs, k: int) -> str:
+    """The body input standing for loop input ``k`` (the step index sits before the closures)."""
+    return a.body.inputs[k if k < a.carries + a.xs else k + (1 if a.index else 0)].name
+
+
 def result_types(body: Any, a: ScanAttrs) -> list[TensorType]:
     """The types of a scan's results: the final carries, then the stacked ys."""
     outs = [body.types[o.value] for o in body.outputs]

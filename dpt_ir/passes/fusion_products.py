@@ -28,7 +28,7 @@ from dpt_ir.ir.graph import Graph
 from dpt_ir.passes.fusion_groups import Group, contract, first_successor, group_dag, read_at_own_index
 
 
-def _fits(graph: Graph, product: Group, ep: Group, largest: int | None) -> bool:
+def _fits(graph: Graph, product: Group, largest: int | None, ep: Group) -> bool:
     """Can ``ep`` run on ``product``'s output tiles? (the module docstring's conditions, but
     the path one)"""
     if product.kind != "contraction" or product.epilogue or ep.kind != "pointwise":
@@ -47,11 +47,6 @@ def _fits(graph: Graph, product: Group, ep: Group, largest: int | None) -> bool:
     return read_at_own_index(graph, {root}, ep)
 
 
-def _free_fit(graph: Graph, product: Group, gone: set[str], largest: int | None, ep: Group) -> bool:
-    """`_fits`, for a group no other product took."""
-    return ep.id not in gone and _fits(graph, product, ep, largest)
-
-
 def merge_product_epilogues(graph: Graph, groups: list[Group], largest: int | None = None) -> list[Group]:
     """Fuse each contraction group of at most ``largest`` output elements (None: any) with its
     first successor (in list order) that fits as its epilogue (`_fits`) with no detour through
@@ -65,8 +60,8 @@ def merge_product_epilogues(graph: Graph, groups: list[Group], largest: int | No
     for product in groups:
         if product.kind != "contraction":
             continue
-        fits = functools.partial(_free_fit, graph, product, gone, largest)
-        eid = first_successor(dag, product.id, by_id, position, fits)
+        # An absorbed group left the DAG (`contract`), so no later product sees it.
+        eid = first_successor(dag, product.id, by_id, position, functools.partial(_fits, graph, product, largest))
         if eid is None:
             continue
         ep = by_id[eid]

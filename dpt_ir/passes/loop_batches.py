@@ -37,7 +37,7 @@ from typing import Any
 from dpt_ir.ir.builder import GraphBuilder, Tensor
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ops import revolve
-from dpt_ir.ops.loop import ScanAttrs, result_types
+from dpt_ir.ops.loop import ScanAttrs, body_input, result_types
 from dpt_ir.passes.util import substitute
 
 NAME = "loop_batches"
@@ -83,15 +83,6 @@ def _batched_inputs(graph: Graph, node: Node, a: ScanAttrs, b: int) -> list[bool
         else:
             out.append(len(shape) >= 1 and shape[0] == b)
     return out
-
-
-def _body_input(a: ScanAttrs, k: int) -> str:
-    """The body input standing for scan input ``k`` (`dpt_ir.api.loops`' names)."""
-    if k < a.carries:
-        return f"carry.{k}"
-    if k < a.carries + a.xs:
-        return f"x.{k - a.carries}"
-    return f"closure.{k - a.carries - a.xs}"
 
 
 def one_element_body(body: Graph, batched: set[str], b: int) -> Graph | None:
@@ -155,7 +146,7 @@ def _split(graph: Graph, k: int, min_elements: int, max_batch: int) -> tuple[Gra
     if b is None:
         return None
     batched = _batched_inputs(graph, node, a, b)
-    body = one_element_body(a.body, {_body_input(a, j) for j, yes in enumerate(batched) if yes}, b)
+    body = one_element_body(a.body, {body_input(a, j) for j, yes in enumerate(batched) if yes}, b)
     if body is None:
         return None
     builder, handles = GraphBuilder.from_graph(graph)

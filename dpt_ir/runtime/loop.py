@@ -47,10 +47,10 @@ import warp as wp
 from dpt_ir.ir import records
 from dpt_ir.ir.graph import Node
 from dpt_ir.ir.types import TensorType, is_float
-from dpt_ir.ops.loop import ScanAttrs, body_vjp, checkpoint_plan, grad_layout, result_types
+from dpt_ir.ops.loop import ScanAttrs, body_input, body_vjp, checkpoint_plan, grad_layout, result_types
 from dpt_ir.ops.revolve import first_sweep
 from dpt_ir.runtime.loop_native import NativeSteps
-from dpt_ir.runtime.loop_pieces import ACC_PREFIX, body_input, piece_names
+from dpt_ir.runtime.loop_pieces import ACC_PREFIX, piece_names
 from dpt_ir.runtime.plan import WP_DTYPES
 
 
@@ -598,7 +598,7 @@ class Loop:
         return [targets[k] for k in range(a.carries)]
 
     def _name(self, k: int) -> str:
-        """The body input standing for loop input ``k`` (`loop_pieces.body_input`)."""
+        """The body input standing for loop input ``k`` (`dpt_ir.ops.loop.body_input`)."""
         return body_input(self.attrs, k)
 
 

@@ -16,7 +16,7 @@ from dpt_ir.ir import records
 from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Node, Output
 from dpt_ir.ir.types import TensorType, is_float
-from dpt_ir.ops.loop import ScanAttrs, body_vjp
+from dpt_ir.ops.loop import ScanAttrs, body_input, body_vjp
 
 
 def piece_names(a: ScanAttrs, unread: frozenset[str] = frozenset()) -> tuple[str, str]:
@@ -77,11 +77,6 @@ def unread_gradients(live: set[str], node: Node, a: ScanAttrs) -> frozenset[str]
     reduction into a pointwise kernel that Warp's build runs slower (docs/loops.md)."""
     closures = range(a.carries + a.xs, len(node.inputs) - 1)  # the last input is the packed cotangent
     return frozenset(body_input(a, k) for k in closures if node.inputs[k] not in live)
-
-
-def body_input(a: ScanAttrs, k: int) -> str:
-    """The body input standing for loop input ``k`` (the step index sits before the closures)."""
-    return a.body.inputs[k if k < a.carries + a.xs else k + (1 if a.index else 0)].name
 
 
 def check_loop_dtypes(node: Node, in_types: tuple[TensorType, ...]) -> None:
