@@ -35,6 +35,7 @@ import math
 from typing import Any
 
 from dpt_ir.ir.builder import GraphBuilder, Tensor
+from dpt_ir.ir.errors import ContractError
 from dpt_ir.ir.graph import Graph, Node
 from dpt_ir.ops import revolve
 from dpt_ir.ops.loop import ScanAttrs, body_input, result_types
@@ -88,7 +89,7 @@ def _batched_inputs(graph: Graph, node: Node, a: ScanAttrs, b: int) -> list[bool
 def one_element_body(body: Graph, batched: set[str], b: int) -> Graph | None:
     """``body`` rebuilt for one element of a batch of ``b`` (module docstring), its inputs named
     in ``batched`` (those holding the batch axis) of leading extent 1; None where a node or an
-    output does not map the batch."""
+    output does not map the batch, or where its one-element attributes do not type-check."""
     bb = GraphBuilder(body.name)
     handles: dict[str, Tensor] = {}
     holds: set[str] = set()  # values holding the batch axis
@@ -101,10 +102,13 @@ def one_element_body(body: Graph, batched: set[str], b: int) -> Graph | None:
             holds.add(inp.name)
         handles[inp.name] = bb.input(inp.name, shape, inp.type.dtype, inp.requires_grad)
     for node in body.nodes:
-        attrs = _one_element_attrs(body, node, holds, b)
+        attrs = _one_element_attrs(body, node, holds)
         if attrs is None:
             return None
-        t = bb.emit(node.op, [handles[i] for i in node.inputs], attrs, name=node.name, meta=node.meta)
+        try:
+            t = bb.emit(node.op, [handles[i] for i in node.inputs], attrs, name=node.name, meta=node.meta)
+        except ContractError:  # the one-element attributes do not fit: the loop stays whole
+            return None
         if any(i in holds for i in node.inputs):
             if not node.type.shape or node.type.shape[0] != b or t.type.shape != (1, *node.type.shape[1:]):
                 return None
@@ -119,7 +123,7 @@ def one_element_body(body: Graph, batched: set[str], b: int) -> Graph | None:
     return bb.build()
 
 
-def _one_element_attrs(body: Graph, node: Node, holds: set[str], b: int) -> dict[str, Any] | None:
+def _one_element_attrs(body: Graph, node: Node, holds: set[str]) -> dict[str, Any] | None:
     """The attributes of ``node`` on one element, or None where it mixes the batch; a node
     reading no batched value keeps its attributes."""
     if not any(i in holds for i in node.inputs):
